@@ -1,0 +1,55 @@
+"""The turnledger error family: every error a caller can see derives from `TurnledgerError`."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConcurrencyConflict",
+    "ContextWindowExceeded",
+    "CorruptRecord",
+    "InvalidMessage",
+    "InvalidProfile",
+    "SessionNotFound",
+    "TurnledgerError",
+]
+
+
+class TurnledgerError(Exception):
+    """Base class of every error turnledger raises on purpose."""
+
+
+class InvalidMessage(TurnledgerError, ValueError):
+    """A message value is malformed; the text names the offending field."""
+
+
+class InvalidProfile(TurnledgerError, ValueError):
+    """A runtime or provider profile is malformed; the text names the offending key."""
+
+
+class ContextWindowExceeded(TurnledgerError):
+    """A prepared request does not fit the resolved model context window (R18).
+
+    Raised before anything is sent to the provider. ``estimated_tokens`` and
+    ``context_window`` are the two numbers the message names.
+    """
+
+    def __init__(self, message: str, *, estimated_tokens: int, context_window: int) -> None:
+        super().__init__(message)
+        self.estimated_tokens = estimated_tokens
+        self.context_window = context_window
+
+
+class SessionNotFound(TurnledgerError, LookupError):
+    """No session with this id exists in the store."""
+
+
+class ConcurrencyConflict(TurnledgerError):
+    """Another writer appended to the session first (E3); reload and retry."""
+
+
+class CorruptRecord(TurnledgerError):
+    """A stored record cannot be decoded; the text names the session id and the version."""
+
+    def __init__(self, message: str, *, session_id: str = "", version: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.version = version
