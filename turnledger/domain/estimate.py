@@ -1,0 +1,187 @@
+"""The token estimate (R20-R23): a byte heuristic, not a provider tokenizer.
+
+One message costs ``FRAMING_TOKENS`` (4) plus ``ceil(utf8_bytes / 4)`` for its text, plus
+``IMAGE_TOKEN_ESTIMATE`` (1,600) per image that is actually transmitted:
+
+- user messages (``[Tool results]`` carriers and the breadcrumb included): each *loadable*
+  ``[IMAGE:ref]`` marker costs 1,600 and its marker text is not counted as text (R21);
+  placeholders such as ``[IMAGE:...]`` or ``[IMAGE:photo.png]`` stay text;
+- tool messages: the whole content is text, marker text included (R22); the attachments the tool
+  declared cost 1,600 each, but only in the current user turn (older results are counted by their
+  bytes alone);
+- system and assistant messages: text (R23).
+
+The current turn runs from the newest real user message to the end of the history. The cost of
+one message depends only on the message and on whether it is in the current turn, so callers that
+keep prefix sums (the session) compute each cost once with `message_tokens` / `message_costs`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from turnledger.domain.messages import ChatMessage, is_real_user_message
+
+__all__ = [
+    "BREADCRUMB_TOKENS",
+    "FRAMING_TOKENS",
+    "IMAGE_MARKER_PREFIX",
+    "IMAGE_TOKEN_ESTIMATE",
+    "current_turn_start",
+    "estimate_history_tokens",
+    "image_count",
+    "is_loadable_image_reference",
+    "message_costs",
+    "message_tokens",
+    "text_tokens",
+    "utf8_len",
+]
+
+IMAGE_TOKEN_ESTIMATE: Final = 1600
+FRAMING_TOKENS: Final = 4
+IMAGE_MARKER_PREFIX: Final = "[IMAGE:"
+_WRAP: Final = re.compile(r"[\r\n]\s*")
+
+
+def utf8_len(text: str) -> int:
+    """Length of ``text`` in UTF-8 bytes (R20 counts bytes, not characters)."""
+    if text.isascii():
+        return len(text)  # the common case, without building a bytes object
+    # surrogatepass: a lone surrogate (possible in JSON-decoded text) is counted, never an error.
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _ceil_quarter(n_bytes: int) -> int:
+    return (n_bytes + 3) // 4
+
+
+def text_tokens(text: str) -> int:
+    """``ceil(utf8_len(text) / 4)``: the text part of the estimate, without framing (R20)."""
+    return _ceil_quarter(utf8_len(text))
+
+
+def _is_windows_drive_path(ref: str) -> bool:
+    return len(ref) >= 3 and ref[0].isascii() and ref[0].isalpha() and ref[1] == ":" and (
+        ref[2] in "\\/"
+    )
+
+
+def _is_unc_path(ref: str) -> bool:
+    # \\server\share...: a server name and something after it. \\?\ and \\.\ are device
+    # namespaces, not network shares.
+    if not ref.startswith("\\\\"):
+        return False
+    rest = ref[2:]
+    if rest.startswith(("?", ".")):
+        return False
+    for i, ch in enumerate(rest):
+        if ch in "\\/":
+            return i > 0 and i + 1 < len(rest)
+    return False
+
+
+def is_loadable_image_reference(ref: str) -> bool:
+    """True when an ``[IMAGE:ref]`` marker names an image the runtime can load (R21).
+
+    Loadable: an absolute path (``/``), ``http://`` / ``https://`` URLs, ``data:`` URIs, a Windows
+    drive path (``C:\\`` or ``C:/``) or a UNC path (``\\\\server\\share``). Anything else
+    (``...``, ``<path>``, ``photo.png``) is a placeholder and stays text.
+    """
+    return (
+        ref.startswith(("/", "http://", "https://", "data:"))
+        or _is_windows_drive_path(ref)
+        or _is_unc_path(ref)
+    )
+
+
+def _collapse_marker(raw: str) -> str:
+    # A reference wrapped across lines when pasted (newline + indentation) is still one
+    # reference; surrounding whitespace is not part of it.
+    if "\n" not in raw and "\r" not in raw:
+        return raw.strip()
+    return _WRAP.sub("", raw).strip()
+
+
+def _scan_markers(text: str) -> tuple[int, int]:
+    """(UTF-8 bytes of the text outside loadable markers, number of loadable markers)."""
+    total = utf8_len(text)
+    if IMAGE_MARKER_PREFIX not in text:
+        return total, 0
+    removed = images = 0
+    cursor = 0
+    while (start := text.find(IMAGE_MARKER_PREFIX, cursor)) != -1:
+        ref_start = start + len(IMAGE_MARKER_PREFIX)
+        end = text.find("]", ref_start)
+        if end == -1:
+            break  # an unterminated marker is text
+        ref = _collapse_marker(text[ref_start:end])
+        if ref and is_loadable_image_reference(ref):
+            images += 1
+            removed += utf8_len(text[start : end + 1])
+        cursor = end + 1
+    return total - removed, images
+
+
+def image_count(message: ChatMessage, *, current_turn: bool) -> int:
+    """How many images of ``message`` are transmitted, so charged 1,600 each (R21, R22).
+
+    User messages: their loadable markers. Tool messages: their declared attachments, only when
+    ``current_turn`` is true. System and assistant messages: none (R23).
+    """
+    if message.role == "user":
+        return _scan_markers(message.content)[1]
+    if message.role == "tool" and current_turn:
+        return len(message.attachments)
+    return 0
+
+
+def message_tokens(message: ChatMessage, *, current_turn: bool) -> int:
+    """The estimate of one message (R20-R23).
+
+    ``current_turn`` says whether the message belongs to the current user turn; only tool
+    messages depend on it (their attachments are charged in the current turn only, R22).
+    """
+    if message.role == "user":
+        text_bytes, images = _scan_markers(message.content)
+    else:
+        # Tool output marker text is plain text (R22); system/assistant text is text (R23).
+        text_bytes = utf8_len(message.content)
+        images = len(message.attachments) if message.role == "tool" and current_turn else 0
+    return FRAMING_TOKENS + _ceil_quarter(text_bytes) + images * IMAGE_TOKEN_ESTIMATE
+
+
+def current_turn_start(history: Sequence[ChatMessage]) -> int:
+    """Index where the current user turn starts: the newest real user message.
+
+    Without a real user message the whole history counts as the current turn (index 0), so tool
+    messages there are charged their attachments: nothing older exists that they could belong to.
+    """
+    for i in range(len(history) - 1, -1, -1):
+        if is_real_user_message(history[i]):
+            return i
+    return 0
+
+
+def message_costs(history: Sequence[ChatMessage]) -> list[int]:
+    """The estimate of every message, with the current-turn rule applied; O(total length).
+
+    ``sum(message_costs(h)) == estimate_history_tokens(h)``. A session keeps prefix sums of this.
+    """
+    current = current_turn_start(history)
+    return [message_tokens(m, current_turn=i >= current) for i, m in enumerate(history)]
+
+
+def estimate_history_tokens(history: Sequence[ChatMessage]) -> int:
+    """Estimated tokens of a provider-facing history (R20-R23).
+
+    The current turn is the newest real user message and everything after it. When the history
+    has no real user message, every message is in the current turn (tool messages then count
+    their attachments).
+    """
+    return sum(message_costs(history))
+
+
+BREADCRUMB_TOKENS: Final = message_tokens(ChatMessage.breadcrumb(), current_turn=False)
+"""The estimate of the breadcrumb message (R31): 17 tokens."""
