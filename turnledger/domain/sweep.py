@@ -1,0 +1,289 @@
+"""The orphan sweep: the last safety net for tool pairing in inconsistent histories (R36, R37).
+
+Whole-turn trimming (R35) already keeps every tool call with its result. A restored session or
+one modified outside turnledger may still hold a tool result with no call, or a call with no
+result, which providers reject. The sweep removes both:
+
+* A tool result answers the most recent earlier tool call with the same id that is still
+  unanswered, at any earlier position of the history. A result with no such call is an orphan and
+  is removed; so is every result after the first for one call (duplicates). A tool message whose
+  content is not a tool envelope has no id to pair and is removed too, with no id recorded.
+* A tool call that no later result answers is removed from its assistant message. When some calls
+  of the message are answered, the message keeps exactly those; when none is, the message becomes
+  a plain assistant message with its text, or is removed when the text is empty or blank. When an
+  id is called again before the first call was answered, the older call is superseded: the next
+  result answers the newer one.
+
+Everything else (system, user, breadcrumb, ``[Tool results]`` carriers, plain assistant text) is
+never touched. On a consistent history the sweep returns the very same message objects, in the
+same order, and reports nothing (R37).
+
+`sweep_orphans` works on provider-facing `ChatMessage` history, `sweep_conversation_orphans` on
+the structured `ConversationMessage` history; for any structured history ``h``,
+``to_chat_messages(sweep_conversation_orphans(h).history)`` equals
+``sweep_orphans(to_chat_messages(h)).history`` and both report the same counts and ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Generic, TypeAlias, TypeVar
+
+import attrs
+
+from turnledger.domain.messages import (
+    AssistantToolCalls,
+    Chat,
+    ChatMessage,
+    ConversationMessage,
+    ToolCall,
+    ToolResults,
+    assistant_envelope,
+    parse_assistant_envelope,
+    parse_tool_envelope,
+)
+
+__all__ = ["SweepResult", "sweep_conversation_orphans", "sweep_orphans"]
+
+M = TypeVar("M")
+
+
+@attrs.frozen
+class SweepResult(Generic[M]):
+    """What the orphan sweep kept and what it removed (R36).
+
+    ``history``: the swept history. ``removed``: how many provider-facing messages were removed
+    entirely, counted in `ChatMessage` units for both sweeps (each `ToolResult` of a `ToolResults`
+    counts as one, as it is one tool message once sent); an assistant message that only lost
+    some of its calls, or was reduced to its text, is not counted here, its call ids are listed
+    in ``orphan_tool_call_ids``. ``orphan_tool_call_ids``: ids of the removed results and removed
+    calls, in history order, each once. ``removed_indices``: positions, in the input history, of
+    the items removed entirely. ``rewritten``: ``(position in the input, replacement)`` for each
+    item that was kept in a reduced form.
+    """
+
+    history: tuple[M, ...]
+    removed: int
+    orphan_tool_call_ids: tuple[str, ...]
+    removed_indices: tuple[int, ...] = ()
+    rewritten: tuple[tuple[int, M], ...] = ()
+
+
+# --- pairing, shared by both sweeps ---------------------------------------------------------
+
+@attrs.frozen
+class _Calls:
+    """An assistant item that calls tools."""
+
+    text: str | None
+    calls: tuple[ToolCall, ...]
+
+
+@attrs.frozen
+class _Result:
+    """One tool result; ``call_id`` is None when the content carries no id to pair."""
+
+    call_id: str | None
+
+
+_Slot: TypeAlias = _Calls | _Result | None
+_ResultKey: TypeAlias = tuple[int, int]  # (item index, result index within the item)
+
+
+@attrs.frozen
+class _Pairing:
+    answered: dict[int, frozenset[str]]  # item index -> ids of its calls that have a result
+    kept_results: frozenset[_ResultKey]
+
+
+def _pair(entries: Iterable[tuple[int, int, _Slot]]) -> _Pairing:
+    """Match results to calls in one pass over ``(item, sub-index, slot)`` in history order."""
+    unanswered: dict[str, int] = {}  # call id -> index of the newest item that made that call
+    answered: dict[int, set[str]] = {}
+    kept: set[_ResultKey] = set()
+    for index, sub, slot in entries:
+        if isinstance(slot, _Calls):
+            # A newer call with the same id supersedes an unanswered older one: a later result
+            # answers the call just before it, and the older call stays an orphan.
+            unanswered.update((call.id, index) for call in slot.calls)
+        elif isinstance(slot, _Result) and slot.call_id is not None:
+            caller = unanswered.pop(slot.call_id, None)
+            if caller is not None:  # otherwise no call, or already answered: an orphan
+                answered.setdefault(caller, set()).add(slot.call_id)
+                kept.add((index, sub))
+    return _Pairing({k: frozenset(v) for k, v in answered.items()}, frozenset(kept))
+
+
+def _chat_slot(message: ChatMessage) -> _Slot:
+    if message.role == "tool":
+        envelope = parse_tool_envelope(message.content)
+        return _Result(envelope[0] if envelope else None)
+    if message.role == "assistant":
+        parsed = parse_assistant_envelope(message.content)
+        if parsed is not None:
+            return _Calls(*parsed)
+    return None
+
+
+def _plain_text(text: str | None) -> str | None:
+    """The text an assistant item keeps when all its calls go; None when blank."""
+    # A blank assistant message says nothing and some providers reject it: drop it instead.
+    return text if text is not None and text.strip() else None
+
+
+def _dedupe(ids: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(ids))
+
+
+@attrs.define
+class _Outcome(Generic[M]):
+    """Accumulates the sweep's output while walking the history once."""
+
+    history: list[M] = attrs.Factory(list)
+    removed: int = 0
+    orphan_ids: list[str] = attrs.Factory(list)
+    removed_indices: list[int] = attrs.Factory(list)
+    rewritten: list[tuple[int, M]] = attrs.Factory(list)
+
+    def keep(self, item: M) -> None:
+        self.history.append(item)
+
+    def rewrite(self, index: int, item: M) -> None:
+        self.history.append(item)
+        self.rewritten.append((index, item))
+
+    def drop(self, index: int, messages: int = 1) -> None:
+        self.removed += messages
+        self.removed_indices.append(index)
+
+    def result(self) -> SweepResult[M]:
+        return SweepResult(
+            tuple(self.history),
+            self.removed,
+            _dedupe(self.orphan_ids),
+            tuple(self.removed_indices),
+            tuple(self.rewritten),
+        )
+
+
+def _split_calls(slot: _Calls, answered: frozenset[str]) -> tuple[tuple[ToolCall, ...], list[str]]:
+    """The answered calls of ``slot`` and the ids of the others, both in call order."""
+    kept = tuple(call for call in slot.calls if call.id in answered)
+    return kept, [call.id for call in slot.calls if call.id not in answered]
+
+
+def _sweep_chat_item(
+    index: int, message: ChatMessage, slot: _Slot, pairing: _Pairing, out: _Outcome[ChatMessage]
+) -> None:
+    """Apply the pairing to one ChatMessage (also used for a `Chat` in structured history)."""
+    if isinstance(slot, _Calls):
+        kept, orphans = _split_calls(slot, pairing.answered.get(index, frozenset()))
+        out.orphan_ids.extend(orphans)
+        if not orphans:
+            out.keep(message)
+        elif kept:
+            out.rewrite(index, attrs.evolve(message, content=assistant_envelope(slot.text, kept)))
+        elif (text := _plain_text(slot.text)) is not None:
+            out.rewrite(index, ChatMessage.assistant(text))
+        else:
+            out.drop(index)
+    elif isinstance(slot, _Result) and (index, 0) not in pairing.kept_results:
+        if slot.call_id is not None:
+            out.orphan_ids.append(slot.call_id)
+        out.drop(index)
+    else:
+        out.keep(message)
+
+
+# --- the two sweeps -------------------------------------------------------------------------
+
+def sweep_orphans(history: Sequence[ChatMessage]) -> SweepResult[ChatMessage]:
+    """Remove tool results without a call and tool calls without a result (R36, R37).
+
+    See the module docstring for the pairing rule. A consistent history comes back as the same
+    message objects with ``removed == 0`` and no orphan ids.
+    """
+    slots = [_chat_slot(message) for message in history]
+    pairing = _pair((index, 0, slot) for index, slot in enumerate(slots))
+    out: _Outcome[ChatMessage] = _Outcome()
+    for index, (message, slot) in enumerate(zip(history, slots)):
+        _sweep_chat_item(index, message, slot, pairing, out)
+    return out.result()
+
+
+def _conversation_entries(
+    history: Sequence[ConversationMessage], chat_slots: dict[int, _Slot]
+) -> Iterator[tuple[int, int, _Slot]]:
+    for index, item in enumerate(history):
+        match item:
+            case AssistantToolCalls(text=text, tool_calls=calls):
+                yield index, 0, _Calls(text, calls)
+            case ToolResults(results=results):
+                for sub, result in enumerate(results):
+                    yield index, sub, _Result(result.tool_call_id)
+            case Chat(message=message):
+                # A tool or tool-calling assistant ChatMessage appended as-is (a session wraps
+                # ChatMessages in Chat) pairs exactly like its flat form.
+                chat_slots[index] = _chat_slot(message)
+                yield index, 0, chat_slots[index]
+
+
+def sweep_conversation_orphans(
+    history: Sequence[ConversationMessage],
+) -> SweepResult[ConversationMessage]:
+    """The orphan sweep on structured history, with the semantics of `sweep_orphans` (R36, R37).
+
+    Orphan `ToolResult` entries are dropped from their `ToolResults`, which is removed when left
+    empty. An `AssistantToolCalls` keeps its answered calls (and its reasoning content); with
+    none answered it becomes ``Chat(ChatMessage.assistant(text))`` when its text is not blank
+    (the reasoning content is then lost, as a plain message cannot carry it) and is removed
+    otherwise. A `Chat` is swept as its ChatMessage would be. ``removed`` counts ChatMessage
+    units, see `SweepResult`.
+    """
+    chat_slots: dict[int, _Slot] = {}
+    pairing = _pair(_conversation_entries(history, chat_slots))
+    out: _Outcome[ConversationMessage] = _Outcome()
+    for index, item in enumerate(history):
+        match item:
+            case AssistantToolCalls(text=text, tool_calls=calls):
+                kept, orphans = _split_calls(
+                    _Calls(text, calls), pairing.answered.get(index, frozenset())
+                )
+                out.orphan_ids.extend(orphans)
+                if not orphans:
+                    out.keep(item)
+                elif kept:
+                    out.rewrite(index, attrs.evolve(item, tool_calls=kept))
+                elif (plain := _plain_text(text)) is not None:
+                    out.rewrite(index, Chat(ChatMessage.assistant(plain)))
+                else:
+                    out.drop(index)
+            case ToolResults(results=results):
+                kept_results = tuple(
+                    result
+                    for sub, result in enumerate(results)
+                    if (index, sub) in pairing.kept_results
+                )
+                out.orphan_ids.extend(
+                    result.tool_call_id
+                    for sub, result in enumerate(results)
+                    if (index, sub) not in pairing.kept_results
+                )
+                if len(kept_results) == len(results):
+                    out.keep(item)
+                elif kept_results:
+                    out.rewrite(index, ToolResults(kept_results))
+                    out.removed += len(results) - len(kept_results)
+                else:
+                    out.drop(index, messages=len(results))
+            case Chat(message=message):
+                flat: _Outcome[ChatMessage] = _Outcome()
+                _sweep_chat_item(index, message, chat_slots[index], pairing, flat)
+                out.orphan_ids.extend(flat.orphan_ids)
+                if flat.removed:
+                    out.drop(index)
+                elif flat.rewritten:
+                    out.rewrite(index, Chat(flat.history[0]))
+                else:
+                    out.keep(item)
+    return out.result()
