@@ -1,1 +1,131 @@
-"""turnledger."""
+"""turnledger: event-sourced conversation history for LLM agent runtimes.
+
+The public surface of API.md, re-exported. See README.md for a tour.
+"""
+
+__version__ = "0.1.0"
+
+from turnledger.domain.budget import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MAX_HISTORY_TURNS,
+    HistoryPruning,
+    ProfileDocument,
+    ProviderProfile,
+    ResolvedRoute,
+    Route,
+    RuntimeProfile,
+    effective_context_budget,
+    load_profile,
+    load_profile_document,
+    request_window,
+    resolve_capacity,
+    resolve_route,
+)
+from turnledger.domain.decider import PreparedRequest, request_digest
+from turnledger.domain.errors import (
+    ConcurrencyConflict,
+    ContextWindowExceeded,
+    CorruptRecord,
+    InvalidMessage,
+    InvalidProfile,
+    SessionNotFound,
+    TurnledgerError,
+)
+from turnledger.domain.estimate import IMAGE_TOKEN_ESTIMATE, estimate_history_tokens
+from turnledger.domain.events import (
+    BreadcrumbInserted,
+    DomainEvent,
+    HistoryTrimmed,
+    MessageAppended,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
+    RequestPrepared,
+    RequestRejected,
+    RouteSelected,
+    SessionStarted,
+    TrimDecided,
+)
+from turnledger.domain.messages import (
+    BREADCRUMB_TEXT,
+    AssistantToolCalls,
+    Chat,
+    ChatMessage,
+    ConversationMessage,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    from_chat_messages,
+    to_chat_messages,
+)
+from turnledger.domain.overflow import is_context_window_exceeded
+from turnledger.domain.sweep import SweepResult, sweep_conversation_orphans, sweep_orphans
+from turnledger.domain.trimming import (
+    TrimResult,
+    trim_conversation_to_recent_turns,
+    trim_to_recent_turn_count,
+    trim_to_recent_turns,
+)
+from turnledger.domain.truncate import DEFAULT_MAX_TOOL_RESULT_CHARS, truncate_tool_result
+
+__all__ = [
+    "BREADCRUMB_TEXT",
+    "DEFAULT_CONTEXT_TOKENS",
+    "DEFAULT_MAX_HISTORY_TURNS",
+    "DEFAULT_MAX_TOOL_RESULT_CHARS",
+    "IMAGE_TOKEN_ESTIMATE",
+    "AssistantToolCalls",
+    "BreadcrumbInserted",
+    "Chat",
+    "ChatMessage",
+    "ConcurrencyConflict",
+    "ContextWindowExceeded",
+    "ConversationMessage",
+    "CorruptRecord",
+    "DomainEvent",
+    "HistoryPruning",
+    "HistoryTrimmed",
+    "InvalidMessage",
+    "InvalidProfile",
+    "MessageAppended",
+    "OrphansSwept",
+    "OverflowRecovered",
+    "OverflowReported",
+    "OverflowUnrecoverable",
+    "PreparedRequest",
+    "ProfileDocument",
+    "ProviderProfile",
+    "RequestPrepared",
+    "RequestRejected",
+    "ResolvedRoute",
+    "Route",
+    "RouteSelected",
+    "RuntimeProfile",
+    "SessionNotFound",
+    "SessionStarted",
+    "SweepResult",
+    "ToolCall",
+    "ToolResult",
+    "ToolResults",
+    "TrimDecided",
+    "TrimResult",
+    "TurnledgerError",
+    "effective_context_budget",
+    "estimate_history_tokens",
+    "from_chat_messages",
+    "is_context_window_exceeded",
+    "load_profile",
+    "load_profile_document",
+    "request_digest",
+    "request_window",
+    "resolve_capacity",
+    "resolve_route",
+    "sweep_conversation_orphans",
+    "sweep_orphans",
+    "to_chat_messages",
+    "trim_conversation_to_recent_turns",
+    "trim_to_recent_turn_count",
+    "trim_to_recent_turns",
+    "truncate_tool_result",
+]

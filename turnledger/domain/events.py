@@ -1,0 +1,259 @@
+"""Domain events: what happened to a session, in the past tense (E1).
+
+Every event is an immutable attrs class that carries the session id (``originator_id``), its
+position in the session's stream (``originator_version``, from 1) and a UTC ``timestamp``.
+``class_version`` versions the payload; an older payload is upcast on read by the
+``upcast_vN_vN+1`` static methods (E10). The store encodes events (cattrs + msgpack); nothing
+here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import ClassVar, TypeAlias
+from uuid import UUID
+
+import attrs
+
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.messages import ConversationMessage
+
+__all__ = [
+    "EVENT_TYPES",
+    "AnyEvent",
+    "BreadcrumbInserted",
+    "DomainEvent",
+    "HistoryTrimmed",
+    "MessageAppended",
+    "OrphansSwept",
+    "OverflowRecovered",
+    "OverflowReported",
+    "OverflowUnrecoverable",
+    "Purpose",
+    "RequestPrepared",
+    "RequestRejected",
+    "RouteReason",
+    "RouteSelected",
+    "SessionStarted",
+    "TrimDecided",
+    "TrimReason",
+    "TrimTrigger",
+    "View",
+]
+
+
+class TrimReason(enum.StrEnum):
+    """Why turns were dropped (R32)."""
+
+    TOKEN_BUDGET = "token_budget"
+    TURN_LIMIT = "turn_limit"
+
+
+class TrimTrigger(enum.StrEnum):
+    """Which session operation decided the trim (R24, R25, R27a)."""
+
+    APPEND = "append"
+    PREPARE = "prepare"
+    OVERFLOW = "overflow"
+
+
+class View(enum.StrEnum):
+    """The two views of a session's history (E4)."""
+
+    CONVERSATION = "conversation"
+    CHAT = "chat"
+
+
+class RouteReason(enum.StrEnum):
+    """Why a route was selected (R19)."""
+
+    INITIAL = "initial"
+    EXPLICIT = "explicit"
+    CLASSIFIER_HINT = "classifier_hint"
+
+
+class Purpose(enum.StrEnum):
+    """What a prepared request is for (R18: the final summary is checked too)."""
+
+    TURN = "turn"
+    FINAL_SUMMARY = "final_summary"
+
+
+@attrs.frozen
+class DomainEvent:
+    """Base of every turnledger event: session id, position (from 1) and UTC time."""
+
+    originator_id: UUID
+    originator_version: int
+    timestamp: datetime
+
+    class_version: ClassVar[int] = 1
+
+
+@attrs.frozen
+class SessionStarted(DomainEvent):
+    """A session was created with its profile, providers and initial route."""
+
+    profile: RuntimeProfile
+    providers: tuple[ProviderProfile, ...]
+    route: Route
+    legacy: bool
+
+
+@attrs.frozen
+class MessageAppended(DomainEvent):
+    """A message entered the session's log at ``position`` (0-based, dense).
+
+    ``original_chars`` is set when tool-result truncation (R38) shortened the message: the
+    number of characters the longest truncated result had before.
+    """
+
+    position: int
+    message: ConversationMessage
+    original_chars: int | None = None
+
+
+@attrs.frozen
+class RouteSelected(DomainEvent):
+    """The provider/model route and its resolved capacity/budget pair (R19)."""
+
+    route: Route
+    capacity: int | None
+    budget: int
+    window: int
+    reason: RouteReason
+
+
+@attrs.frozen
+class TrimDecided(DomainEvent):
+    """Old whole turns were dropped from one view (R3, R7-R9, R24-R25).
+
+    ``first_kept_position`` is the log position of the first kept turn; ``limit`` is the
+    token budget or turn count that applied.
+    """
+
+    view: View
+    trigger: TrimTrigger
+    reason: TrimReason
+    first_kept_position: int
+    dropped_messages: int
+    dropped_turns: int
+    kept_turns: int
+    tokens_before: int
+    tokens_after: int
+    limit: int
+
+
+@attrs.frozen
+class BreadcrumbInserted(DomainEvent):
+    """The breadcrumb now precedes the first kept turn of ``view`` (R31)."""
+
+    view: View
+    before_position: int
+
+
+@attrs.frozen
+class HistoryTrimmed(DomainEvent):
+    """The client-facing notice that older turns were dropped (R32-R33)."""
+
+    dropped_messages: int
+    kept_turns: int
+    reason: TrimReason
+
+
+@attrs.frozen
+class RequestPrepared(DomainEvent):
+    """A request passed the capacity check (R18); ``digest`` is SHA-256 of its messages."""
+
+    purpose: Purpose
+    route: Route
+    capacity: int | None
+    budget: int
+    window: int
+    estimated_tokens: int
+    message_count: int
+    digest: str
+    tool_tokens: int = 0
+    hook_tokens: int = 0
+
+
+@attrs.frozen
+class RequestRejected(DomainEvent):
+    """A request did not fit the model context window and was not sent (R18)."""
+
+    purpose: Purpose
+    route: Route
+    capacity: int | None
+    window: int
+    estimated_tokens: int
+    message_count: int
+    detail: str
+
+
+@attrs.frozen
+class OverflowReported(DomainEvent):
+    """The provider said the context window overflowed (R25-R26)."""
+
+    error: str
+    estimated_tokens: int
+    target_tokens: int
+
+
+@attrs.frozen
+class OverflowRecovered(DomainEvent):
+    """The reactive trim of R25 made room; the caller retries."""
+
+    tokens_before: int
+    tokens_after: int
+
+
+@attrs.frozen
+class OverflowUnrecoverable(DomainEvent):
+    """Nothing could be trimmed after an overflow (R25); ``detail`` says why."""
+
+    detail: str
+
+
+@attrs.frozen
+class OrphansSwept(DomainEvent):
+    """The orphan sweep (R36) removed messages from the views on restore (E5).
+
+    The removed messages stay in the log; ``positions`` are their log positions.
+    """
+
+    positions: tuple[int, ...]
+    orphan_tool_call_ids: tuple[str, ...]
+    removed: int
+    rewritten: tuple[tuple[int, ConversationMessage], ...] = ()
+
+
+EVENT_TYPES: tuple[type[DomainEvent], ...] = (
+    SessionStarted,
+    MessageAppended,
+    RouteSelected,
+    TrimDecided,
+    BreadcrumbInserted,
+    HistoryTrimmed,
+    RequestPrepared,
+    RequestRejected,
+    OverflowReported,
+    OverflowRecovered,
+    OverflowUnrecoverable,
+    OrphansSwept,
+)
+
+AnyEvent: TypeAlias = (
+    SessionStarted
+    | MessageAppended
+    | RouteSelected
+    | TrimDecided
+    | BreadcrumbInserted
+    | HistoryTrimmed
+    | RequestPrepared
+    | RequestRejected
+    | OverflowReported
+    | OverflowRecovered
+    | OverflowUnrecoverable
+    | OrphansSwept
+)
