@@ -1,0 +1,737 @@
+"""Analytics read models: SQL tables in the store's own database, kept up to date (E7).
+
+`Analytics` follows the store's global notification log and folds every event into a few
+plain SQL tables that anyone can query (the CLI's ``turnledger stats`` reads them too). Each
+batch of events and the new tracking position are written in ONE transaction, and the
+position is claimed with a conditional update, so every event is applied exactly once even
+when a follower is killed half-way or two followers race (the loser rolls back and re-reads).
+
+Where the tables live: SQLite stores get them in the same database file; PostgreSQL stores in
+the store's schema (the URL's ``schema`` option); a ``memory://`` store has no SQL database,
+so each `Analytics` keeps the same tables in a private in-memory SQLite database. SQLite and
+PostgreSQL differ only in the SQL text (placeholders, how a write transaction begins).
+
+Tables
+------
+
+All counters are integers that start at 0. Timestamps are ISO-8601 UTC text with
+microseconds (``2025-01-31T12:00:00.000000+00:00``), so they sort as text on both databases.
+
+``tl_tracking`` — how far the projection has read the notification log.
+
+- ``name`` (text, primary key): the projection's name, ``analytics``.
+- ``position`` (integer): notification id of the last event applied; 0 before the first.
+
+``tl_session_route`` — the route each session is on now (so a restarted follower attributes
+the next events to the right route).
+
+- ``session_id`` (text, primary key): the session id (UUID text).
+- ``provider``, ``model`` (text): the route of the session's latest `SessionStarted` or
+  `RouteSelected` event.
+
+``tl_session_stats`` — one row per session.
+
+- ``session_id`` (text, primary key): the session id (UUID text).
+- ``provider``, ``model`` (text, NULL until the first request): the route of the session's
+  latest request, prepared or rejected.
+- ``legacy`` (boolean): the session runs the legacy loop (R34).
+- ``events`` (integer): events recorded for the session (equals its version).
+- ``appends``: messages appended (`MessageAppended`).
+- ``trims_token_budget``: trim decisions for the token budget (`TrimDecided` with reason
+  ``token_budget``: proactive R24 trims and the reactive R25 recoveries alike, as R32 says).
+- ``trims_turn_limit``: trim decisions for the turn limit (reason ``turn_limit``, R28-R29),
+  legacy trims included even though they emit no `HistoryTrimmed` (R34).
+- ``messages_dropped``: real messages dropped by those trims (sum of ``dropped_messages``).
+  Each trim counts what it dropped from its own view, as its `HistoryTrimmed` reports it, so
+  a message the token budget dropped from the chat view and the turn limit later drops from
+  the conversation view counts in both trims.
+- ``tokens_dropped``: estimated tokens they removed (sum of ``tokens_before - tokens_after``;
+  the breadcrumb a trim inserts is counted against it).
+- ``requests_prepared``: requests that passed the capacity check (`RequestPrepared`, R18).
+- ``requests_rejected``: requests refused before sending (`RequestRejected`, R18).
+- ``overflow_recoveries``: provider overflows recovered by trimming (`OverflowRecovered`, R25).
+- ``overflows_unrecoverable``: provider overflows with nothing left to trim
+  (`OverflowUnrecoverable`, R25).
+- ``orphan_sweeps``: sweeps that removed or rewrote something (`OrphansSwept`, R36, E5).
+- ``orphans_removed``: messages those sweeps removed (sum of ``removed``).
+- ``peak_estimated_tokens``: the largest estimate of any request, prepared or rejected
+  (0 before the first request).
+- ``peak_window`` (integer, NULL before the first request): the context window of the request
+  that first reached that peak.
+- ``last_event_at`` (text): time of the session's latest event.
+
+``tl_route_stats`` — one row per provider/model route; every event is counted against the
+route its session was on when the event happened.
+
+- ``provider``, ``model`` (text, primary key together): the route.
+- ``selections``: times a session started on or switched to this route (`RouteSelected`).
+- ``events``, ``appends``, ``trims_token_budget``, ``trims_turn_limit``, ``messages_dropped``,
+  ``tokens_dropped``, ``requests_prepared``, ``requests_rejected``, ``overflow_recoveries``,
+  ``overflows_unrecoverable``, ``orphan_sweeps``, ``orphans_removed``,
+  ``peak_estimated_tokens``, ``peak_window``, ``last_event_at``: as in ``tl_session_stats``,
+  over the events attributed to the route.
+
+Example: trims per reason and tokens dropped per route::
+
+    SELECT provider, model, trims_token_budget, trims_turn_limit, tokens_dropped
+    FROM tl_route_stats ORDER BY tokens_dropped DESC;
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC
+from typing import Any, Final, Self
+
+import attrs
+
+from turnledger.domain.events import (
+    DomainEvent,
+    MessageAppended,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowUnrecoverable,
+    RequestPrepared,
+    RequestRejected,
+    RouteSelected,
+    SessionStarted,
+    TrimDecided,
+    TrimReason,
+)
+from turnledger.store.backend import EventStoreBackend, StoreUnavailable
+from turnledger.store.codec import describe_error
+
+__all__ = [
+    "COUNTER_COLUMNS",
+    "ROUTE_STATS_COLUMNS",
+    "SESSION_STATS_COLUMNS",
+    "TABLES",
+    "TRACKING_NAME",
+    "Analytics",
+]
+
+log = logging.getLogger("turnledger.analytics")
+
+TRACKING_NAME: Final = "analytics"
+"""The ``tl_tracking.name`` of this projection."""
+
+TABLES: Final = ("tl_tracking", "tl_session_route", "tl_session_stats", "tl_route_stats")
+"""Every table this projection owns (`Analytics.rebuild` drops and recreates them)."""
+
+COUNTER_COLUMNS: Final = (
+    "events",
+    "appends",
+    "trims_token_budget",
+    "trims_turn_limit",
+    "messages_dropped",
+    "tokens_dropped",
+    "requests_prepared",
+    "requests_rejected",
+    "overflow_recoveries",
+    "overflows_unrecoverable",
+    "orphan_sweeps",
+    "orphans_removed",
+)
+"""The summable counters shared by ``tl_session_stats`` and ``tl_route_stats``."""
+
+_TAIL_COLUMNS: Final = ("peak_estimated_tokens", "peak_window", "last_event_at")
+
+SESSION_STATS_COLUMNS: Final = (
+    "session_id", "provider", "model", "legacy", *COUNTER_COLUMNS, *_TAIL_COLUMNS
+)
+"""Columns of ``tl_session_stats``, in table order (the keys of `Analytics.session_stats`)."""
+
+ROUTE_STATS_COLUMNS: Final = ("provider", "model", "selections", *COUNTER_COLUMNS, *_TAIL_COLUMNS)
+"""Columns of ``tl_route_stats``, in table order (the keys of `Analytics.route_stats`)."""
+
+Progress = Callable[[int, int], None]
+"""``progress(position, head)``: called after each committed batch."""
+
+
+# --- the fold (pure: no I/O) ----------------------------------------------------------------
+
+@attrs.define
+class _Tally:
+    """The counters of one row; `_count` folds one event into it."""
+
+    events: int = 0
+    appends: int = 0
+    trims_token_budget: int = 0
+    trims_turn_limit: int = 0
+    messages_dropped: int = 0
+    tokens_dropped: int = 0
+    requests_prepared: int = 0
+    requests_rejected: int = 0
+    overflow_recoveries: int = 0
+    overflows_unrecoverable: int = 0
+    orphan_sweeps: int = 0
+    orphans_removed: int = 0
+    peak_estimated_tokens: int = 0
+    peak_window: int | None = None
+    last_event_at: str | None = None
+
+
+@attrs.define
+class _SessionRow:
+    session_id: str
+    provider: str | None = None
+    model: str | None = None
+    legacy: bool = False
+    tally: _Tally = attrs.field(factory=_Tally)
+
+    def values(self) -> tuple[object, ...]:
+        head = (self.session_id, self.provider, self.model, self.legacy)
+        return (*head, *_tally_values(self.tally))
+
+
+@attrs.define
+class _RouteRow:
+    provider: str
+    model: str
+    selections: int = 0
+    tally: _Tally = attrs.field(factory=_Tally)
+
+    def values(self) -> tuple[object, ...]:
+        return (self.provider, self.model, self.selections, *_tally_values(self.tally))
+
+
+def _tally_values(tally: _Tally) -> tuple[object, ...]:
+    return tuple(getattr(tally, name) for name in (*COUNTER_COLUMNS, *_TAIL_COLUMNS))
+
+
+def _tally_from(values: Sequence[Any]) -> _Tally:
+    return _Tally(**dict(zip((*COUNTER_COLUMNS, *_TAIL_COLUMNS), values)))
+
+
+def _timestamp(event: DomainEvent) -> str:
+    return event.timestamp.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _count(tally: _Tally, event: DomainEvent) -> None:
+    """Fold one event into ``tally`` (the counters of E7; see the module docstring)."""
+    tally.events += 1
+    tally.last_event_at = _timestamp(event)
+    match event:
+        case MessageAppended():
+            tally.appends += 1
+        case TrimDecided():
+            if event.reason is TrimReason.TOKEN_BUDGET:
+                tally.trims_token_budget += 1
+            else:
+                tally.trims_turn_limit += 1
+            tally.messages_dropped += event.dropped_messages
+            tally.tokens_dropped += event.tokens_before - event.tokens_after
+        case RequestPrepared() | RequestRejected():
+            # Strictly greater: the first request to reach the peak names its window.
+            if tally.peak_window is None or event.estimated_tokens > tally.peak_estimated_tokens:
+                tally.peak_estimated_tokens = event.estimated_tokens
+                tally.peak_window = event.window
+            if isinstance(event, RequestPrepared):
+                tally.requests_prepared += 1
+            else:
+                tally.requests_rejected += 1
+        case OverflowRecovered():
+            tally.overflow_recoveries += 1
+        case OverflowUnrecoverable():
+            tally.overflows_unrecoverable += 1
+        case OrphansSwept():
+            tally.orphan_sweeps += 1
+            tally.orphans_removed += event.removed
+        case _:
+            pass  # the other events only count as events
+
+
+# --- SQL ------------------------------------------------------------------------------------
+
+@attrs.frozen
+class _Dialect:
+    """What differs between SQLite and PostgreSQL: only SQL text, never control flow."""
+
+    name: str
+    placeholder: str
+    begin: str
+    """Starts a write transaction (SQLite takes the write lock up front: ``IMMEDIATE``)."""
+
+
+_SQLITE: Final = _Dialect(name="sqlite", placeholder="?", begin="BEGIN IMMEDIATE")
+_POSTGRESQL: Final = _Dialect(name="postgresql", placeholder="%s", begin="BEGIN")
+
+_INT: Final = "BIGINT NOT NULL DEFAULT 0"
+_COUNTERS_DDL: Final = ", ".join(f"{name} {_INT}" for name in COUNTER_COLUMNS)
+_TAIL_DDL: Final = f"peak_estimated_tokens {_INT}, peak_window BIGINT, last_event_at TEXT"
+
+_CREATE: Final = (
+    "CREATE TABLE IF NOT EXISTS tl_tracking "
+    "(name TEXT PRIMARY KEY, position BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tl_session_route "
+    "(session_id TEXT PRIMARY KEY, provider TEXT NOT NULL, model TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS tl_session_stats (session_id TEXT PRIMARY KEY, provider TEXT, "
+    f"model TEXT, legacy BOOLEAN NOT NULL, {_COUNTERS_DDL}, {_TAIL_DDL})",
+    "CREATE TABLE IF NOT EXISTS tl_route_stats (provider TEXT NOT NULL, model TEXT NOT NULL, "
+    f"selections {_INT}, {_COUNTERS_DDL}, {_TAIL_DDL}, PRIMARY KEY (provider, model))",
+)
+
+
+def _upsert(table: str, columns: Sequence[str], key: Sequence[str], mark: str) -> str:
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(mark for _ in columns)}) "
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+    )
+
+
+_TOTAL_COLUMNS: Final = (*COUNTER_COLUMNS, "peak_estimated_tokens")
+
+
+@attrs.frozen
+class _Statements:
+    """Every statement `Analytics` runs, in one dialect."""
+
+    dialect: _Dialect
+    create: tuple[str, ...]
+    drop: tuple[str, ...]
+    init_tracking: str
+    position: str
+    claim: str
+    session_row: str
+    route_row: str
+    session_route: str
+    upsert_session: str
+    upsert_route: str
+    upsert_session_route: str
+    session_stats: str
+    route_stats: str
+    route_count: str
+    totals: str
+
+    @classmethod
+    def of(cls, dialect: _Dialect) -> _Statements:
+        p = dialect.placeholder
+        sums = ", ".join(
+            f"CAST(COALESCE({'MAX' if c.startswith('peak') else 'SUM'}({c}), 0) AS BIGINT)"
+            for c in _TOTAL_COLUMNS
+        )
+        legacy = "CAST(COALESCE(SUM(CASE WHEN legacy THEN 1 ELSE 0 END), 0) AS BIGINT)"
+        return cls(
+            dialect=dialect,
+            create=_CREATE,
+            drop=tuple(f"DROP TABLE IF EXISTS {t}" for t in TABLES),
+            init_tracking=(
+                f"INSERT INTO tl_tracking (name, position) VALUES ({p}, 0) "
+                "ON CONFLICT (name) DO NOTHING"
+            ),
+            position=f"SELECT position FROM tl_tracking WHERE name = {p}",
+            claim=f"UPDATE tl_tracking SET position = {p} WHERE name = {p} AND position = {p}",
+            session_row=(
+                f"SELECT {', '.join(SESSION_STATS_COLUMNS)} FROM tl_session_stats "
+                f"WHERE session_id = {p}"
+            ),
+            route_row=(
+                f"SELECT {', '.join(ROUTE_STATS_COLUMNS)} FROM tl_route_stats "
+                f"WHERE provider = {p} AND model = {p}"
+            ),
+            session_route=f"SELECT provider, model FROM tl_session_route WHERE session_id = {p}",
+            upsert_session=_upsert(
+                "tl_session_stats", SESSION_STATS_COLUMNS, ("session_id",), p
+            ),
+            upsert_route=_upsert("tl_route_stats", ROUTE_STATS_COLUMNS, ("provider", "model"), p),
+            upsert_session_route=_upsert(
+                "tl_session_route", ("session_id", "provider", "model"), ("session_id",), p
+            ),
+            session_stats=(
+                f"SELECT {', '.join(SESSION_STATS_COLUMNS)} FROM tl_session_stats "
+                "ORDER BY last_event_at, session_id"
+            ),
+            route_stats=(
+                f"SELECT {', '.join(ROUTE_STATS_COLUMNS)} FROM tl_route_stats "
+                "ORDER BY provider, model"
+            ),
+            route_count="SELECT COUNT(*) FROM tl_route_stats",
+            totals=f"SELECT COUNT(*), {legacy}, {sums} FROM tl_session_stats",
+        )
+
+
+# --- connections ----------------------------------------------------------------------------
+
+class _Database:
+    """One DB-API connection in autocommit mode, with explicit transactions."""
+
+    def __init__(
+        self, connection: Any, dialect: _Dialect, errors: tuple[type[BaseException], ...]
+    ) -> None:
+        self.connection = connection
+        self.sql = _Statements.of(dialect)
+        self.errors = errors
+
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in self.connection.execute(sql, tuple(params)).fetchall()]
+
+    def run(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Execute one statement; the number of rows it changed."""
+        cursor = self.connection.execute(sql, tuple(params))
+        return int(cursor.rowcount)
+
+    def run_many(self, sql: str, params: Sequence[Sequence[object]]) -> None:
+        if params:
+            cursor = self.connection.cursor()
+            try:
+                cursor.executemany(sql, [tuple(p) for p in params])
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.connection.execute(self.sql.dialect.begin)
+        try:
+            yield
+        except BaseException:
+            try:
+                self.connection.execute("ROLLBACK")
+            except self.errors as error:  # a broken connection: the original error matters
+                log.debug("rollback failed: %s", error)
+            raise
+        self.connection.execute("COMMIT")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _connect(backend: EventStoreBackend) -> _Database:
+    """A connection to the store's own database (the one place that tells them apart)."""
+    scheme = backend.url.partition("://")[0].lower()
+    # The library settings the backend derived from its URL (eventsourcing's documented
+    # SQLITE_* / POSTGRES_* names), password included, which the redacted URL lacks.
+    env = backend.factory.env
+    if scheme == "memory":
+        # No SQL database behind a memory store: same tables, private in-memory SQLite.
+        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        return _Database(memory, _SQLITE, (sqlite3.Error,))
+    if scheme == "sqlite":
+        timeout = float(env.get("SQLITE_LOCK_TIMEOUT") or 5)
+        connection = sqlite3.connect(
+            str(env.get("SQLITE_DBNAME")),
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=timeout,
+        )
+        return _Database(connection, _SQLITE, (sqlite3.Error,))
+    import psycopg
+    from psycopg.sql import SQL, Identifier
+
+    pg = psycopg.connect(
+        dbname=env.get("POSTGRES_DBNAME"),
+        host=env.get("POSTGRES_HOST"),
+        port=env.get("POSTGRES_PORT"),
+        user=env.get("POSTGRES_USER"),
+        password=env.get("POSTGRES_PASSWORD"),
+        connect_timeout=int(env.get("POSTGRES_CONNECT_TIMEOUT") or 5),
+        autocommit=True,
+    )
+    schema = env.get("POSTGRES_SCHEMA") or "public"
+    try:
+        pg.execute(SQL("SET search_path TO {}").format(Identifier(schema)))
+    except BaseException:
+        pg.close()
+        raise
+    return _Database(pg, _POSTGRESQL, (sqlite3.Error, psycopg.Error))
+
+
+def _connect_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [sqlite3.Error, OSError, ImportError]
+    psycopg = sys.modules.get("psycopg")  # only when PostgreSQL was used: no import here
+    if psycopg is not None:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+# --- the projection -------------------------------------------------------------------------
+
+class _Lost(Exception):
+    """Another follower advanced the tracking position first: roll back and re-read."""
+
+
+class Analytics:
+    """The analytics read models of a store (E7): fold the notification log into SQL tables.
+
+    Creating one creates the tables when they are missing (nothing is read yet); call
+    `catch_up` or `follow` to apply events. Safe to share between threads; several followers
+    (threads or processes) may run at once and each event is still applied once. Close it (or
+    use it as a context manager); closing does not close the backend.
+
+    Raises `StoreUnavailable` when the database fails.
+    """
+
+    def __init__(self, backend: EventStoreBackend) -> None:
+        self.backend = backend
+        self._lock = threading.RLock()
+        self._db: _Database | None = None
+        self._closed = False
+        self._ensure_tables()
+
+    # -- lifecycle --
+
+    def close(self) -> None:
+        """Close the connection; later calls raise `StoreUnavailable`. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._drop_connection()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- applying events --
+
+    def position(self) -> int:
+        """The notification id of the last event applied (0: nothing applied yet)."""
+        with self._database("read the tracking position") as db:
+            return self._position(db)
+
+    def catch_up(
+        self,
+        batch_size: int = 500,
+        progress: Progress | None = None,
+        stop_after: int | None = None,
+    ) -> int:
+        """Apply every event recorded after the tracking position; return how many.
+
+        Reads ``batch_size`` notifications at a time; each batch and its new position are
+        committed together. ``stop_after`` bounds the number of events applied by this call.
+        ``progress(position, head)`` is called after each batch, where ``head`` is the newest
+        notification id known when the call began (or the position, when larger).
+
+        Raises ``ValueError`` for a ``batch_size`` < 1 or a negative ``stop_after``,
+        `CorruptRecord` for an event that cannot be decoded (nothing of its batch is applied),
+        `StoreUnavailable` when the database fails.
+        """
+        return self._catch_up(batch_size, progress, stop_after, None)
+
+    def follow(
+        self,
+        poll_interval: float = 0.5,
+        stop: threading.Event | None = None,
+        batch_size: int = 500,
+    ) -> int:
+        """Keep the tables up to date until ``stop`` is set; return the events applied.
+
+        Polls the notification log every ``poll_interval`` seconds when idle (SQLite has no
+        LISTEN/NOTIFY; PostgreSQL is polled the same way, for one behaviour). A database error
+        is logged and retried on a fresh connection after ``poll_interval``; a corrupt record
+        or a closed backend stops the loop with its error.
+        """
+        if poll_interval < 0:
+            raise ValueError(f"poll_interval must be >= 0, got {poll_interval}")
+        stop = threading.Event() if stop is None else stop
+        applied = 0
+        while not stop.is_set():
+            try:
+                count = self._catch_up(batch_size, None, None, stop)
+            except StoreUnavailable as error:
+                if self._closed or self.backend.closed:
+                    raise
+                log.warning("analytics: %s; retrying in %.1f s", error, poll_interval)
+                self._drop_connection()
+                count = 0
+            applied += count
+            if count == 0:
+                stop.wait(poll_interval)
+        return applied
+
+    def rebuild(self, batch_size: int = 500, progress: Progress | None = None) -> int:
+        """Drop and recreate the tables, then apply every event from the start; return how
+        many were applied."""
+        with self._database("rebuild the analytics tables") as db, db.transaction():
+            for statement in (*db.sql.drop, *db.sql.create):
+                db.run(statement)
+            db.run(db.sql.init_tracking, (TRACKING_NAME,))
+        return self.catch_up(batch_size, progress)
+
+    # -- queries --
+
+    def session_stats(self) -> list[dict[str, Any]]:
+        """Every ``tl_session_stats`` row as a dict (keys: `SESSION_STATS_COLUMNS`), oldest
+        activity first."""
+        with self._database("read tl_session_stats") as db:
+            rows = db.rows(db.sql.session_stats)
+        return [_normalise(dict(zip(SESSION_STATS_COLUMNS, row))) for row in rows]
+
+    def route_stats(self) -> list[dict[str, Any]]:
+        """Every ``tl_route_stats`` row as a dict (keys: `ROUTE_STATS_COLUMNS`), by route."""
+        with self._database("read tl_route_stats") as db:
+            rows = db.rows(db.sql.route_stats)
+        return [_normalise(dict(zip(ROUTE_STATS_COLUMNS, row))) for row in rows]
+
+    def totals(self) -> dict[str, int]:
+        """Store-wide sums: ``position``, ``sessions``, ``legacy_sessions``, ``routes``, every
+        counter of `COUNTER_COLUMNS`, and the largest ``peak_estimated_tokens``."""
+        with self._database("read the analytics totals") as db:
+            position = self._position(db)
+            (row,) = db.rows(db.sql.totals)
+            ((routes,),) = db.rows(db.sql.route_count)
+        keys = ("sessions", "legacy_sessions", *_TOTAL_COLUMNS)
+        counts = {key: int(value) for key, value in zip(keys, row)}
+        return {"position": position, "routes": int(routes), **counts}
+
+    # -- machinery --
+
+    @contextmanager
+    def _database(self, action: str) -> Iterator[_Database]:
+        """The connection (opened on first use), with driver errors translated (STYLE 5)."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"the analytics of {self.backend.url} are closed")
+            if self._db is None:
+                try:
+                    self._db = _connect(self.backend)
+                except _connect_errors() as error:
+                    raise StoreUnavailable(
+                        f"analytics: cannot connect to {self.backend.url}: {describe_error(error)}"
+                    ) from error
+            db = self._db
+            try:
+                yield db
+            except db.errors as error:
+                raise StoreUnavailable(
+                    f"analytics: cannot {action} in {self.backend.url}: {describe_error(error)}"
+                ) from error
+
+    def _drop_connection(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                db, self._db = self._db, None
+                with suppress(*db.errors):  # a broken connection is thrown away anyway
+                    db.close()
+
+    def _ensure_tables(self) -> None:
+        with self._database("create the analytics tables") as db, db.transaction():
+            for statement in db.sql.create:
+                db.run(statement)
+            db.run(db.sql.init_tracking, (TRACKING_NAME,))
+
+    @staticmethod
+    def _position(db: _Database) -> int:
+        found = db.rows(db.sql.position, (TRACKING_NAME,))
+        return int(found[0][0]) if found else 0
+
+    def _catch_up(
+        self,
+        batch_size: int,
+        progress: Progress | None,
+        stop_after: int | None,
+        stop: threading.Event | None,
+    ) -> int:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if stop_after is not None and stop_after < 0:
+            raise ValueError(f"stop_after must be >= 0, got {stop_after}")
+        head = self.backend.max_notification_id()
+        applied = 0
+        while stop_after is None or applied < stop_after:
+            if stop is not None and stop.is_set():
+                break
+            limit = batch_size if stop_after is None else min(batch_size, stop_after - applied)
+            with self._database("apply events") as db:
+                position = self._position(db)
+                page = self.backend.read_notifications(position + 1, limit)
+                if not page:
+                    break
+                try:
+                    with db.transaction():
+                        self._apply(db, position, page)
+                except _Lost:
+                    log.debug("analytics: another follower applied from %d first", position)
+                    continue  # re-read the position and go on from there
+            applied += len(page)
+            if progress is not None:
+                new_position = page[-1][0]
+                progress(new_position, max(head, new_position))
+        return applied
+
+    def _apply(
+        self, db: _Database, position: int, page: Sequence[tuple[int, DomainEvent]]
+    ) -> None:
+        """Fold one batch into the tables and claim its position, inside one transaction."""
+        sql = db.sql
+        # Claim first: the row lock serialises racing followers, and a loser sees 0 rows.
+        if db.run(sql.claim, (page[-1][0], TRACKING_NAME, position)) != 1:
+            raise _Lost
+        sessions: dict[str, _SessionRow] = {}
+        routes: dict[tuple[str, str], _RouteRow] = {}
+        current: dict[str, tuple[str, str] | None] = {}
+        moved: set[str] = set()
+
+        def session_row(sid: str) -> _SessionRow:
+            row = sessions.get(sid)
+            if row is None:
+                found = db.rows(sql.session_row, (sid,))
+                if found:
+                    values = found[0]
+                    row = _SessionRow(
+                        values[0], values[1], values[2], bool(values[3]), _tally_from(values[4:])
+                    )
+                else:
+                    row = _SessionRow(sid)
+                sessions[sid] = row
+            return row
+
+        def route_row(route: tuple[str, str]) -> _RouteRow:
+            row = routes.get(route)
+            if row is None:
+                found = db.rows(sql.route_row, route)
+                if found:
+                    values = found[0]
+                    row = _RouteRow(values[0], values[1], int(values[2]), _tally_from(values[3:]))
+                else:
+                    row = _RouteRow(*route)
+                routes[route] = row
+            return row
+
+        def route_of(sid: str) -> tuple[str, str] | None:
+            if sid not in current:
+                found = db.rows(sql.session_route, (sid,))
+                current[sid] = (str(found[0][0]), str(found[0][1])) if found else None
+            return current[sid]
+
+        for _, event in page:
+            sid = str(event.originator_id)
+            row = session_row(sid)
+            match event:
+                case SessionStarted():
+                    row.legacy = event.legacy
+                    current[sid] = (event.route.provider, event.route.model)
+                    moved.add(sid)
+                case RouteSelected():
+                    selected = (event.route.provider, event.route.model)
+                    current[sid] = selected
+                    moved.add(sid)
+                    route_row(selected).selections += 1
+                case RequestPrepared() | RequestRejected():
+                    row.provider, row.model = event.route.provider, event.route.model
+                case _:
+                    pass
+            _count(row.tally, event)
+            route = route_of(sid)
+            if route is not None:
+                _count(route_row(route).tally, event)
+
+        db.run_many(sql.upsert_session, [r.values() for r in sessions.values()])
+        db.run_many(sql.upsert_route, [r.values() for r in routes.values()])
+        db.run_many(
+            sql.upsert_session_route,
+            [(sid, *route) for sid in sorted(moved) if (route := current[sid]) is not None],
+        )
+
+
+def _normalise(row: dict[str, Any]) -> dict[str, Any]:
+    """Same Python types from both databases (SQLite keeps booleans as 0/1)."""
+    if "legacy" in row:
+        row["legacy"] = bool(row["legacy"])
+    return row
