@@ -4,7 +4,6 @@ The vendor-format rules the tests hold the code to: images in user text are ``[I
 markers (R21), a tool's images are its declared attachments (R22), the breadcrumb exports as a
 plain user message (R31), and bad input gets a clear error that loses nothing else (E11).
 """
-# ruff: noqa: SIM300  # the suite writes `assert expected == actual` (STYLE 11)
 
 from __future__ import annotations
 

@@ -151,8 +151,9 @@ class Chat:
     message: ChatMessage
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.message, ChatMessage):
-            kind = type(self.message).__name__
+        message: object = self.message  # validated at run time, whatever the annotation says
+        if not isinstance(message, ChatMessage):
+            kind = type(message).__name__
             raise InvalidMessage(f"message must be a ChatMessage, got {kind}")
 
 
