@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "number": args.number,
         "repeat": args.repeat,
         "python": platform.python_version(),
-        "msgpack": msgpack.version,
+        "msgpack": ".".join(map(str, msgpack.version)),
         "cattrs": importlib.metadata.version("cattrs"),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),

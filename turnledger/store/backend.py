@@ -1,0 +1,825 @@
+"""The low-level event store: one class over the `eventsourcing` recorders (E2, E3, E8).
+
+`open_backend(url)` configures the library's recorders for one of three databases — they
+differ only in that configuration (STYLE 4):
+
+- ``memory://`` — `eventsourcing.popo`, private to the backend object; ``memory://NAME`` is
+  shared by every backend opened with the same NAME in this process (until
+  `drop_memory_store`);
+- ``sqlite:///path/to/file.db`` — `eventsourcing.sqlite` (WAL). The part after ``sqlite:///``
+  is the path: ``sqlite:///./x.db`` and ``sqlite:///x.db`` are relative to the working
+  directory, ``sqlite:////abs/x.db`` is absolute. Missing parent directories are created.
+  Query option: ``lock_timeout`` (seconds);
+- ``postgresql://user[:password]@host[:port]/dbname`` — `eventsourcing.postgres`. Query options:
+  ``schema`` (created when missing; default ``public``), ``pool_size``, ``max_overflow``,
+  ``connect_timeout`` (seconds to get a connection, default 5), ``lock_timeout`` (seconds).
+
+Why a thin class that owns the recorders rather than an ``eventsourcing.application.Application``
+subclass: the hash chain (ADR-0004) makes each record depend on its predecessor, so events
+cannot go through ``Application.save`` (which maps events one by one); sessions are folded by
+the session layer, never by ``Repository.get`` / ``project_aggregate``; snapshots are opaque
+bytes, not library ``Snapshot`` aggregates; and ``Application`` reads ``os.environ``, so a stray
+``PERSISTENCE_MODULE`` or ``POSTGRES_SCHEMA`` could silently redirect a store away from its URL.
+Here the URL (plus the optional ``env`` for compressor/cipher topics) is the whole configuration.
+
+Every library or driver error is translated at this boundary: a duplicate (session, version)
+becomes `ConcurrencyConflict`, anything else that goes wrong in the database `StoreUnavailable`,
+an unusable URL `InvalidStoreURL`, a record that cannot be decoded `CorruptRecord`. Nothing
+happens at import time: the database modules are imported by `open_backend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sqlite3
+import sys
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+from uuid import UUID
+
+import attrs
+from eventsourcing.domain import EventSourcingError
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    DatabaseError,
+    InfrastructureFactory,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+    TrackingRecorder,
+)
+from eventsourcing.utils import Environment
+
+from turnledger.domain.errors import ConcurrencyConflict, TurnledgerError
+from turnledger.domain.events import DomainEvent, SessionStarted
+from turnledger.store.codec import EventCodec, default_codec, describe_error
+from turnledger.store.mapper import (
+    ZERO_CHAIN,
+    ChainProblem,
+    TurnledgerMapper,
+    UndecodableRecord,
+    verify_chain,
+)
+
+__all__ = [
+    "SNAPSHOT_TOPIC",
+    "EventStoreBackend",
+    "InvalidAppend",
+    "InvalidStoreURL",
+    "StoreUnavailable",
+    "drop_memory_store",
+    "open_backend",
+    "redact_url",
+    "retry_on_conflict",
+]
+
+log = logging.getLogger("turnledger.store")
+
+SNAPSHOT_TOPIC: Final = "turnledger:snapshot"
+"""Topic column of every snapshot record (the payload is the session layer's bytes)."""
+
+_SESSION_PAGE: Final = 1000
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+T = TypeVar("T")
+
+
+# --- errors -------------------------------------------------------------------------------
+
+class InvalidStoreURL(TurnledgerError, ValueError):
+    """The store URL cannot be used: unknown scheme, bad option, or a path that cannot be
+    created. The message is one line with the reason (the CLI's exit 2)."""
+
+
+class StoreUnavailable(TurnledgerError):
+    """The database failed or cannot be reached (connection, lock timeout, closed backend)."""
+
+
+class InvalidAppend(TurnledgerError, ValueError):
+    """The events of an append do not continue the session's stream (a caller bug: versions
+    that skip or repeat, another session's event, a chain head that is not the stored one)."""
+
+
+def retry_on_conflict(fn: Callable[[], T], attempts: int = 5) -> T:
+    """Call ``fn()``; call it again when it raises `ConcurrencyConflict`, up to ``attempts``
+    calls in all (E3: the loser of a race reloads and retries).
+
+    ``fn`` must reload the session state itself on each call (a `Session` does so after a
+    conflict). The last `ConcurrencyConflict` propagates when every attempt lost. Raises
+    ``ValueError`` when ``attempts`` < 1.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, got {attempts}")
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except ConcurrencyConflict:
+            if attempt == attempts:
+                raise
+            log.debug("conflict, retrying (attempt %d of %d)", attempt + 1, attempts)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --- the backend --------------------------------------------------------------------------
+
+class EventStoreBackend:
+    """One event store: append and read session streams, snapshots, the notification log.
+
+    Built by `open_backend`; safe to share between threads. Every method raises
+    `StoreUnavailable` when the database fails and after `close`.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        factory: InfrastructureFactory[Any],
+        recorder: ApplicationRecorder,
+        snapshot_recorder: AggregateRecorder,
+        mapper: TurnledgerMapper,
+        tracking_recorder: Callable[[], TrackingRecorder],
+        closer: Callable[[], None] | None = None,
+    ) -> None:
+        self.url = url
+        """The URL this backend was opened with, password removed (`redact_url`)."""
+        self.factory = factory
+        """The library's infrastructure factory (escape hatch for projections' own tables)."""
+        self.recorder = recorder
+        """The library's application recorder of events (raw access for audits and tests)."""
+        self.snapshot_recorder = snapshot_recorder
+        """The library's recorder of the ``stored_snapshots`` table."""
+        self.mapper = mapper
+        self._tracking_recorder = tracking_recorder
+        self._closer = closer
+        self._closed = False
+        self._lock = threading.Lock()
+        try:
+            self._start_topic = mapper.codec.topic_of(SessionStarted)
+        except TypeError:
+            raise ValueError("the codec of a backend must register SessionStarted") from None
+
+    # -- lifecycle --
+
+    def close(self) -> None:
+        """Release the connections; later calls raise `StoreUnavailable`. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._closer is not None:
+            with self._translate("close"):
+                self._closer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<EventStoreBackend {self.url}{' closed' if self._closed else ''}>"
+
+    # -- writing --
+
+    def append(
+        self, session_id: UUID, events: Sequence[DomainEvent], *, prev_chain: bytes
+    ) -> bytes:
+        """Record ``events`` of one session in ONE transaction; return the new chain head (E3).
+
+        The events' ``originator_version`` carry the expected version: the first must be the
+        session's current version + 1 (1 for a new session, whose first event must be
+        `SessionStarted`), the others follow without gaps. ``prev_chain`` is the chain head the
+        caller holds (the value returned by the previous append or `read_with_chain`;
+        `ZERO_CHAIN` for a new session). An empty ``events`` records nothing and returns
+        ``prev_chain``.
+
+        Raises `ConcurrencyConflict` naming the session and the versions when another writer
+        recorded any of these versions first — then nothing of this batch is stored; the caller
+        reloads and may retry (`retry_on_conflict`). Raises `InvalidAppend` when the batch does
+        not continue the stream (gap, repeated version, another session's event, a
+        ``prev_chain`` that is not the stored head) and `StoreUnavailable` on database failure.
+        """
+        self._check_open()
+        if not events:
+            return prev_chain
+        first = self._check_batch(session_id, events)
+        stored, head = self.mapper.to_stored_events(events, prev_chain)
+        current, current_chain = self.head(session_id)
+        last = first + len(events) - 1
+        if first <= current:
+            raise ConcurrencyConflict(
+                f"session {session_id}: version {first} was already recorded by another "
+                f"writer (the session is at version {current}); reload and retry"
+            )
+        if first > current + 1:
+            raise InvalidAppend(
+                f"session {session_id} is at version {current}: the next event must have "
+                f"version {current + 1}, got {first}"
+            )
+        if prev_chain != current_chain:
+            raise InvalidAppend(
+                f"session {session_id}: prev_chain is not the chain head of version {current}; "
+                "pass the value returned by the previous append or read_with_chain"
+            )
+        try:
+            with self._translate("append", session_id, first):
+                self.recorder.insert_events(stored)
+        except ConcurrencyConflict as conflict:
+            raise ConcurrencyConflict(
+                f"session {session_id}: versions {first} to {last} conflict with events "
+                "another writer recorded first; nothing of this batch was stored; reload "
+                "and retry"
+            ) from conflict.__cause__
+        return head
+
+    def _check_batch(self, session_id: UUID, events: Sequence[DomainEvent]) -> int:
+        first = events[0].originator_version
+        if type(first) is not int or first < 1:
+            raise InvalidAppend(f"session {session_id}: versions start at 1, got {first!r}")
+        for offset, event in enumerate(events):
+            if event.originator_id != session_id:
+                raise InvalidAppend(
+                    f"session {session_id}: event {offset} belongs to session "
+                    f"{event.originator_id}"
+                )
+            if event.originator_version != first + offset:
+                raise InvalidAppend(
+                    f"session {session_id}: event {offset} has version "
+                    f"{event.originator_version}, expected {first + offset} (no gaps)"
+                )
+        if first == 1 and not isinstance(events[0], SessionStarted):
+            # session_ids() lists sessions by their SessionStarted record.
+            raise InvalidAppend(
+                f"session {session_id}: the first event must be SessionStarted, "
+                f"got {type(events[0]).__name__}"
+            )
+        return first
+
+    # -- reading --
+
+    def head(self, session_id: UUID) -> tuple[int, bytes]:
+        """(current version, chain head) of a session; ``(0, ZERO_CHAIN)`` when it is absent.
+
+        Reads one record. Raises `CorruptRecord` when that record cannot be opened.
+        """
+        self._check_open()
+        with self._translate("read", session_id):
+            latest = self.recorder.select_events(session_id, desc=True, limit=1)
+        if not latest:
+            return 0, ZERO_CHAIN
+        chain, _ = self.mapper.open_record(latest[0])
+        return latest[0].originator_version, chain
+
+    def read(
+        self, session_id: UUID, *, after_version: int = 0, upto_version: int | None = None
+    ) -> list[DomainEvent]:
+        """The session's events with ``after_version < version <= upto_version``, in order.
+
+        An unknown session gives ``[]``. Raises `CorruptRecord` naming the session and the
+        version of the first record that cannot be decoded (E11).
+        """
+        return [event for event, _ in self.read_with_chain(
+            session_id, after_version=after_version, upto_version=upto_version
+        )]
+
+    def read_with_chain(
+        self, session_id: UUID, *, after_version: int = 0, upto_version: int | None = None
+    ) -> list[tuple[DomainEvent, bytes]]:
+        """Like `read`, with each record's stored chain value (the last one is the head).
+
+        The chain values are read, not verified: auditing is `verify`'s job (ADR-0004).
+        """
+        records = self._select(session_id, after_version, upto_version)
+        decode = self.mapper.decode_record
+        return [decode(record) for record in records]
+
+    def read_records(
+        self, session_id: UUID, *, after_version: int = 0, upto_version: int | None = None
+    ) -> list[StoredEvent]:
+        """The session's raw records (topic, sealed state), in version order, for audits."""
+        return self._select(session_id, after_version, upto_version)
+
+    def _select(
+        self, session_id: UUID, after_version: int, upto_version: int | None
+    ) -> list[StoredEvent]:
+        self._check_open()
+        with self._translate("read", session_id):
+            return list(self.recorder.select_events(
+                session_id, gt=after_version if after_version > 0 else None, lte=upto_version
+            ))
+
+    def verify(
+        self, session_id: UUID, *, expected_version: int | None = None
+    ) -> list[ChainProblem]:
+        """Recompute the session's hash chain (ADR-0004); `verify_chain` explains the findings.
+
+        ``expected_version`` is an external anchor (e.g. the version of the latest snapshot)
+        that makes deleted newest records visible.
+        """
+        return verify_chain(
+            self.read_records(session_id), self.mapper, expected_version=expected_version
+        )
+
+    def session_ids(self) -> list[UUID]:
+        """Every session id, in creation order (the order of their `SessionStarted` records).
+
+        Reads only the version-1 records, through the notification log's topic filter.
+        """
+        self._check_open()
+        ids: list[UUID] = []
+        start = 1
+        while True:
+            with self._translate("list sessions"):
+                page = self.recorder.select_notifications(
+                    start, _SESSION_PAGE, topics=[self._start_topic]
+                )
+            ids.extend(
+                _to_uuid(n.originator_id) for n in page if n.originator_version == 1
+            )
+            if len(page) < _SESSION_PAGE:
+                return ids
+            start = page[-1].id + 1
+
+    # -- notification log --
+
+    def max_notification_id(self) -> int:
+        """The position of the newest record in the global log; 0 when the store is empty."""
+        self._check_open()
+        with self._translate("read the notification log"):
+            return self.recorder.max_notification_id() or 0
+
+    def read_notifications(
+        self,
+        start: int,
+        limit: int,
+        *,
+        event_types: Sequence[type[DomainEvent]] = (),
+    ) -> list[tuple[int, DomainEvent]]:
+        """Up to ``limit`` (notification id, event) pairs with id >= ``start``, in global order.
+
+        The order is the commit order across sessions, for projections that keep a tracking
+        position (read from ``last id + 1`` next time). ``event_types`` restricts the topics;
+        ids stay the global ones, so they may skip. Raises `CorruptRecord` for a record that
+        cannot be decoded.
+        """
+        self._check_open()
+        if limit < 1:
+            return []
+        topics = [self.mapper.codec.topic_of(cls) for cls in event_types]
+        with self._translate("read the notification log"):
+            page = self.recorder.select_notifications(max(start, 1), limit, topics=topics)
+        decode = self.mapper.to_domain_event
+        return [(n.id, decode(n)) for n in page]
+
+    def tracking_recorder(self) -> TrackingRecorder:
+        """A library tracking recorder in the same database (``tracking`` table), for projections
+        that record their position; in memory, one per named store."""
+        self._check_open()
+        with self._translate("open the tracking table"):
+            return self._tracking_recorder()
+
+    # -- snapshots --
+
+    def save_snapshot(self, session_id: UUID, version: int, payload: bytes) -> None:
+        """Store the session layer's snapshot ``payload`` taken at ``version``.
+
+        Sealed like events (compressed, encrypted when configured). A second snapshot at the
+        same version keeps the first one (snapshots are caches). Raises ``ValueError`` for a
+        version < 1 or a payload that is not bytes.
+        """
+        self._check_open()
+        if type(version) is not int or version < 1:
+            raise ValueError(f"snapshot version must be an int >= 1, got {version!r}")
+        if not isinstance(payload, bytes):
+            raise ValueError("snapshot payload must be bytes")
+        record = StoredEvent(
+            originator_id=session_id,
+            originator_version=version,
+            topic=SNAPSHOT_TOPIC,
+            state=self.mapper.seal(payload),
+        )
+        try:
+            with self._translate("save a snapshot", session_id, version):
+                self.snapshot_recorder.insert_events([record])
+        except ConcurrencyConflict:
+            log.debug("snapshot of %s at version %d already exists", session_id, version)
+
+    def load_snapshot(
+        self, session_id: UUID, *, upto_version: int | None = None
+    ) -> tuple[int, bytes] | None:
+        """(version, payload) of the latest snapshot at or before ``upto_version``, or None.
+
+        Raises `CorruptRecord` naming the session and the version when it cannot be unsealed.
+        """
+        self._check_open()
+        with self._translate("load a snapshot", session_id):
+            found = self.snapshot_recorder.select_events(
+                session_id, lte=upto_version, desc=True, limit=1
+            )
+        if not found:
+            return None
+        record = found[0]
+        try:
+            payload = self.mapper.unseal(record.state)
+        except Exception as error:  # cipher or compressor failure: the bytes are damaged
+            raise UndecodableRecord(
+                session_id, record.originator_version, record.topic, describe_error(error)
+            ) from error
+        return record.originator_version, payload
+
+    # -- error translation --
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable(f"the store {self.url} is closed")
+
+    @contextlib.contextmanager
+    def _translate(
+        self, action: str, session_id: UUID | None = None, version: int | None = None
+    ) -> Iterator[None]:
+        """Library and driver errors -> the TurnledgerError family (STYLE 5)."""
+        try:
+            yield
+        except TurnledgerError:
+            raise
+        except IntegrityError as error:
+            where = f"session {session_id}" if session_id is not None else "the store"
+            at = f" version {version}" if version is not None else ""
+            raise ConcurrencyConflict(
+                f"{where}{at}: recorded by another writer first; reload and retry"
+            ) from error
+        except _database_errors() as error:
+            raise StoreUnavailable(
+                f"cannot {action} in {self.url}: {describe_error(error)}"
+            ) from error
+
+
+def _database_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [EventSourcingError, sqlite3.Error, OSError]
+    psycopg = sys.modules.get("psycopg")  # only when PostgreSQL was used: no import here
+    if psycopg is not None:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+def _to_uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(value)
+
+
+# --- URLs ---------------------------------------------------------------------------------
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _options(url: str, query: str, allowed: Sequence[str]) -> dict[str, str]:
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise InvalidStoreURL(f"{redact_url(url)}: malformed query string {query!r}") from None
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in allowed:
+            raise InvalidStoreURL(
+                f"{redact_url(url)}: unknown option {key!r} (allowed: {', '.join(allowed)})"
+            )
+        if key in options:
+            raise InvalidStoreURL(f"{redact_url(url)}: option {key!r} given twice")
+        options[key] = value
+    return options
+
+
+def _number(url: str, key: str, value: str, *, minimum: int) -> str:
+    try:
+        number = int(value)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise InvalidStoreURL(
+            f"{redact_url(url)}: option {key} must be an integer >= {minimum}, got {value!r}"
+        )
+    return str(number)
+
+
+def open_backend(
+    url: str,
+    *,
+    codec: EventCodec | None = None,
+    env: Mapping[str, str] | None = None,
+) -> EventStoreBackend:
+    """Open the event store at ``url`` (see the module docstring for the URL forms).
+
+    ``codec`` replaces the default event registry (tests register extra event classes);
+    ``env`` passes library settings that are not part of the URL, such as
+    ``COMPRESSOR_TOPIC`` (e.g. ``eventsourcing.compressor:ZlibCompressor``), ``CIPHER_TOPIC``
+    and ``CIPHER_KEY``; the process environment is never read.
+
+    Raises `InvalidStoreURL` (one-line reason) for an unknown scheme, a bad option or a
+    SQLite path that cannot be created, `StoreUnavailable` when the database cannot be reached.
+    """
+    if not isinstance(url, str):
+        raise InvalidStoreURL(f"a store URL must be a str, got {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r} is not a store URL: use memory://, sqlite:///PATH or "
+            "postgresql://USER@HOST:PORT/DBNAME"
+        )
+    mapper = TurnledgerMapper(codec=codec if codec is not None else default_codec())
+    settings = dict(env or {})
+    match scheme.lower():
+        case "memory":
+            return _open_memory(url, rest, mapper, settings)
+        case "sqlite":
+            return _open_sqlite(url, rest, mapper, settings)
+        case "postgresql" | "postgres":
+            return _open_postgres(url, mapper, settings)
+        case _:
+            raise InvalidStoreURL(
+                f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: use memory://, "
+                "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
+            )
+
+
+def _with_codecs(mapper: TurnledgerMapper, factory: InfrastructureFactory[Any]) -> TurnledgerMapper:
+    # The library decides the compressor and the cipher from its settings (COMPRESSOR_TOPIC,
+    # CIPHER_TOPIC/CIPHER_KEY); the mapper applies them in its order.
+    return TurnledgerMapper(
+        compressor=factory.compressor(), cipher=factory.cipher(), codec=mapper.codec
+    )
+
+
+# -- memory --
+
+@attrs.define
+class _MemoryDatabase:
+    events: Any
+    snapshots: Any
+    tracking: Any
+
+
+_memory_databases: dict[str, _MemoryDatabase] = {}
+_memory_lock = threading.Lock()
+
+
+def _new_memory_database() -> _MemoryDatabase:
+    from eventsourcing.popo import (
+        POPOAggregateRecorder,
+        POPOApplicationRecorder,
+        POPOTrackingRecorder,
+    )
+
+    return _MemoryDatabase(
+        POPOApplicationRecorder(), POPOAggregateRecorder(), POPOTrackingRecorder()
+    )
+
+
+def drop_memory_store(name: str) -> None:
+    """Forget the named in-memory store ``memory://NAME`` (open backends keep their data)."""
+    with _memory_lock:
+        _memory_databases.pop(name, None)
+
+
+def _open_memory(
+    url: str, rest: str, mapper: TurnledgerMapper, settings: dict[str, str]
+) -> EventStoreBackend:
+    from eventsourcing.popo import POPOFactory
+
+    name, _, query = rest.partition("?")
+    _options(url, query, ())
+    name = urllib.parse.unquote(name)
+    if name:
+        with _memory_lock:
+            database = _memory_databases.get(name)
+            if database is None:
+                database = _memory_databases[name] = _new_memory_database()
+    else:
+        database = _new_memory_database()
+    factory = POPOFactory(Environment("", settings))
+    return EventStoreBackend(
+        url=url,
+        factory=factory,
+        recorder=database.events,
+        snapshot_recorder=database.snapshots,
+        mapper=_with_codecs(mapper, factory),
+        tracking_recorder=lambda: database.tracking,
+    )
+
+
+# -- SQLite --
+
+def _sqlite_path(url: str, rest: str) -> tuple[str, dict[str, str]]:
+    if not rest.startswith("/"):
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: a SQLite URL is sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db"
+        )
+    raw, _, query = rest[1:].partition("?")
+    options = _options(url, query, ("lock_timeout",))
+    path = urllib.parse.unquote(raw)
+    if not path or path.endswith("/"):
+        raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite URL names no file")
+    if path == ":memory:" or path.startswith("file:"):
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: use memory:// for an in-memory store, a file path otherwise"
+        )
+    return os.path.abspath(path), options
+
+
+def _prepare_sqlite_file(url: str, path: str) -> None:
+    """Create the parent directories and the file now, so a bad path fails with its reason."""
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as error:
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: cannot create directory {parent}: "
+            f"{error.strerror or type(error).__name__}"
+        ) from None
+    if os.path.isdir(path):
+        raise InvalidStoreURL(f"{redact_url(url)!r}: {path} is a directory")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as error:
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: cannot create {path}: {error.strerror or type(error).__name__}"
+        ) from None
+
+
+def _open_sqlite(
+    url: str, rest: str, mapper: TurnledgerMapper, settings: dict[str, str]
+) -> EventStoreBackend:
+    from eventsourcing.sqlite import SQLiteFactory
+
+    path, options = _sqlite_path(url, rest)
+    _prepare_sqlite_file(url, path)
+    # A file: URI, so that '?' or '#' in a path cannot be read as URI syntax (the library
+    # opens with uri=True).
+    settings.update(
+        SQLITE_DBNAME="file:" + urllib.parse.quote(path),
+        CREATE_TABLE="y",
+    )
+    if "lock_timeout" in options:
+        settings["SQLITE_LOCK_TIMEOUT"] = _number(
+            url, "lock_timeout", options["lock_timeout"], minimum=0
+        )
+    try:
+        return _build(url, SQLiteFactory, settings, mapper)
+    except StoreUnavailable as error:
+        cause = error.__cause__
+        if isinstance(cause, DatabaseError | sqlite3.DatabaseError) and not isinstance(
+            cause, OperationalError | InterfaceError | sqlite3.OperationalError
+        ):
+            # "file is not a database": the URL names something that is not a store.
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: {path} is not a SQLite database ({cause})"
+            ) from None
+        raise
+
+
+# -- PostgreSQL --
+
+_PG_OPTIONS: Final = ("schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout")
+
+
+def _postgres_settings(url: str) -> tuple[dict[str, str], str]:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        raise InvalidStoreURL(f"{redact_url(url)!r}: {error}") from None
+    dbname = urllib.parse.unquote(parts.path.lstrip("/"))
+    if not dbname or "/" in dbname:
+        raise InvalidStoreURL(f"{redact_url(url)!r}: name one database: postgresql://.../DBNAME")
+    options = _options(url, parts.query, _PG_OPTIONS)
+    schema = options.get("schema", "public")
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
+            f"got {schema!r}"
+        )
+    settings = {
+        "POSTGRES_DBNAME": dbname,
+        "POSTGRES_HOST": parts.hostname or "localhost",
+        "POSTGRES_PORT": str(port or 5432),
+        "POSTGRES_USER": urllib.parse.unquote(parts.username or ""),
+        "POSTGRES_PASSWORD": urllib.parse.unquote(parts.password or ""),
+        "POSTGRES_SCHEMA": schema,
+        "POSTGRES_CONNECT_TIMEOUT": _number(
+            url, "connect_timeout", options.get("connect_timeout", "5"), minimum=1
+        ),
+        "CREATE_TABLE": "y",
+    }
+    for key, env_key, minimum in (
+        ("pool_size", "POSTGRES_POOL_SIZE", 1),
+        ("max_overflow", "POSTGRES_MAX_OVERFLOW", 0),
+        ("lock_timeout", "POSTGRES_LOCK_TIMEOUT", 0),
+    ):
+        if key in options:
+            settings[env_key] = _number(url, key, options[key], minimum=minimum)
+    return settings, schema
+
+
+def _open_postgres(
+    url: str, mapper: TurnledgerMapper, settings: dict[str, str]
+) -> EventStoreBackend:
+    url_settings, schema = _postgres_settings(url)
+    try:
+        from eventsourcing.postgres import PostgresFactory
+    except ImportError as error:
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: PostgreSQL needs psycopg: pip install 'turnledger[postgres]'"
+            f" ({error})"
+        ) from None
+    settings.update(url_settings)
+    _connect_and_create_schema(url, settings, schema)
+    return _build(url, PostgresFactory, settings, mapper)
+
+
+def _connect_and_create_schema(url: str, settings: Mapping[str, str], schema: str) -> None:
+    """One direct connection first: the library's pool would only say "couldn't get a
+    connection" where the driver says why (no such database, authentication failed)."""
+    import psycopg
+    import psycopg.conninfo
+    from psycopg import sql
+
+    keys = {"dbname": "POSTGRES_DBNAME", "host": "POSTGRES_HOST", "port": "POSTGRES_PORT",
+            "user": "POSTGRES_USER", "password": "POSTGRES_PASSWORD"}
+    params = {name: settings[key] for name, key in keys.items() if settings.get(key)}
+    conninfo = psycopg.conninfo.make_conninfo(
+        "", connect_timeout=settings["POSTGRES_CONNECT_TIMEOUT"], **params
+    )
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            found = connection.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+            ).fetchone()
+            if found is None:
+                with contextlib.suppress(psycopg.errors.UniqueViolation):  # a racing opener
+                    connection.execute(
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+                    )
+    except psycopg.Error as error:
+        raise StoreUnavailable(
+            f"cannot open {redact_url(url)}: {describe_error(error)}"
+        ) from error
+
+
+# -- shared --
+
+def _build(
+    url: str,
+    factory_class: Callable[[Environment], InfrastructureFactory[Any]],
+    settings: dict[str, str],
+    mapper: TurnledgerMapper,
+) -> EventStoreBackend:
+    shown = redact_url(url)
+    factory: InfrastructureFactory[Any] | None = None
+    try:
+        factory = factory_class(Environment("", settings))
+        recorder = factory.application_recorder()
+        snapshots = factory.aggregate_recorder(purpose="snapshots")
+        codecs = _with_codecs(mapper, factory)
+    except TurnledgerError:
+        raise
+    except _database_errors() as error:
+        if factory is not None:
+            with contextlib.suppress(Exception):
+                factory.close()
+        raise StoreUnavailable(f"cannot open {shown}: {describe_error(error)}") from error
+    opened = factory
+    return EventStoreBackend(
+        url=shown,
+        factory=opened,
+        recorder=recorder,
+        snapshot_recorder=snapshots,
+        mapper=codecs,
+        tracking_recorder=opened.tracking_recorder,
+        closer=opened.close,
+    )

@@ -1,0 +1,413 @@
+"""Stored records: turnledger's eventsourcing `Mapper` and the hash chain (E2, E10, E11).
+
+A record's ``state`` column holds ``msgpack([chain, payload])``, compressed and then encrypted
+when the store is configured with a compressor or a cipher (decrypt, then decompress, on the
+way back — the library's order). ``payload`` is the codec's encoding of the event
+(`turnledger.store.codec`); ``chain`` links the record to its predecessor (ADR-0004)::
+
+    chain(v) = sha256(chain(v-1) || originator_id.bytes || v.to_bytes(8, "big")
+                      || topic.encode() || payload)            with chain(0) = 32 zero bytes
+
+`verify_chain` recomputes it over a session's raw records and reports edited, missing,
+reordered and undecodable records. The chain is tamper *evidence*, not a signature: it has no
+secret, so whoever rewrites a record and every later one can forge it, and deleting the newest
+records is only visible against an external anchor (``expected_version``, e.g. a snapshot's).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+from uuid import UUID
+
+import attrs
+import msgpack
+from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
+
+from turnledger.domain.errors import CorruptRecord
+from turnledger.domain.events import DomainEvent
+from turnledger.store.codec import EventCodec, default_codec, describe_error
+
+__all__ = [
+    "CHAIN_SIZE",
+    "ZERO_CHAIN",
+    "ChainProblem",
+    "EnvelopeTranscoder",
+    "ProblemKind",
+    "TurnledgerMapper",
+    "UndecodableRecord",
+    "chain_digest",
+    "verify_chain",
+]
+
+CHAIN_SIZE: Final = 32
+ZERO_CHAIN: Final = bytes(CHAIN_SIZE)
+"""The chain value before version 1 of every session."""
+
+# Classifying a mismatch as a move costs one hash per (mismatch, known record); beyond this
+# many mismatches the session is plainly rewritten and each one is reported as edited.
+_MAX_REORDER_CANDIDATES: Final = 32
+
+
+def chain_digest(
+    prev_chain: bytes, originator_id: UUID, version: int, topic: str, payload: bytes
+) -> bytes:
+    """The chain value of one record (ADR-0004): SHA-256 over its predecessor and its content."""
+    digest = hashlib.sha256(prev_chain)
+    digest.update(originator_id.bytes)
+    digest.update(version.to_bytes(8, "big"))
+    digest.update(topic.encode())
+    digest.update(payload)
+    return digest.digest()
+
+
+class UndecodableRecord(CorruptRecord):
+    """A `CorruptRecord` raised by the store; ``cause`` is the one-line reason alone."""
+
+    def __init__(self, session_id: UUID | str, version: int, topic: str, cause: str) -> None:
+        super().__init__(
+            f"corrupt record: session {session_id} version {version} (topic {topic!r}): {cause}",
+            session_id=str(session_id),
+            version=version,
+        )
+        self.topic = topic
+        self.cause = cause
+
+
+class EnvelopeTranscoder(Transcoder):
+    """msgpack for the ``[chain, payload]`` envelope (the library's Mapper wants a transcoder)."""
+
+    def encode(self, obj: Any) -> bytes:
+        packed: bytes = msgpack.packb(obj)
+        return packed
+
+    def decode(self, data: bytes) -> Any:
+        return msgpack.unpackb(data)
+
+
+class TurnledgerMapper(Mapper[UUID]):
+    """Maps turnledger events to the library's `StoredEvent` and back, with the hash chain.
+
+    Keeps the library's compressor -> cipher order and its ``class_version`` / upcast loop
+    (done by the codec, which also runs the attrs validators the default Mapper skips).
+    ``to_stored_event`` (one event, no predecessor) is refused: use `to_stored_events`.
+    """
+
+    def __init__(
+        self,
+        transcoder: Transcoder | None = None,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+        *,
+        codec: EventCodec | None = None,
+    ) -> None:
+        super().__init__(
+            transcoder=transcoder if transcoder is not None else EnvelopeTranscoder(),
+            compressor=compressor,
+            cipher=cipher,
+        )
+        self.codec = codec if codec is not None else default_codec()
+
+    # --- bytes at rest ------------------------------------------------------------------------
+
+    def seal(self, data: bytes) -> bytes:
+        """Compress, then encrypt (when configured): the bytes to store."""
+        if self.compressor:
+            data = self.compressor.compress(data)
+        if self.cipher:
+            data = self.cipher.encrypt(data)
+        return data
+
+    def unseal(self, data: bytes) -> bytes:
+        """Decrypt, then decompress (when configured): the inverse of `seal`."""
+        if self.cipher:
+            data = self.cipher.decrypt(data)
+        if self.compressor:
+            data = self.compressor.decompress(data)
+        return data
+
+    # --- events -> records --------------------------------------------------------------------
+
+    def to_stored_events(
+        self, events: Sequence[DomainEvent], prev_chain: bytes
+    ) -> tuple[list[StoredEvent], bytes]:
+        """Records of ``events`` chained from ``prev_chain``, and the chain of the last one.
+
+        ``prev_chain`` is the chain of the record before the first event (`ZERO_CHAIN` before
+        version 1). Raises ``ValueError`` for a chain that is not 32 bytes, ``TypeError`` for an
+        unregistered event class, ``ValueError`` for a naive datetime.
+        """
+        if not isinstance(prev_chain, bytes) or len(prev_chain) != CHAIN_SIZE:
+            raise ValueError(f"prev_chain must be {CHAIN_SIZE} bytes")
+        chain = prev_chain
+        stored: list[StoredEvent] = []
+        for event in events:
+            topic, payload = self.codec.encode_event(event)
+            chain = chain_digest(
+                chain, event.originator_id, event.originator_version, topic, payload
+            )
+            state = self.seal(self.transcoder.encode([chain, payload]))
+            stored.append(
+                StoredEvent(
+                    originator_id=event.originator_id,
+                    originator_version=event.originator_version,
+                    topic=topic,
+                    state=state,
+                )
+            )
+        return stored, chain
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        """Refused: a record's chain needs its predecessor's; use `to_stored_events`."""
+        raise TypeError(
+            "TurnledgerMapper.to_stored_event cannot chain a lone event; "
+            "use to_stored_events(events, prev_chain)"
+        )
+
+    # --- records -> events --------------------------------------------------------------------
+
+    def open_record(self, stored: StoredEvent) -> tuple[bytes, bytes]:
+        """(chain, payload) of a record, without decoding the event.
+
+        Raises `UndecodableRecord` (a `CorruptRecord`) naming the session and the version.
+        """
+        try:
+            envelope = self.transcoder.decode(self.unseal(stored.state))
+            if not isinstance(envelope, list) or len(envelope) != 2:
+                raise ValueError("the record is not a [chain, payload] pair")
+            chain, payload = envelope
+            if not isinstance(chain, bytes) or len(chain) != CHAIN_SIZE:
+                raise ValueError(f"the chain is not {CHAIN_SIZE} bytes")
+            if not isinstance(payload, bytes):
+                raise ValueError("the payload is not bytes")
+        except Exception as error:  # cipher, compressor and msgpack errors alike (E11)
+            raise UndecodableRecord(
+                stored.originator_id,
+                stored.originator_version,
+                stored.topic,
+                describe_error(error),
+            ) from error
+        return chain, payload
+
+    def decode_record(self, stored: StoredEvent) -> tuple[DomainEvent, bytes]:
+        """(event, chain) of a record; raises `UndecodableRecord` naming session and version."""
+        chain, payload = self.open_record(stored)
+        originator_id = _as_uuid(stored)
+        try:
+            event = self.codec.decode_event(
+                stored.topic, payload, originator_id, stored.originator_version
+            )
+        except CorruptRecord as error:
+            raise UndecodableRecord(
+                originator_id,
+                stored.originator_version,
+                stored.topic,
+                _cause_of(error),
+            ) from error.__cause__
+        return event, chain
+
+    def to_domain_event(self, stored_event: StoredEvent) -> DomainEvent:
+        """The event of a record (the library's Mapper API); see `decode_record`."""
+        return self.decode_record(stored_event)[0]
+
+    # --- audit --------------------------------------------------------------------------------
+
+    def verify_chain(
+        self,
+        stored_records: Iterable[StoredEvent],
+        *,
+        expected_version: int | None = None,
+        decode_events: bool = True,
+    ) -> list[ChainProblem]:
+        """Recompute the chain over raw records; see the module function `verify_chain`."""
+        by_session: dict[UUID | str, list[StoredEvent]] = defaultdict(list)
+        for record in stored_records:
+            by_session[record.originator_id].append(record)
+        problems: list[ChainProblem] = []
+        for session_id, records in by_session.items():
+            records.sort(key=lambda r: r.originator_version)
+            problems.extend(
+                _SessionAudit(self, session_id, decode_events).run(records, expected_version)
+            )
+        return problems
+
+
+def _as_uuid(stored: StoredEvent) -> UUID:
+    originator_id = stored.originator_id
+    if isinstance(originator_id, UUID):
+        return originator_id
+    try:
+        return UUID(originator_id)
+    except ValueError:
+        raise UndecodableRecord(
+            originator_id, stored.originator_version, stored.topic, "originator_id is not a UUID"
+        ) from None
+
+
+def _cause_of(error: CorruptRecord) -> str:
+    if isinstance(error, UndecodableRecord):
+        return error.cause
+    # The codec's text is "corrupt record: session S version V (topic T): cause".
+    return str(error).split("): ", 1)[-1]
+
+
+class ProblemKind(enum.StrEnum):
+    """What `verify_chain` found wrong with a record (ADR-0004)."""
+
+    EDITED = "edited"
+    MISSING = "missing"
+    REORDERED = "reordered"
+    UNDECODABLE = "undecodable"
+
+
+@attrs.frozen
+class ChainProblem:
+    """One finding of `verify_chain`: the session, the version (position) and what is wrong."""
+
+    session_id: UUID | str
+    version: int
+    kind: ProblemKind
+    detail: str
+
+    def __str__(self) -> str:
+        return f"session {self.session_id} version {self.version}: {self.kind}: {self.detail}"
+
+
+@attrs.define
+class _Mismatch:
+    record: StoredEvent
+    chain: bytes
+    payload: bytes
+
+
+class _SessionAudit:
+    """Recomputes one session's chain, then explains each mismatch (edited or moved)."""
+
+    def __init__(self, mapper: TurnledgerMapper, session_id: UUID | str, decode: bool) -> None:
+        self.mapper = mapper
+        self.session_id = session_id
+        self.decode = decode
+        self.problems: list[ChainProblem] = []
+
+    def report(self, version: int, kind: ProblemKind, detail: str) -> None:
+        self.problems.append(ChainProblem(self.session_id, version, kind, detail))
+
+    def run(
+        self, records: Sequence[StoredEvent], expected_version: int | None
+    ) -> list[ChainProblem]:
+        # Each record is checked against the *stored* chain of its predecessor, so one edited
+        # record yields one finding instead of breaking every later one.
+        known: dict[bytes, int] = {ZERO_CHAIN: 0}  # chain -> version it was written as
+        mismatches: list[_Mismatch] = []
+        prev_version = 0
+        prev_chain: bytes | None = ZERO_CHAIN  # None: unknown (after a gap or bad record)
+        for record in records:
+            version = record.originator_version
+            if version == prev_version:
+                self.report(version, ProblemKind.REORDERED, "two records claim this version")
+                continue
+            if version > prev_version + 1:
+                self.report_missing(prev_version + 1, version - 1, "")
+                prev_chain = None
+            prev_version = version
+            try:
+                chain, payload = self.mapper.open_record(record)
+            except UndecodableRecord as error:
+                self.report(version, ProblemKind.UNDECODABLE, error.cause)
+                prev_chain = None
+                continue
+            if prev_chain is not None and chain != chain_digest(
+                prev_chain, _as_uuid(record), version, record.topic, payload
+            ):
+                mismatches.append(_Mismatch(record, chain, payload))
+                prev_chain = chain
+                continue
+            known[chain] = version
+            prev_chain = chain
+            if self.decode:
+                self.check_decodes(record, payload)
+        if expected_version is not None and expected_version > prev_version:
+            self.report_missing(
+                prev_version + 1,
+                expected_version,
+                f" (the session ends at version {prev_version}, its anchor says "
+                f"{expected_version})",
+            )
+        self.explain(mismatches, known)
+        self.problems.sort(key=lambda p: p.version)
+        return self.problems
+
+    def report_missing(self, first: int, last: int, why: str) -> None:
+        what = f"version {first} is" if first == last else f"versions {first} to {last} are"
+        self.report(first, ProblemKind.MISSING, f"{what} missing{why}")
+
+    def check_decodes(self, record: StoredEvent, payload: bytes) -> None:
+        try:
+            self.mapper.codec.decode_event(
+                record.topic, payload, _as_uuid(record), record.originator_version
+            )
+        except CorruptRecord as error:
+            self.report(record.originator_version, ProblemKind.UNDECODABLE, _cause_of(error))
+
+    def explain(self, mismatches: list[_Mismatch], known: dict[bytes, int]) -> None:
+        """A mismatch whose chain verifies as another version was moved; otherwise edited."""
+        unresolved = list(mismatches) if len(mismatches) <= _MAX_REORDER_CANDIDATES else []
+        pending = list(known.items())
+        while pending and unresolved:
+            newly: list[tuple[bytes, int]] = []
+            for prev_chain, prev_version in pending:
+                for mismatch in list(unresolved):
+                    record = mismatch.record
+                    candidate = chain_digest(
+                        prev_chain, _as_uuid(record), prev_version + 1, record.topic,
+                        mismatch.payload,
+                    )
+                    if candidate != mismatch.chain:
+                        continue
+                    unresolved.remove(mismatch)
+                    written_as = prev_version + 1
+                    newly.append((mismatch.chain, written_as))
+                    if written_as != record.originator_version:
+                        self.report(
+                            record.originator_version,
+                            ProblemKind.REORDERED,
+                            f"holds the record written as version {written_as}",
+                        )
+                    # else: in place; only its predecessor moved (reported there).
+            pending = newly
+        resolved = {id(m) for m in mismatches} - {id(m) for m in unresolved}
+        for mismatch in mismatches:
+            if id(mismatch) not in resolved:
+                self.report(
+                    mismatch.record.originator_version,
+                    ProblemKind.EDITED,
+                    "the stored chain does not match the recomputed one: its payload or "
+                    "topic was edited, or the record before it was rewritten and re-chained",
+                )
+
+
+def verify_chain(
+    stored_records: Iterable[StoredEvent],
+    mapper: TurnledgerMapper | None = None,
+    *,
+    expected_version: int | None = None,
+    decode_events: bool = True,
+) -> list[ChainProblem]:
+    """Recompute the hash chain over raw records; one `ChainProblem` per finding, in order.
+
+    Records are grouped per session and taken in version order. Findings: ``edited`` (the
+    recomputed chain differs from the stored one), ``missing`` (a version gap, or fewer versions
+    than ``expected_version`` — the external anchor that makes deleting the newest records
+    visible), ``reordered`` (the record verifies as another version: it was moved),
+    ``undecodable`` (the envelope or, with ``decode_events``, the event cannot be decoded).
+    The record right after a gap or an unreadable record cannot be checked (its predecessor's
+    chain is unknown); ADR-0004 lists these limits. ``mapper`` defaults to one without
+    compressor or cipher.
+    """
+    mapper = mapper if mapper is not None else TurnledgerMapper()
+    return mapper.verify_chain(
+        stored_records, expected_version=expected_version, decode_events=decode_events
+    )

@@ -1,0 +1,445 @@
+"""`Store` and `Session`: the event-sourced sessions of API.md.
+
+A `Session` runs commands through the pure decider (`turnledger.domain.decider`), saves the
+events of one command in one transaction with the expected version (E3), and only then tells
+subscribers about `HistoryTrimmed` (R33). A `Store` opens backends, starts and restores
+sessions (E5) and keeps snapshots of the compact session state so a restore costs O(window).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.decider import (
+    AppendMessage,
+    Command,
+    PreparedRequest,
+    PrepareRequest,
+    RecoverFromOverflow,
+    SelectRoute,
+    SessionState,
+    StartSession,
+    SweepOrphans,
+    decide,
+    evolve,
+    execute,
+)
+from turnledger.domain.errors import (
+    ConcurrencyConflict,
+    ContextWindowExceeded,
+    InvalidMessage,
+    InvalidProfile,
+    SessionNotFound,
+    TurnledgerError,
+)
+from turnledger.domain.events import (
+    DomainEvent,
+    HistoryTrimmed,
+    OverflowRecovered,
+    RequestPrepared,
+    RequestRejected,
+    RouteReason,
+    TrimDecided,
+    TrimReason,
+)
+from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.overflow import is_context_window_exceeded
+from turnledger.store.backend import EventStoreBackend, open_backend
+from turnledger.store.snapshots import GENESIS_CHAIN, decode_snapshot, encode_snapshot
+
+__all__ = ["DEFAULT_STORE_URL", "SNAPSHOT_INTERVAL", "Session", "Store", "open_store"]
+
+log = logging.getLogger("turnledger")
+
+DEFAULT_STORE_URL = "sqlite:///./turnledger.db"
+SNAPSHOT_INTERVAL = 500
+"""Events between two snapshots of a session's compact state."""
+
+Subscriber = Callable[[DomainEvent], None]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _session_uuid(session_id: str | UUID) -> UUID:
+    if isinstance(session_id, UUID):
+        return session_id
+    try:
+        return UUID(str(session_id))
+    except ValueError:
+        raise SessionNotFound(f"session id {session_id!r} is not a UUID") from None
+
+
+class Session:
+    """One conversation's history, recorded event by event (API.md "Event-sourced sessions").
+
+    Not meant to be constructed directly: use `Store.start_session` or `Store.restore`. A
+    session object is safe to share between threads; two session objects (or processes) on
+    the same session id are serialised by the store: the loser of a race gets
+    `ConcurrencyConflict`, its object reloads itself, and the caller may retry.
+    """
+
+    def __init__(self, store: Store, state: SessionState, chain: bytes, snapshot_version: int):
+        self._store = store
+        self._state = state
+        self._chain = chain
+        self._snapshot_version = snapshot_version
+        self._lock = threading.RLock()
+
+    # -- identity --
+
+    @property
+    def id(self) -> str:
+        """The session id (UUID text)."""
+        return str(self._uuid)
+
+    @property
+    def _uuid(self) -> UUID:
+        assert self._state.session_id is not None
+        return self._state.session_id
+
+    @property
+    def version(self) -> int:
+        """The number of events recorded for this session so far."""
+        return self._state.version
+
+    @property
+    def legacy(self) -> bool:
+        return self._state.legacy
+
+    @property
+    def profile(self) -> RuntimeProfile:
+        return self._state.profile
+
+    @property
+    def route(self) -> Route:
+        return self._state.route.route
+
+    @property
+    def state(self) -> SessionState:
+        """The compact state (read-only by convention; for replay and diagnostics)."""
+        return self._state
+
+    # -- commands --
+
+    def append(self, message: ConversationMessage | ChatMessage) -> list[DomainEvent]:
+        """Record one message (R38: an oversized tool result is truncated first).
+
+        A real user message may cross the turn limit (R27a): the trim, its breadcrumb and
+        `HistoryTrimmed` (structured sessions) or a logged warning (legacy, R34) are recorded in
+        the same transaction. Returns the events recorded.
+
+        Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        """
+        return self._run(AppendMessage(message, _now()))  # type: ignore[arg-type]
+
+    def prepare_request(
+        self,
+        tools: Iterable[object] = (),
+        hooks: Iterable[str] = (),
+        final_summary: bool = False,
+    ) -> PreparedRequest:
+        """Trim what must be trimmed and return the request to send (R24, R27a, R18).
+
+        ``tools`` are tool schemas (JSON text, or JSON-serialisable objects); ``hooks`` are hook
+        texts injected into the request. Both count toward the capacity check.
+
+        Raises `ContextWindowExceeded` (recorded as `RequestRejected`) when the request does
+        not fit the resolved model context window, also for ``final_summary=True`` and when
+        proactive trimming is disabled.
+        """
+        schemas = tuple(_schema_text(t) for t in tools)
+        hook_texts = tuple(hooks)
+        for i, hook in enumerate(hook_texts):
+            if not isinstance(hook, str):
+                raise InvalidMessage(f"hooks[{i}] must be a str, got {type(hook).__name__}")
+        with self._lock:
+            events = self._run(PrepareRequest(schemas, hook_texts, bool(final_summary), _now()))
+            last = events[-1]
+            if isinstance(last, RequestRejected):
+                raise ContextWindowExceeded(
+                    last.detail, estimated_tokens=last.estimated_tokens, context_window=last.window
+                )
+            assert isinstance(last, RequestPrepared)
+            resolved = self._state.route
+            return PreparedRequest(
+                messages=self._state.chat_view(),
+                route=resolved.route,
+                capacity=resolved.capacity,
+                budget=resolved.budget,
+                estimated_tokens=last.estimated_tokens,
+                model_context_window=resolved.model_context_window,
+                window=resolved.window,
+                purpose=last.purpose,
+                digest=last.digest,
+            )
+
+    def recover_from_overflow(self, error: BaseException | str) -> bool:
+        """React to a provider overflow (R25-R26): True when trimmed (retry), else False.
+
+        A non-overflow error returns False and records nothing. An overflow with one turn left
+        returns False and records why (`OverflowUnrecoverable`).
+        """
+        if not is_context_window_exceeded(error):
+            return False
+        events = self._run(RecoverFromOverflow(_error_text(error), _now()))
+        return any(isinstance(e, OverflowRecovered) for e in events)
+
+    def select_route(self, route: Route, reason: str = "explicit") -> list[DomainEvent]:
+        """Switch the provider/model route; capacity and budget are resolved together (R19)."""
+        try:
+            why = RouteReason(reason)
+        except ValueError:
+            allowed = ", ".join(r.value for r in RouteReason if r is not RouteReason.INITIAL)
+            raise InvalidProfile(f"reason must be one of {allowed}, got {reason!r}") from None
+        if why is RouteReason.INITIAL:
+            raise InvalidProfile("reason 'initial' is reserved for the session's first route")
+        return self._run(SelectRoute(route, why, _now()))
+
+    # -- views --
+
+    def chat_view(self) -> list[ChatMessage]:
+        """The provider-facing working history (after `prepare_request`: what was sent)."""
+        with self._lock:
+            return self._state.chat_view()
+
+    def conversation_view(self) -> list[ConversationMessage]:
+        """The structured history after the turn limit (R28-R29)."""
+        with self._lock:
+            return self._state.conversation_view()
+
+    def events(self) -> list[DomainEvent]:
+        """Every event recorded for this session, in order (reads the store)."""
+        return self._store.backend.read(self._uuid)
+
+    # -- machinery --
+
+    def _run(self, command: Command) -> list[DomainEvent]:
+        with self._lock:
+            try:
+                events = execute(self._state, command)
+            except TurnledgerError:
+                self._reload()  # a failed step may have applied an earlier one
+                raise
+            if not events:
+                return []
+            try:
+                self._chain = self._store.backend.append(
+                    self._uuid, events, prev_chain=self._chain
+                )
+            except BaseException:
+                self._reload()
+                raise
+            self._store._committed(self, events)
+            return events
+
+    def _reload(self) -> None:
+        uuid = self._state.session_id
+        if uuid is None or not self._store.backend.read(uuid, upto_version=1):
+            # Nothing of this session is recorded (a failed start): back to a blank state.
+            self._state, self._chain, self._snapshot_version = SessionState(), GENESIS_CHAIN, 0
+            return
+        fresh = self._store._load(uuid)
+        self._state, self._chain, self._snapshot_version = (
+            fresh._state,
+            fresh._chain,
+            fresh._snapshot_version,
+        )
+
+    def _maybe_snapshot(self) -> None:
+        if self._state.version - self._snapshot_version < self._store.snapshot_interval:
+            return
+        try:
+            payload = encode_snapshot(self._state, self._chain)
+            self._store.backend.save_snapshot(self._uuid, self._state.version, payload)
+        except TurnledgerError as error:  # a snapshot is a cache: losing one loses nothing
+            log.warning("snapshot of session %s at version %d failed: %s",
+                        self.id, self._state.version, error)
+            return
+        self._snapshot_version = self._state.version
+
+
+def _schema_text(tool: object) -> str:
+    if isinstance(tool, str):
+        return tool
+    import json
+
+    try:
+        return json.dumps(tool, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise InvalidMessage(f"tools: a tool schema is not JSON-serialisable: {error}") from None
+
+
+def _error_text(error: BaseException | str) -> str:
+    if isinstance(error, str):
+        return error
+    return f"{type(error).__name__}: {error}"
+
+
+class Store:
+    """A turnledger store: sessions in an `eventsourcing` event store (E8).
+
+    Open with `open_store(url)`. Use as a context manager or call `close()`.
+    """
+
+    def __init__(self, backend: EventStoreBackend, *, snapshot_interval: int = SNAPSHOT_INTERVAL):
+        self.backend = backend
+        self.snapshot_interval = snapshot_interval
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # -- sessions --
+
+    def start_session(
+        self,
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        legacy: bool = False,
+        session_id: str | UUID | None = None,
+    ) -> Session:
+        """Start and record a new session.
+
+        ``route`` defaults to the first provider's model; with no provider at all, to
+        ``Route("default", "default")`` whose capacity is unknown (R17-R19 fallbacks apply).
+
+        Raises `InvalidProfile` for a route naming an unknown provider, `ConcurrencyConflict`
+        when ``session_id`` already exists.
+        """
+        profile = RuntimeProfile() if profile is None else profile
+        if not isinstance(profile, RuntimeProfile):
+            raise InvalidProfile(f"profile must be a RuntimeProfile, got {type(profile).__name__}")
+        providers = tuple(providers)
+        for i, p in enumerate(providers):
+            if not isinstance(p, ProviderProfile):
+                raise InvalidProfile(f"providers[{i}] must be a ProviderProfile")
+        if route is None:
+            route = Route(providers[0].name, providers[0].model) if providers else Route(
+                "default", "default"
+            )
+        uuid = uuid4() if session_id is None else _session_uuid(session_id)
+        state = SessionState()
+        session = Session(self, state, GENESIS_CHAIN, 0)
+        try:
+            session._run(StartSession(uuid, profile, providers, route, bool(legacy), _now()))
+        except ConcurrencyConflict:
+            raise ConcurrencyConflict(f"session {uuid} already exists") from None
+        return session
+
+    def restore(self, session_id: str | UUID) -> Session:
+        """Rebuild a session from its snapshot and later events, then sweep orphans (E5, R36).
+
+        Whatever the sweep removes from the views is recorded (`OrphansSwept`); the removed
+        messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
+        """
+        session = self._load(_session_uuid(session_id))
+        session._run(SweepOrphans(_now()))
+        return session
+
+    def read_state(self, session_id: str | UUID) -> SessionState:
+        """A session's state rebuilt from the store, orphans swept in memory only; writes nothing.
+
+        For exports and inspection. Raises `SessionNotFound`, `CorruptRecord`.
+        """
+        state = self._load(_session_uuid(session_id))._state
+        for event in decide(state, SweepOrphans(_now())):
+            evolve(state, event)
+        return state
+
+    def events_of(self, session_id: str | UUID) -> list[DomainEvent]:
+        """Every recorded event of a session, in order. Raises `SessionNotFound`."""
+        uuid = _session_uuid(session_id)
+        events = self.backend.read(uuid)
+        if not events:
+            raise SessionNotFound(f"no session {uuid} in this store")
+        return events
+
+    def session_uuid(self, session_id: str | UUID) -> UUID:
+        """Parse a session id; `SessionNotFound` when it is not a UUID."""
+        return _session_uuid(session_id)
+
+    def sessions(self) -> list[str]:
+        """The ids of every session in the store, oldest first."""
+        return [str(u) for u in self.backend.session_ids()]
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback(event)`` for every new `HistoryTrimmed`, after it commits (R33).
+
+        Returns a function that unsubscribes. A callback that raises is logged and skipped;
+        it never undoes what was recorded.
+        """
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    # -- internals --
+
+    def _load(self, uuid: UUID) -> Session:
+        state = SessionState()
+        chain = GENESIS_CHAIN
+        snapshot_version = 0
+        snapshot = self.backend.load_snapshot(uuid)
+        if snapshot is not None:
+            snapshot_version, payload = snapshot
+            state, chain = decode_snapshot(payload, session_id=uuid, version=snapshot_version)
+        for event, event_chain in self.backend.read_with_chain(uuid, after_version=state.version):
+            evolve(state, event)
+            chain = event_chain
+        if state.version == 0:
+            raise SessionNotFound(f"no session {uuid} in this store")
+        return Session(self, state, chain, snapshot_version)
+
+    def _committed(self, session: Session, events: Sequence[DomainEvent]) -> None:
+        if session.legacy:
+            for e in events:
+                if isinstance(e, TrimDecided) and e.reason is TrimReason.TURN_LIMIT:
+                    # R34: the legacy loop reports the turn limit in the logs only.
+                    log.warning(
+                        "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
+                        session.id, e.limit, e.dropped_messages, e.dropped_turns, e.kept_turns,
+                    )
+        notices = [e for e in events if isinstance(e, HistoryTrimmed)]
+        if notices:
+            with self._lock:
+                subscribers = list(self._subscribers)
+            for notice in notices:
+                for callback in subscribers:
+                    try:
+                        callback(notice)
+                    except Exception:
+                        log.exception("HistoryTrimmed subscriber %r failed", callback)
+        session._maybe_snapshot()
+
+
+def open_store(url: str | None = None, **options: Any) -> Store:
+    """Open a store: ``sqlite:///path.db`` (default ``./turnledger.db``), ``memory://``,
+    ``postgresql://user@host:port/dbname``.
+
+    Raises `InvalidStoreURL` for a URL that cannot be used, `StoreUnavailable` when the
+    database cannot be reached.
+    """
+    return Store(open_backend(url or DEFAULT_STORE_URL), **options)
