@@ -1,0 +1,476 @@
+"""`verify`: audit a store — tamper evidence, decodability, and the invariants of every session.
+
+For each session, from its raw records (E2, E4, E6, E11, R18, R31-R34, R37):
+
+1. the hash chain (ADR-0004, `turnledger.store.mapper.verify_chain`): edited, reordered,
+   missing (versions must run 1, 2, 3, … without a gap) and undecodable records;
+2. every record decodes (a `CorruptRecord` is a violation, never a crash); the fold stops at the
+   first record that does not, since what follows it cannot be trusted;
+3. the stream starts with `SessionStarted`, and folding it with the decider's `evolve` works;
+4. every `RequestPrepared`: its messages, re-derived from the log (R27a), hash to the recorded
+   digest (E6), have no split tool exchange and no orphan (the orphan sweep finds nothing, R37),
+   hold at most one breadcrumb, right after the system messages (R31), and its estimate fits
+   its window (R18);
+5. every `TrimDecided` is followed, in the same decision, by `BreadcrumbInserted` +
+   `HistoryTrimmed` that agree with it — except a legacy session's turn-limit trim, followed by
+   neither (R31-R34); neither notice appears without its trim;
+6. the latest snapshot is not past the last record (a snapshot ahead of the records means the
+   newest records were deleted: the chain alone cannot show that), its chain value is the
+   record's, and its views equal the views folded from the records at its version (a restore
+   starts from it, E5);
+7. the final views hold at most one breadcrumb, right after the system messages (R31).
+
+Each finding is a `Violation` naming the session, the event position and the rule.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+import attrs
+from eventsourcing.persistence import StoredEvent
+
+from turnledger.domain.decider import SessionState, evolve
+from turnledger.domain.errors import CorruptRecord, SessionNotFound
+from turnledger.domain.events import (
+    BreadcrumbInserted,
+    DomainEvent,
+    HistoryTrimmed,
+    RequestPrepared,
+    SessionStarted,
+    TrimDecided,
+    TrimReason,
+)
+from turnledger.domain.messages import (
+    ChatMessage,
+    is_real_user_message,
+    parse_tool_envelope,
+    to_chat_messages,
+)
+from turnledger.domain.sweep import SweepResult, sweep_orphans
+from turnledger.replay.timeline import audit_request, dumps
+from turnledger.store.backend import EventStoreBackend
+from turnledger.store.mapper import ChainProblem, ProblemKind, verify_chain
+from turnledger.store.snapshots import decode_snapshot
+
+__all__ = ["Progress", "Rule", "VerifyReport", "Violation", "verify"]
+
+Progress = Callable[[int, int | None], None]
+"""``progress(done_events, total_events_or_None)``, called as sessions are checked."""
+
+
+class Rule(enum.StrEnum):
+    """The rule a `Violation` breaks; the value names the SPEC requirement first."""
+
+    HASH_CHAIN = "E2-hash-chain"
+    MISSING_RECORD = "E2-missing-record"
+    CORRUPT_RECORD = "E11-corrupt-record"
+    SESSION_START = "E2-session-start"
+    REPLAY = "E4-replay"
+    SNAPSHOT = "E5-snapshot"
+    DIGEST = "E6-digest"
+    CAPACITY = "R18-capacity"
+    BREADCRUMB = "R31-breadcrumb"
+    TRIM_NOTICE = "R31-R34-trim-notice"
+    TOOL_PAIRING = "R37-tool-pairing"
+
+
+@attrs.frozen
+class Violation:
+    """One finding: ``session_id`` (UUID text), ``position`` (event version), ``rule``, why."""
+
+    session_id: str
+    position: int
+    rule: Rule
+    detail: str
+
+    def __str__(self) -> str:
+        return f"session {self.session_id} position {self.position}: [{self.rule}] {self.detail}"
+
+
+@attrs.frozen
+class VerifyReport:
+    """What `verify` checked and found; ``ok`` when nothing was found."""
+
+    sessions_checked: int
+    events_checked: int
+    violations: tuple[Violation, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_jsonable(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "sessions_checked": self.sessions_checked,
+            "events_checked": self.events_checked,
+            "seconds": round(self.seconds, 3),
+            "violations": [
+                {"session_id": v.session_id, "position": v.position, "rule": v.rule.value,
+                 "detail": v.detail}
+                for v in self.violations
+            ],
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys); only ``seconds`` differs between two runs."""
+        return dumps(self.to_jsonable())
+
+
+def verify(
+    backend: EventStoreBackend,
+    session_ids: Iterable[UUID | str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Audit every session of ``backend`` (or the given ones); see the module docstring.
+
+    Never raises for what it finds in the data: damaged records are violations. Raises
+    `SessionNotFound` for a given id that is not a UUID or has no records, `StoreUnavailable`
+    when the database fails.
+    """
+    began = time.perf_counter()
+    if session_ids is None:
+        ids = list(backend.session_ids())
+        total: int | None = backend.max_notification_id()
+    else:
+        ids = [_uuid(s) for s in session_ids]
+        total = None
+    violations: list[Violation] = []
+    done = 0
+    for session_id in ids:
+        records = backend.read_records(session_id)
+        if not records and session_ids is not None:
+            raise SessionNotFound(f"no session {session_id} in this store")
+        audit = _SessionAudit(backend, session_id, records)
+        audit.run()
+        violations.extend(audit.violations)
+        done += len(records)
+        if progress is not None:
+            progress(done, total)
+    return VerifyReport(
+        sessions_checked=len(ids),
+        events_checked=done,
+        violations=tuple(violations),
+        seconds=time.perf_counter() - began,
+    )
+
+
+def _uuid(session_id: UUID | str) -> UUID:
+    if isinstance(session_id, UUID):
+        return session_id
+    try:
+        return UUID(str(session_id))
+    except ValueError:
+        raise SessionNotFound(f"session id {session_id!r} is not a UUID") from None
+
+
+def _describe_orphans(messages: Sequence[ChatMessage], swept: SweepResult[ChatMessage]) -> str:
+    """Which orphans the sweep found: results without their call, calls without a result."""
+    result_ids = {
+        parsed[0]
+        for m in messages
+        if m.role == "tool" and (parsed := parse_tool_envelope(m.content)) is not None
+    }
+    results = [i for i in swept.orphan_tool_call_ids if i in result_ids]
+    calls = [i for i in swept.orphan_tool_call_ids if i not in result_ids]
+    parts = []
+    if results:
+        parts.append(f"tool results without their call: {', '.join(results)}")
+    if calls:
+        parts.append(f"tool calls without a result: {', '.join(calls)}")
+    if len(results) + len(calls) < swept.removed:
+        parts.append("duplicate or id-less tool messages")
+    return "; ".join(parts)
+
+
+@attrs.frozen
+class _Expected:
+    """A notice a trim calls for: ``kind`` at ``position`` (R31-R33)."""
+
+    position: int
+    kind: type[DomainEvent]
+    trim: TrimDecided
+
+
+def _expected_followers(state: SessionState, trim: TrimDecided) -> list[_Expected]:
+    if state.legacy and trim.reason is TrimReason.TURN_LIMIT:
+        return []  # R34: the legacy loop reports the turn limit in its logs only
+    at = trim.originator_version
+    return [_Expected(at + 1, BreadcrumbInserted, trim), _Expected(at + 2, HistoryTrimmed, trim)]
+
+
+_CHAIN_RULES = {
+    ProblemKind.EDITED: Rule.HASH_CHAIN,
+    ProblemKind.REORDERED: Rule.HASH_CHAIN,
+    ProblemKind.MISSING: Rule.MISSING_RECORD,
+    ProblemKind.UNDECODABLE: Rule.CORRUPT_RECORD,
+}
+
+
+class _SessionAudit:
+    """The checks of one session, in one pass over its records."""
+
+    def __init__(
+        self, backend: EventStoreBackend, session_id: UUID, records: Sequence[StoredEvent]
+    ) -> None:
+        self.backend = backend
+        self.session_id = session_id
+        self.records = records
+        self.violations: list[Violation] = []
+        self._seen: set[tuple[int, Rule]] = set()
+
+    def report(self, position: int, rule: Rule, detail: str) -> None:
+        self.violations.append(Violation(str(self.session_id), position, rule, detail))
+        self._seen.add((position, rule))
+
+    def run(self) -> None:
+        for problem in verify_chain(self.records, self.backend.mapper):
+            self._chain_problem(problem)
+        events, chains = self._decode()
+        snapshot = self._snapshot()
+        if not events:
+            return
+        first = events[0]
+        if not isinstance(first, SessionStarted) or first.originator_version != 1:
+            self.report(
+                first.originator_version,
+                Rule.SESSION_START,
+                f"the stream starts with {type(first).__name__} at version "
+                f"{first.originator_version}, not SessionStarted at version 1",
+            )
+            return
+        state = self._fold(events, chains, snapshot)
+        if state is not None:
+            self._check_breadcrumb(
+                state.version, to_chat_messages(state.conversation_view()), "conversation view"
+            )
+            self._check_breadcrumb(state.version, state.chat_view(), "chat view")
+
+    # -- records --
+
+    def _chain_problem(self, problem: ChainProblem) -> None:
+        rule = _CHAIN_RULES[problem.kind]
+        detail = problem.detail
+        if problem.kind is ProblemKind.UNDECODABLE:
+            detail = f"the record cannot be decoded ({detail})"
+        if problem.kind in (ProblemKind.UNDECODABLE, ProblemKind.MISSING):
+            detail += "; the events after it are not replayed"
+        self.report(problem.version, rule, f"{problem.kind}: {detail}")
+
+    def _decode(self) -> tuple[list[DomainEvent], list[bytes]]:
+        """The events up to the first gap or the first record that does not decode (reported
+        if the chain check did not already), with each record's stored chain value.
+
+        What follows a missing or unreadable record cannot be folded meaningfully: every later
+        view would be wrong, and reporting each consequence would bury the cause.
+        """
+        events: list[DomainEvent] = []
+        chains: list[bytes] = []
+        decode = self.backend.mapper.decode_record
+        for expected, record in enumerate(self.records, start=1):
+            if record.originator_version != expected:
+                if (expected, Rule.MISSING_RECORD) not in self._seen:
+                    self.report(expected, Rule.MISSING_RECORD, f"version {expected} is missing")
+                break
+            try:
+                event, chain = decode(record)
+            except CorruptRecord as error:
+                version = record.originator_version
+                if (version, Rule.CORRUPT_RECORD) not in self._seen:
+                    self.report(version, Rule.CORRUPT_RECORD, str(error))
+                break
+            events.append(event)
+            chains.append(chain)
+        return events, chains
+
+    def _snapshot(self) -> tuple[int, bytes] | None:
+        try:
+            snapshot = self.backend.load_snapshot(self.session_id)
+        except CorruptRecord as error:
+            self.report(error.version or 0, Rule.SNAPSHOT, f"unreadable snapshot: {error}")
+            return None
+        if snapshot is None:
+            return None
+        last = self.records[-1].originator_version if self.records else 0
+        if snapshot[0] > last:
+            self.report(
+                last + 1,
+                Rule.SNAPSHOT,
+                f"the latest snapshot is at version {snapshot[0]} but the records end at "
+                f"version {last}: the newest records were deleted",
+            )
+            return None
+        return snapshot
+
+    # -- the fold --
+
+    def _fold(
+        self,
+        events: Sequence[DomainEvent],
+        chains: Sequence[bytes],
+        snapshot: tuple[int, bytes] | None,
+    ) -> SessionState | None:
+        state = SessionState()
+        pending: list[_Expected] = []  # the notices the last trim still calls for
+        for index, event in enumerate(events):
+            position = event.originator_version
+            pending = self._check_follower(event, pending)
+            try:
+                evolve(state, event)
+            except Exception as error:  # a verifier reports what breaks the fold, never dies
+                self.report(
+                    position,
+                    Rule.REPLAY,
+                    f"{type(event).__name__} cannot be applied: {type(error).__name__}: {error}",
+                )
+                return None
+            match event:
+                case TrimDecided():
+                    pending = _expected_followers(state, event)
+                case RequestPrepared():
+                    self._check_request(state, event)
+            if snapshot is not None and position == snapshot[0]:
+                self._check_snapshot(state, chains[index], snapshot[1])
+        for expected in pending:
+            self.report(
+                expected.position,
+                Rule.TRIM_NOTICE,
+                f"the trim at position {expected.trim.originator_version} must be followed by "
+                f"{expected.kind.__name__}: the stream ends first",
+            )
+        return state
+
+    # -- R31-R34: each trim and its notices --
+
+    def _check_follower(self, event: DomainEvent, pending: list[_Expected]) -> list[_Expected]:
+        """Check ``event`` against the notices a trim still expects; return those left."""
+        position = event.originator_version
+        if pending and pending[0].position == position:
+            expected, rest = pending[0], pending[1:]
+            if isinstance(event, expected.kind):
+                self._check_agreement(event, expected.trim)
+                return rest
+            self.report(
+                position,
+                Rule.TRIM_NOTICE,
+                f"the trim at position {expected.trim.originator_version} must be followed by "
+                f"{expected.kind.__name__}, found {type(event).__name__}",
+            )
+            return []
+        if isinstance(event, BreadcrumbInserted | HistoryTrimmed):
+            self.report(
+                position,
+                Rule.TRIM_NOTICE,
+                f"{type(event).__name__} does not follow a trim that calls for it (R31-R34)",
+            )
+        return []
+
+    def _check_agreement(self, event: DomainEvent, trim: TrimDecided) -> None:
+        position = event.originator_version
+        match event:
+            case BreadcrumbInserted(view=view, before_position=before):
+                if view is not trim.view or before != trim.first_kept_position:
+                    self.report(
+                        position,
+                        Rule.TRIM_NOTICE,
+                        f"breadcrumb before log position {before} of the {view.value} view, "
+                        f"but the trim kept from {trim.first_kept_position} of the "
+                        f"{trim.view.value} view",
+                    )
+            case HistoryTrimmed(dropped_messages=dropped, kept_turns=kept, reason=reason):
+                if (dropped, kept, reason) != (
+                    trim.dropped_messages, trim.kept_turns, trim.reason
+                ):
+                    self.report(
+                        position,
+                        Rule.TRIM_NOTICE,
+                        f"HistoryTrimmed says {dropped} dropped, {kept} kept, {reason.value}; "
+                        f"the trim decided {trim.dropped_messages} dropped, "
+                        f"{trim.kept_turns} kept, {trim.reason.value}",
+                    )
+
+    # -- E6, R18, R31, R37: each request --
+
+    def _check_request(self, state: SessionState, event: RequestPrepared) -> None:
+        position = event.originator_version
+        audited = audit_request(state, event)
+        if not audited.matches:
+            self.report(
+                position,
+                Rule.DIGEST,
+                f"the messages re-derived from the log hash to {audited.digest[:16]}…, the "
+                f"request recorded {event.digest[:16]}… ({len(audited.messages)} messages "
+                f"re-derived, {event.message_count} recorded)",
+            )
+        if event.estimated_tokens > event.window:
+            self.report(
+                position,
+                Rule.CAPACITY,
+                f"the request was prepared at ~{event.estimated_tokens:,} tokens, over its "
+                f"window of {event.window:,}: it should have been rejected",
+            )
+        swept = sweep_orphans(audited.messages)
+        if swept.removed or swept.orphan_tool_call_ids:
+            self.report(
+                position,
+                Rule.TOOL_PAIRING,
+                f"the request splits a tool exchange ({_describe_orphans(audited.messages, swept)}"
+                "); the orphan sweep must find nothing in a request",
+            )
+        self._check_breadcrumb(position, audited.messages, "request")
+
+    def _check_breadcrumb(
+        self, position: int, messages: Sequence[ChatMessage], where: str
+    ) -> None:
+        crumbs = [i for i, m in enumerate(messages) if m.synthetic]
+        if len(crumbs) > 1:
+            self.report(
+                position, Rule.BREADCRUMB, f"the {where} holds {len(crumbs)} breadcrumbs"
+            )
+            return
+        if not crumbs:
+            return
+        at = crumbs[0]
+        misplaced = any(m.role != "system" for m in messages[:at]) or not (
+            at + 1 < len(messages) and is_real_user_message(messages[at + 1])
+        )
+        if misplaced:
+            self.report(
+                position,
+                Rule.BREADCRUMB,
+                f"the breadcrumb of the {where} is at index {at}: it must follow the system "
+                "messages and precede the first kept turn",
+            )
+
+    # -- E5: the snapshot a restore starts from --
+
+    def _check_snapshot(self, state: SessionState, chain: bytes, payload: bytes) -> None:
+        position = state.version
+        try:
+            restored, restored_chain = decode_snapshot(
+                payload, session_id=self.session_id, version=position
+            )
+        except CorruptRecord as error:
+            self.report(position, Rule.SNAPSHOT, str(error))
+            return
+        if restored_chain != chain:
+            self.report(
+                position,
+                Rule.SNAPSHOT,
+                "the snapshot's chain head is not the chain of the record at its version",
+            )
+        elif (
+            restored.chat_view() != state.chat_view()
+            or restored.conversation_view() != state.conversation_view()
+        ):
+            self.report(
+                position,
+                Rule.SNAPSHOT,
+                "the snapshot's views differ from the views folded from the records",
+            )

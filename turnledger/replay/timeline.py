@@ -1,0 +1,496 @@
+"""The audit timeline, time travel and request replay of a recorded session (E4, E6, E12).
+
+Everything here is a fold over a session's events, in order, with the decider's own `evolve`
+(STYLE 2): nothing re-decides, so what is shown is exactly what was recorded.
+
+- `timeline` gives one entry per event with a one-line human summary (why each trim happened,
+  what each request held) and the event's data as JSON-ready values.
+- `state_at` / `views_at` rebuild the session's state and both views as of any event position
+  (E4); position ``N`` is the ``originator_version`` of the last event included, ``0`` is before
+  the first event.
+- `session_summaries` lists a store's sessions with their counts (``turnledger sessions``).
+- `requests` re-derives, for every `RequestPrepared`, the exact provider messages of that request
+  (R27a: after a prepare the chat view equals the request) and checks them against the recorded
+  digest (E6).
+
+JSON output is deterministic (E12): keys sorted, compact separators, datetimes as ISO 8601 in
+UTC, UUIDs as text, enums as their values, non-finite floats as strings (a ratio may be NaN,
+R14, and JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import attrs
+
+from turnledger.domain.decider import SessionState, evolve, request_digest
+from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.domain.estimate import message_tokens
+from turnledger.domain.events import (
+    BreadcrumbInserted,
+    DomainEvent,
+    HistoryTrimmed,
+    MessageAppended,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
+    Purpose,
+    RequestPrepared,
+    RequestRejected,
+    RouteSelected,
+    SessionStarted,
+    TrimDecided,
+    TrimReason,
+    TrimTrigger,
+)
+from turnledger.domain.messages import (
+    AssistantToolCalls,
+    Chat,
+    ChatMessage,
+    ConversationMessage,
+    ToolResults,
+    to_chat_messages,
+)
+from turnledger.store.codec import MESSAGE_TAGS
+
+if TYPE_CHECKING:
+    from turnledger.store.backend import EventStoreBackend
+
+__all__ = [
+    "AuditedRequest",
+    "InvalidPosition",
+    "ReplayError",
+    "TimelineEntry",
+    "audit_request",
+    "dumps",
+    "fold",
+    "requests",
+    "session_summaries",
+    "state_at",
+    "summarize",
+    "summarize_session",
+    "timeline",
+    "timeline_jsonl",
+    "to_jsonable",
+    "views_at",
+]
+
+_STAMP_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
+_PREVIEW_CHARS = 40
+
+
+class ReplayError(TurnledgerError, ValueError):
+    """The events cannot be replayed as asked (not a session's stream, bad position)."""
+
+
+class InvalidPosition(ReplayError):
+    """An event position outside ``0 .. last recorded version`` (E4)."""
+
+
+# --- JSON (E12) -------------------------------------------------------------------------------
+
+def to_jsonable(value: object) -> Any:
+    """``value`` as plain JSON types, deterministically (E12).
+
+    attrs instances become objects of their fields (ConversationMessage variants also get a
+    ``"kind"``: the codec's tag ``chat``, ``calls`` or ``results``), datetimes ISO 8601 in UTC,
+    UUIDs text, enums their value, tuples lists, mappings objects, non-finite floats the strings
+    ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``.
+    """
+    match value:
+        case None | bool() | int() | str():
+            return value
+        case Enum():
+            return to_jsonable(value.value)
+        case float():
+            if math.isfinite(value):
+                return value
+            return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        case datetime():
+            if value.tzinfo is None:
+                raise ValueError(f"naive datetime {value.isoformat()} has no instant")
+            return value.astimezone(UTC).isoformat(timespec="microseconds")
+        case UUID():
+            return str(value)
+        case bytes():
+            return value.hex()
+        case Mapping():
+            return {str(k): to_jsonable(v) for k, v in value.items()}
+        case list() | tuple() | set() | frozenset():
+            items = [to_jsonable(v) for v in value]
+            return sorted(items, key=dumps) if isinstance(value, set | frozenset) else items
+    if attrs.has(type(value)):
+        cls: Any = type(value)
+        fields = {f.name: to_jsonable(getattr(value, f.name)) for f in attrs.fields(cls)}
+        kind = MESSAGE_TAGS.get(type(value))
+        if kind is not None:
+            fields["kind"] = kind
+        return fields
+    raise TypeError(f"cannot render {type(value).__name__} as JSON")
+
+
+def dumps(value: object) -> str:
+    """Canonical JSON text of ``value`` (sorted keys, compact, UTF-8 kept); the same input always
+    gives the same text (E12)."""
+    return json.dumps(
+        to_jsonable(value),
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        allow_nan=False,
+    )
+
+
+# --- timeline ---------------------------------------------------------------------------------
+
+@attrs.frozen
+class TimelineEntry:
+    """One recorded event, as the audit timeline shows it (E6).
+
+    ``position`` is the event's ``originator_version``; ``type`` its class name; ``summary`` one
+    human line; ``data`` the event's own fields (without the id, position and time) as JSON values.
+    """
+
+    position: int
+    timestamp: datetime
+    type: str
+    summary: str
+    data: dict[str, Any] = attrs.field(eq=False, hash=False)
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """This entry as plain JSON values."""
+        return {
+            "position": self.position,
+            "timestamp": to_jsonable(self.timestamp),
+            "type": self.type,
+            "summary": self.summary,
+            "data": self.data,
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON of this entry: the same event always gives the same bytes (E12)."""
+        return dumps(self.to_jsonable())
+
+
+def timeline(events: Iterable[DomainEvent]) -> list[TimelineEntry]:
+    """One `TimelineEntry` per event, in order, with a one-line summary (E6)."""
+    return [
+        TimelineEntry(
+            position=event.originator_version,
+            timestamp=event.timestamp,
+            type=type(event).__name__,
+            summary=summarize(event),
+            data=_event_data(event),
+        )
+        for event in events
+    ]
+
+
+def timeline_jsonl(events: Iterable[DomainEvent]) -> str:
+    """The timeline as JSON Lines (one `TimelineEntry.to_json` per line), byte-stable (E12)."""
+    return "".join(entry.to_json() + "\n" for entry in timeline(events))
+
+
+def _event_data(event: DomainEvent) -> dict[str, Any]:
+    return {
+        f.name: to_jsonable(getattr(event, f.name))
+        for f in attrs.fields(type(event))
+        if f.name not in _STAMP_FIELDS
+    }
+
+
+# --- summaries --------------------------------------------------------------------------------
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _preview(text: str | None) -> str:
+    flat = " ".join((text or "").split())
+    if len(flat) > _PREVIEW_CHARS:
+        flat = flat[: _PREVIEW_CHARS - 1].rstrip() + "…"
+    return "'" + flat.replace("'", "\\'") + "'"
+
+
+def _route_text(provider: str, model: str) -> str:
+    return f"{model} via {provider}"
+
+
+def _item_tokens(item: ConversationMessage) -> int:
+    # What the message costs as it enters the log: it is in the current turn then (R21-R22).
+    return sum(message_tokens(m, current_turn=True) for m in to_chat_messages((item,)))
+
+
+def _describe_item(item: ConversationMessage) -> str:
+    match item:
+        case Chat(message=m):
+            return f"{m.role}: {_preview(m.content)}"
+        case AssistantToolCalls(text=text, tool_calls=calls):
+            names = ", ".join(c.name or c.id for c in calls)
+            said = f" {_preview(text)}" if text else ""
+            return f"assistant{said} calling {names}"
+        case ToolResults(results=results):
+            parts = [f"{r.tool_name or r.tool_call_id} {_preview(r.content)}" for r in results]
+            images = sum(len(r.attachments) for r in results)
+            extra = f", {_plural(images, 'image')}" if images else ""
+            return f"{_plural(len(results), 'tool result')}{extra}: " + "; ".join(parts)
+
+
+_TRIGGERS = {
+    TrimTrigger.APPEND: "on append (R27a)",
+    TrimTrigger.PREPARE: "before a request (R24, R27a)",
+    TrimTrigger.OVERFLOW: "after a provider overflow (R25)",
+}
+
+
+def _trim_limit(event: TrimDecided) -> str:
+    if event.reason is TrimReason.TOKEN_BUDGET:
+        return f"token budget {event.limit:,}"
+    return f"turn limit {_plural(event.limit, 'turn')}"
+
+
+def _capacity(capacity: int | None, window: int) -> str:
+    if capacity is None:
+        return f"capacity unknown, window {window:,}"
+    return f"capacity {capacity:,}"
+
+
+def summarize(event: DomainEvent) -> str:
+    """One human line saying what ``event`` records and, for a trim, why it happened (E6)."""
+    match event:
+        case SessionStarted(profile=p, route=r, legacy=legacy):
+            kind = "legacy" if legacy else "structured"
+            settings = [f"turn limit {p.max_history_turns:,}"]
+            if p.max_context_tokens is not None:
+                settings.append(f"max_context_tokens {p.max_context_tokens:,}")
+            if p.context_compact_ratio is not None:
+                settings.append(f"context_compact_ratio {p.context_compact_ratio}")
+            if p.history_pruning.enabled:
+                settings.append(f"history_pruning {p.history_pruning.max_tokens:,}")
+            return (
+                f"session started ({kind}) on {_route_text(r.provider, r.model)}: "
+                + ", ".join(settings)
+            )
+        case MessageAppended(message=item, original_chars=original):
+            text = f"appended {_describe_item(item)} ({_plural(_item_tokens(item), 'token')})"
+            if original is not None:
+                text += f"; tool result truncated from {original:,} characters (R38)"
+            return text
+        case RouteSelected(route=r, capacity=cap, budget=budget, window=window, reason=why):
+            budget_text = "proactive trimming off" if budget == 0 else f"budget {budget:,}"
+            return (
+                f"route → {r.provider}/{r.model} ({_capacity(cap, window)}, {budget_text}): "
+                f"{why.value}"
+            )
+        case TrimDecided():
+            view = f"{event.view.value} view"
+            return (
+                f"dropped {_plural(event.dropped_turns, 'turn')} "
+                f"({_plural(event.dropped_messages, 'message')}, "
+                f"{event.tokens_before:,} → {event.tokens_after:,} tokens): "
+                f"{_trim_limit(event)}; {_plural(event.kept_turns, 'turn')} kept in the {view}, "
+                f"{_TRIGGERS[event.trigger]}"
+            )
+        case BreadcrumbInserted(view=view, before_position=position):
+            return f"breadcrumb inserted before log position {position:,} ({view.value} view, R31)"
+        case HistoryTrimmed(dropped_messages=dropped, kept_turns=kept, reason=reason):
+            return (
+                f"HistoryTrimmed sent to clients: {_plural(dropped, 'message')} dropped, "
+                f"{_plural(kept, 'turn')} kept ({reason.value}, R32-R33)"
+            )
+        case RequestPrepared():
+            what = "final-summary request" if event.purpose is Purpose.FINAL_SUMMARY else "request"
+            overhead = []
+            if event.tool_tokens:
+                overhead.append(f"{event.tool_tokens:,} tool")
+            if event.hook_tokens:
+                overhead.append(f"{event.hook_tokens:,} hook")
+            incl = f" incl. {' + '.join(overhead)} tokens" if overhead else ""
+            return (
+                f"{what} prepared: {_plural(event.message_count, 'message')}, "
+                f"~{event.estimated_tokens:,} tokens{incl} of {event.window:,} "
+                f"({_route_text(event.route.provider, event.route.model)})"
+            )
+        case RequestRejected():
+            what = "final-summary request" if event.purpose is Purpose.FINAL_SUMMARY else "request"
+            return f"{what} rejected: {event.detail}"
+        case OverflowReported(error=error, estimated_tokens=estimate, target_tokens=target):
+            return (
+                f"provider overflow at ~{estimate:,} tokens, trimming to {target:,} (R25): "
+                f"{_preview(error)}"
+            )
+        case OverflowRecovered(tokens_before=before, tokens_after=after):
+            return f"overflow recovered: {before:,} → {after:,} tokens; the request is retried"
+        case OverflowUnrecoverable(detail=detail):
+            return f"overflow unrecoverable: {detail}"
+        case OrphansSwept(removed=removed, orphan_tool_call_ids=ids, rewritten=rewritten):
+            text = f"orphan sweep removed {_plural(removed, 'message')}"
+            if rewritten:
+                text += f", rewrote {_plural(len(rewritten), 'message')}"
+            if ids:
+                text += f" (tool call ids {', '.join(ids)})"
+            return text + " (R36, E5)"
+    return type(event).__name__
+
+
+# --- time travel (E4) -------------------------------------------------------------------------
+
+def fold(events: Iterable[DomainEvent], state: SessionState | None = None) -> SessionState:
+    """Fold ``events`` into ``state`` (a fresh `SessionState` by default) with `evolve`."""
+    current = SessionState() if state is None else state
+    for event in events:
+        evolve(current, event)
+    return current
+
+
+def _upto(events: Sequence[DomainEvent], position: int) -> Iterator[DomainEvent]:
+    if isinstance(position, bool) or not isinstance(position, int):
+        raise InvalidPosition(f"position must be an int, got {type(position).__name__}")
+    last = events[-1].originator_version if events else 0
+    if not 0 <= position <= last:
+        raise InvalidPosition(f"position {position} is outside 0..{last} (the recorded events)")
+    for event in events:
+        if event.originator_version > position:
+            return
+        yield event
+
+
+def state_at(events: Sequence[DomainEvent], position: int) -> SessionState:
+    """The session state after the event at ``position`` (0: before any event) (E4).
+
+    Raises `InvalidPosition` outside ``0 .. last recorded version``.
+    """
+    return fold(_upto(events, position))
+
+
+def views_at(
+    events: Sequence[DomainEvent], position: int
+) -> tuple[list[ChatMessage], list[ConversationMessage]]:
+    """(chat view, conversation view) as of the event at ``position`` (E4).
+
+    Raises `InvalidPosition` outside ``0 .. last recorded version``.
+    """
+    state = state_at(events, position)
+    return state.chat_view(), state.conversation_view()
+
+
+# --- requests (E6) ----------------------------------------------------------------------------
+
+@attrs.frozen
+class AuditedRequest:
+    """One prepared request, re-derived from the log and checked against its digest (E6).
+
+    ``messages`` are the provider messages rebuilt from the events before it (R27a);
+    ``digest`` is their `request_digest`; ``matches`` says it equals ``recorded_digest``.
+    """
+
+    position: int
+    messages: tuple[ChatMessage, ...]
+    recorded_digest: str
+    digest: str
+    matches: bool
+    event: RequestPrepared = attrs.field(eq=False, repr=False)
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """This request as plain JSON values (the event's fields under ``"request"``)."""
+        return {
+            "position": self.position,
+            "messages": to_jsonable(self.messages),
+            "recorded_digest": self.recorded_digest,
+            "digest": self.digest,
+            "matches": self.matches,
+            "request": _event_data(self.event),
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON of this audited request (E12)."""
+        return dumps(self.to_jsonable())
+
+
+def audit_request(state: SessionState, event: RequestPrepared) -> AuditedRequest:
+    """Re-derive the messages of ``event`` from ``state`` (folded up to it) and check its digest.
+
+    A prepare changes no view, so the chat view right after the trims that precede it is the
+    request (R27a); ``state`` may have evolved ``event`` itself or not.
+    """
+    messages = tuple(state.chat_view())
+    digest = request_digest(messages)
+    return AuditedRequest(
+        position=event.originator_version,
+        messages=messages,
+        recorded_digest=event.digest,
+        digest=digest,
+        matches=digest == event.digest,
+        event=event,
+    )
+
+
+def requests(events: Iterable[DomainEvent]) -> list[AuditedRequest]:
+    """Every `RequestPrepared`, with the exact messages it sent and its digest check (E6).
+
+    One fold over the events: O(events + size of the requests), not one fold per request.
+    """
+    state = SessionState()
+    audited: list[AuditedRequest] = []
+    for event in events:
+        evolve(state, event)
+        if isinstance(event, RequestPrepared):
+            audited.append(audit_request(state, event))
+    return audited
+
+
+# --- the session list -------------------------------------------------------------------------
+
+def summarize_session(events: Sequence[DomainEvent]) -> dict[str, Any]:
+    """One session's counts as JSON values: id, start time, kind, events, messages, trims,
+    requests (prepared), rejections and the current route (``provider/model``)."""
+    started = events[0] if events else None
+    route = ""
+    counts: Counter[type] = Counter()
+    for event in events:
+        counts[type(event)] += 1
+        if isinstance(event, RouteSelected):
+            route = f"{event.route.provider}/{event.route.model}"
+    return {
+        "session_id": str(started.originator_id) if started else "",
+        "started_at": to_jsonable(started.timestamp) if started else None,
+        "legacy": started.legacy if isinstance(started, SessionStarted) else None,
+        "events": len(events),
+        "messages": counts[MessageAppended],
+        "trims": counts[TrimDecided],
+        "requests": counts[RequestPrepared],
+        "rejections": counts[RequestRejected],
+        "route": route,
+    }
+
+
+def session_summaries(backend: EventStoreBackend) -> list[dict[str, Any]]:
+    """`summarize_session` for every session of the store, oldest first.
+
+    A session with a record that cannot be decoded is summarised up to that record, with
+    ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
+    """
+    rows: list[dict[str, Any]] = []
+    for session_id in backend.session_ids():
+        events: list[DomainEvent] = []
+        corrupt_at: int | None = None
+        for record in backend.read_records(session_id):
+            try:
+                events.append(backend.mapper.decode_record(record)[0])
+            except CorruptRecord:
+                corrupt_at = record.originator_version
+                break
+        row = summarize_session(events)
+        row["session_id"] = str(session_id)
+        row["corrupt_at"] = corrupt_at
+        rows.append(row)
+    return rows

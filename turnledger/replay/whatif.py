@@ -1,0 +1,382 @@
+"""What-if replay: the recorded session re-decided under another runtime profile.
+
+`what_if` takes a session's recorded events and re-runs what the runtime *asked for* — the
+appends, the route selections, the request preparations and the overflow recoveries — through the
+same decider (`execute`, STYLE 2) on a fresh in-memory `SessionState` whose `SessionStarted`
+carries the other profile. The decisions (trims, breadcrumbs, notices, requests, rejections) are
+made anew; the recorded ones only serve for the side-by-side report. Nothing is written anywhere.
+
+How each recorded event is replayed:
+
+- `SessionStarted` → `StartSession` with the what-if profile (same id, providers, route, kind);
+  its own initial `RouteSelected` replaces the recorded one.
+- `MessageAppended` → `AppendMessage` of the recorded message; the what-if
+  ``max_tool_result_chars`` bounds the tool results the recording kept whole. A tool result the
+  recording truncated (R38) is replayed as recorded, not truncated again: the original text is
+  not in the log, and truncating the truncated text would only add a second marker.
+- `RouteSelected` (not the initial one) → `SelectRoute` with the recorded reason.
+- `RequestPrepared` / `RequestRejected` → `PrepareRequest` with the recorded purpose and the
+  recorded tool and hook overheads (R18), injected as synthetic texts of exactly that many
+  estimated tokens; a rejection records only its total, whose overhead is the recorded estimate
+  minus the recorded chat view's.
+- `OverflowReported` → `RecoverFromOverflow` with the recorded error, but only when the what-if
+  chat view is at least as large as the one the provider refused; a smaller one is counted as an
+  avoided overflow (the provider is assumed to accept fewer tokens than it refused).
+- `OrphansSwept` → `SweepOrphans`. Decision events (trims, breadcrumbs, notices, recoveries) are
+  not replayed: they are what is being re-decided.
+
+Every command runs with its recorded timestamp, so the report is deterministic (E12).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from turnledger.domain.budget import RuntimeProfile
+from turnledger.domain.decider import (
+    AppendMessage,
+    Command,
+    PrepareRequest,
+    RecoverFromOverflow,
+    SelectRoute,
+    SessionState,
+    StartSession,
+    SweepOrphans,
+    evolve,
+    execute,
+)
+from turnledger.domain.estimate import FRAMING_TOKENS
+from turnledger.domain.events import (
+    DomainEvent,
+    HistoryTrimmed,
+    MessageAppended,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
+    Purpose,
+    RequestPrepared,
+    RequestRejected,
+    RouteReason,
+    RouteSelected,
+    SessionStarted,
+    TrimDecided,
+    TrimReason,
+)
+from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
+
+__all__ = ["RequestOutcome", "SideTotals", "WhatIfReport", "WhatIfRow", "what_if"]
+
+
+@attrs.frozen
+class RequestOutcome:
+    """One side (recorded or what-if) of one request.
+
+    ``trims`` / ``dropped_messages``: the `TrimDecided` events (and the messages they dropped)
+    since the previous request, this request's own preparation included. ``rejected``: the
+    request did not fit the window and was not sent (R18).
+    """
+
+    message_count: int
+    estimated_tokens: int
+    window: int
+    rejected: bool
+    trims: int
+    dropped_messages: int
+
+    @property
+    def outcome(self) -> str:
+        """``"rejected"`` or ``"sent"``."""
+        return "rejected" if self.rejected else "sent"
+
+
+@attrs.frozen
+class WhatIfRow:
+    """One recorded request and what the other profile would have made of it."""
+
+    index: int
+    position: int
+    purpose: Purpose
+    recorded: RequestOutcome
+    what_if: RequestOutcome
+    same_messages: bool
+
+
+@attrs.frozen
+class SideTotals:
+    """The totals of one side: trims per reason, messages dropped, rejections, overflows."""
+
+    requests: int
+    trims_by_reason: dict[str, int] = attrs.field(hash=False)
+    dropped_messages: int
+    notices: int
+    rejections: int
+    overflow_recoveries: int
+    overflows_unrecoverable: int
+
+    @property
+    def trims(self) -> int:
+        return sum(self.trims_by_reason.values())
+
+    def describe(self) -> str:
+        """One line: ``5 trims (3 token_budget, 2 turn_limit), 120 messages dropped, …``."""
+        reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(self.trims_by_reason.items()) if n)
+        trims = f"{self.trims:,} trims" + (f" ({reasons})" if reasons else "")
+        return (
+            f"{trims}, {self.dropped_messages:,} messages dropped, "
+            f"{self.rejections:,} of {self.requests:,} requests rejected, "
+            f"{self.overflow_recoveries:,} overflow recoveries"
+        )
+
+
+@attrs.frozen
+class WhatIfReport:
+    """Recorded vs what-if, request by request, with totals (E6 applied to another profile)."""
+
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "#",
+        "position",
+        "purpose",
+        "recorded msgs",
+        "recorded tokens",
+        "recorded trims",
+        "recorded",
+        "what-if msgs",
+        "what-if tokens",
+        "what-if trims",
+        "what-if",
+    )
+
+    session_id: str
+    recorded_profile: RuntimeProfile
+    profile: RuntimeProfile
+    requests: tuple[WhatIfRow, ...]
+    recorded: SideTotals
+    what_if: SideTotals
+    overflows_avoided: int
+
+    def rows(self) -> list[dict[str, str]]:
+        """One row of display strings per request, keyed by `COLUMNS` in that order."""
+        return [
+            dict(zip(self.COLUMNS, (
+                str(row.index),
+                str(row.position),
+                row.purpose.value,
+                f"{row.recorded.message_count:,}",
+                f"{row.recorded.estimated_tokens:,}",
+                str(row.recorded.trims),
+                row.recorded.outcome,
+                f"{row.what_if.message_count:,}",
+                f"{row.what_if.estimated_tokens:,}",
+                str(row.what_if.trims),
+                row.what_if.outcome,
+            )))
+            for row in self.requests
+        ]
+
+    def summary(self) -> str:
+        """Two or three lines of totals: recorded, what-if, and avoided overflows if any."""
+        lines = [f"recorded: {self.recorded.describe()}", f"what-if:  {self.what_if.describe()}"]
+        if self.overflows_avoided:
+            lines.append(
+                f"{self.overflows_avoided:,} provider overflows would have been avoided "
+                "(the what-if view stayed below the size the provider refused)"
+            )
+        return "\n".join(lines)
+
+    def to_jsonable(self) -> dict[str, Any]:
+        """The report as plain JSON values."""
+        return {
+            "session_id": self.session_id,
+            "recorded_profile": to_jsonable(self.recorded_profile),
+            "profile": to_jsonable(self.profile),
+            "requests": [to_jsonable(row) for row in self.requests],
+            "totals": {
+                "recorded": to_jsonable(self.recorded),
+                "what_if": to_jsonable(self.what_if),
+                "overflows_avoided": self.overflows_avoided,
+            },
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON of the report: the same events and profile give the same bytes (E12)."""
+        return dumps(self.to_jsonable())
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+def _overhead_texts(tool_tokens: int, hook_tokens: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Tool and hook texts whose estimate (`request_overhead_tokens`) is exactly the recorded one.
+
+    A hook costs its text plus the framing tokens (R20), so a hook overhead below that cannot
+    come from a hook and is charged to the tools instead.
+    """
+    hooks: tuple[str, ...] = ()
+    if hook_tokens >= FRAMING_TOKENS:
+        hooks = ("x" * (4 * (hook_tokens - FRAMING_TOKENS)),)
+    else:
+        tool_tokens += max(hook_tokens, 0)
+    tools = ("x" * (4 * tool_tokens),) if tool_tokens > 0 else ()
+    return tools, hooks
+
+
+@attrs.define
+class _Side:
+    """The per-request counters of one side between two requests."""
+
+    trims: int = 0
+    dropped: int = 0
+
+    def take(self) -> tuple[int, int]:
+        counts = (self.trims, self.dropped)
+        self.trims = self.dropped = 0
+        return counts
+
+    def see(self, events: Iterable[DomainEvent]) -> None:
+        for event in events:
+            if isinstance(event, TrimDecided):
+                self.trims += 1
+                self.dropped += event.dropped_messages
+
+
+def _totals(events: Sequence[DomainEvent]) -> SideTotals:
+    reasons: Counter[str] = Counter({reason.value: 0 for reason in TrimReason})
+    dropped = notices = rejections = requests = recoveries = unrecoverable = 0
+    for event in events:
+        match event:
+            case TrimDecided(reason=reason, dropped_messages=n):
+                reasons[reason.value] += 1
+                dropped += n
+            case HistoryTrimmed():
+                notices += 1
+            case RequestPrepared():
+                requests += 1
+            case RequestRejected():
+                requests += 1
+                rejections += 1
+            case OverflowRecovered():
+                recoveries += 1
+            case OverflowUnrecoverable():
+                unrecoverable += 1
+    return SideTotals(
+        requests=requests,
+        trims_by_reason=dict(sorted(reasons.items())),
+        dropped_messages=dropped,
+        notices=notices,
+        rejections=rejections,
+        overflow_recoveries=recoveries,
+        overflows_unrecoverable=unrecoverable,
+    )
+
+
+def _outcome(event: RequestPrepared | RequestRejected, counts: tuple[int, int]) -> RequestOutcome:
+    return RequestOutcome(
+        message_count=event.message_count,
+        estimated_tokens=event.estimated_tokens,
+        window=event.window,
+        rejected=isinstance(event, RequestRejected),
+        trims=counts[0],
+        dropped_messages=counts[1],
+    )
+
+
+def _append_as_recorded(
+    state: SessionState, run: Callable[[Command], object], command: AppendMessage
+) -> None:
+    """Append a message the recording already truncated (R38), without truncating it again.
+
+    Truncation is not idempotent (the marker itself counts), and the original text is not in
+    the log: the recorded, bounded text is the best there is. Only the tool-result bound is
+    lifted, for this one command; the turn limit of the what-if profile still applies.
+    """
+    profile = state.profile
+    state.profile = attrs.evolve(profile, max_tool_result_chars=0)
+    try:
+        run(command)
+    finally:
+        state.profile = profile
+
+
+def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfReport:
+    """Re-decide a recorded session under ``profile``, in memory, and compare (see module doc).
+
+    ``events`` are one session's recorded events, in order, from its `SessionStarted`. Writes
+    nothing. Raises `ReplayError` when the events do not start with `SessionStarted`, and
+    `TurnledgerError` if the decider refuses a recorded command under ``profile``.
+    """
+    if not events or not isinstance(events[0], SessionStarted):
+        raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
+    started = events[0]
+    recorded_state = SessionState()  # the recorded session, folded alongside
+    state = SessionState()  # the what-if session
+    produced: list[DomainEvent] = []
+    rows: list[WhatIfRow] = []
+    recorded_side, what_if_side = _Side(), _Side()
+    avoided = 0
+
+    def run(command: Command) -> list[DomainEvent]:
+        new = execute(state, command)
+        produced.extend(new)
+        what_if_side.see(new)
+        return new
+
+    for event in events:
+        command: Command | None = None
+        match event:
+            case SessionStarted():
+                command = StartSession(
+                    event.originator_id, profile, tuple(event.providers), event.route,
+                    event.legacy, event.timestamp,
+                )
+            case MessageAppended(message=message, original_chars=original):
+                if original is None:
+                    command = AppendMessage(message, event.timestamp)
+                else:
+                    _append_as_recorded(state, run, AppendMessage(message, event.timestamp))
+            case RouteSelected(reason=reason) if reason is not RouteReason.INITIAL:
+                command = SelectRoute(event.route, reason, event.timestamp)
+            case OrphansSwept():
+                command = SweepOrphans(event.timestamp)
+            case OverflowReported(error=error, estimated_tokens=refused):
+                if state.chat_tokens() >= refused:
+                    command = RecoverFromOverflow(error, event.timestamp)
+                else:
+                    avoided += 1
+            case RequestPrepared() | RequestRejected():
+                if isinstance(event, RequestPrepared):
+                    tool_tokens, hook_tokens = event.tool_tokens, event.hook_tokens
+                else:  # a rejection records only its total: the rest is overhead
+                    tool_tokens = max(event.estimated_tokens - recorded_state.chat_tokens(), 0)
+                    hook_tokens = 0
+                tools, hooks = _overhead_texts(tool_tokens, hook_tokens)
+                final = event.purpose is Purpose.FINAL_SUMMARY
+                new = run(PrepareRequest(tools, hooks, final, event.timestamp))
+                decided = new[-1]
+                assert isinstance(decided, RequestPrepared | RequestRejected)
+                rows.append(
+                    WhatIfRow(
+                        index=len(rows) + 1,
+                        position=event.originator_version,
+                        purpose=event.purpose,
+                        recorded=_outcome(event, recorded_side.take()),
+                        what_if=_outcome(decided, what_if_side.take()),
+                        same_messages=recorded_state.chat_view() == state.chat_view(),
+                    )
+                )
+        if command is not None:
+            run(command)
+        recorded_side.see((event,))
+        evolve(recorded_state, event)
+    return WhatIfReport(
+        session_id=str(started.originator_id),
+        recorded_profile=started.profile,
+        profile=profile,
+        requests=tuple(rows),
+        recorded=_totals(events),
+        what_if=_totals(produced),
+        overflows_avoided=avoided,
+    )
