@@ -1,0 +1,463 @@
+"""The ``turnledger`` command: thin — parse, call the package, print.
+
+Exit codes: 0 success, 1 a check failed (verify found violations, some import lines were
+rejected, a stored record is corrupt), 2 bad usage or bad input (one-line reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from turnledger.domain.errors import CorruptRecord, TurnledgerError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_STORE = "sqlite:///./turnledger.db"
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: exit 2 with a one-line reason."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+# --- output helpers ------------------------------------------------------------------------
+
+def _table(rows: Sequence[Sequence[object]], headers: Sequence[str], out: TextIO) -> None:
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.rjust(w) if _numeric(c) and n else c.ljust(w)
+                        for c, w in zip(row, widths)).rstrip(), file=out)
+        if n == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def _numeric(text: str) -> bool:
+    return text.replace(",", "").replace(".", "").replace("-", "").isdigit()
+
+
+class _Progress:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
+        self.label = label
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.shown = False
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if not self.enabled:
+            return
+        if total:
+            filled = int(30 * min(done, total) / total)
+            bar = "#" * filled + "." * (30 - filled)
+            text = f"\r{self.label} [{bar}] {done:,}/{total:,}"
+        else:
+            text = f"\r{self.label} {done:,}"
+        self.stream.write(text)
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _dump_json(value: object, out: TextIO) -> None:
+    print(json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2), file=out)
+
+
+# --- commands -------------------------------------------------------------------------------
+
+def _open(args: argparse.Namespace) -> Any:
+    from turnledger.store.session import open_store
+
+    return open_store(args.store)
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.demo import run_demo
+    from turnledger.projections.analytics import Analytics
+
+    with _open(args) as store:
+        print(f"store: {args.store}", file=out)
+        session = run_demo(store, out)
+        analytics = Analytics(store.backend)
+        analytics.catch_up()
+        stats = [s for s in analytics.session_stats() if s["session_id"] == session.id]
+        print("\n== stats (turnledger stats) ==", file=out)
+        _print_session_stats(stats, out)
+        analytics.close()
+    print(f"\nnext: turnledger --store {args.store} replay {session.id}", file=out)
+    return EXIT_OK
+
+
+def _print_session_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
+    columns = [
+        ("session", "session_id"), ("appends", "appends"),
+        ("trims budget", "trims_token_budget"), ("trims turns", "trims_turn_limit"),
+        ("msgs dropped", "messages_dropped"), ("tokens dropped", "tokens_dropped"),
+        ("prepared", "requests_prepared"), ("rejected", "requests_rejected"),
+        ("overflows", "overflow_recoveries"), ("swept", "orphans_removed"),
+        ("peak tokens", "peak_estimated_tokens"), ("peak window", "peak_window"),
+    ]
+    table_rows = [
+        [str(r.get(k, ""))[:8] if k == "session_id" else r.get(k) for _, k in columns]
+        for r in rows
+    ]
+    _table(table_rows, [h for h, _ in columns], out)
+
+
+def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.domain.budget import (
+        ProviderProfile,
+        Route,
+        RuntimeProfile,
+        load_profile_document,
+    )
+    from turnledger.replay.formats import FORMATS, read_jsonl
+
+    if args.format not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    runtime: RuntimeProfile | None = None
+    providers: tuple[ProviderProfile, ...] = ()
+    route: Route | None = None
+    if args.profile:
+        document = load_profile_document(args.profile)
+        runtime, providers, route = document.runtime, document.providers, document.route
+    imported: list[str] = []
+    rejected: list[str] = []
+    lines = text.count("\n") + 1
+    progress = _Progress("importing")
+    with _open(args) as store:
+        for number, parsed in read_jsonl(text, args.format):
+            progress(number, lines)
+            if isinstance(parsed, Exception):
+                rejected.append(f"{path}:{parsed}")
+                continue
+            session = store.start_session(profile=runtime, providers=providers, route=route)
+            for message in parsed:
+                session.append(message)
+            imported.append(session.id)
+    progress.close()
+    if args.json:
+        _dump_json({"imported": imported, "rejected": rejected}, out)
+    else:
+        for session_id in imported:
+            print(session_id, file=out)
+    for reason in rejected:
+        print(f"turnledger: rejected {reason}", file=sys.stderr)
+    return EXIT_CHECK_FAILED if rejected else EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.replay.formats import FORMATS, write_jsonl_line
+
+    if args.format not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
+    with _open(args) as store:
+        state = store.read_state(args.session)
+        print(write_jsonl_line(state.chat_view(), args.format), file=out)
+    return EXIT_OK
+
+
+def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.replay.timeline import session_summaries
+
+    with _open(args) as store:
+        rows = session_summaries(store.backend)
+    if args.json:
+        _dump_json(rows, out)
+        return EXIT_OK
+    if not rows:
+        print("no sessions", file=out)
+        return EXIT_OK
+    _table(
+        [[r["session_id"], r["started_at"], r["legacy"], r["events"], r["messages"],
+          r["trims"], r["requests"], r["route"]] for r in rows],
+        ["session", "started", "legacy", "events", "messages", "trims", "requests", "route"],
+        out,
+    )
+    return EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.domain.messages import to_chat_messages
+    from turnledger.replay.timeline import timeline, views_at
+
+    with _open(args) as store:
+        events = store.events_of(args.session)
+    if args.at is not None or args.view is not None:
+        at = len(events) if args.at is None else args.at
+        if not 1 <= at <= len(events):
+            raise UsageError(f"--at must be between 1 and {len(events)}, got {at}")
+        chat, conversation = views_at(events, at)
+        view = args.view or "chat"
+        messages = chat if view == "chat" else to_chat_messages(conversation)
+        if args.json:
+            payload = [
+                {"role": m.role, "content": m.content, "attachments": list(m.attachments),
+                 "synthetic": m.synthetic}
+                for m in messages
+            ]
+            _dump_json({"session": args.session, "at": at, "view": view, "messages": payload},
+                       out)
+        else:
+            print(f"{view} view of {args.session} as of event {at} "
+                  f"({len(messages)} messages)", file=out)
+            for m in messages:
+                text = m.content if len(m.content) <= 160 else m.content[:157] + "..."
+                print(f"[{m.role}{'*' if m.synthetic else ''}] {text}", file=out)
+        return EXIT_OK
+    entries = timeline(events)
+    if args.json:
+        print("[" + ",\n".join(e.to_json() for e in entries) + "]", file=out)
+    else:
+        _table([[e.position, e.timestamp.strftime("%H:%M:%S.%f")[:-3], e.type, e.summary]
+                for e in entries], ["#", "time", "event", "summary"], out)
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.replay.audit import verify
+
+    progress = _Progress("verifying")
+    with _open(args) as store:
+        ids = [store.session_uuid(args.session)] if args.session else None
+        report = verify(store.backend, ids, progress=progress)
+    progress.close()
+    if args.json:
+        print(report.to_json(), file=out)
+    else:
+        for v in report.violations:
+            print(f"VIOLATION session {v.session_id} position {v.position}: "
+                  f"[{v.rule}] {v.detail}", file=out)
+        status = "OK" if report.ok else f"FAILED ({len(report.violations)} violations)"
+        print(f"verified {report.sessions_checked:,} sessions, {report.events_checked:,} events "
+              f"in {report.seconds:.2f} s: {status}", file=out)
+    return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.projections.analytics import Analytics
+
+    progress = _Progress("catching up")
+    with _open(args) as store:
+        analytics = Analytics(store.backend)
+        try:
+            analytics.catch_up(progress=progress)
+            progress.close()
+            sessions, routes, totals = (
+                analytics.session_stats(), analytics.route_stats(), analytics.totals()
+            )
+        finally:
+            analytics.close()
+    if args.json:
+        _dump_json({"sessions": sessions, "routes": routes, "totals": totals}, out)
+        return EXIT_OK
+    print("per session", file=out)
+    _print_session_stats(sessions, out)
+    print("\nper route", file=out)
+    _table(
+        [[r["provider"], r["model"], r.get("appends"), r.get("trims_token_budget"),
+          r.get("trims_turn_limit"), r.get("messages_dropped"), r.get("tokens_dropped"),
+          r.get("requests_prepared"), r.get("requests_rejected"), r.get("overflow_recoveries"),
+          r.get("peak_estimated_tokens")] for r in routes],
+        ["provider", "model", "appends", "trims budget", "trims turns", "msgs dropped",
+         "tokens dropped", "prepared", "rejected", "overflows", "peak tokens"],
+        out,
+    )
+    print("\ntotals: " + ", ".join(f"{k} {_cell(v)}" for k, v in sorted(totals.items())),
+          file=out)
+    return EXIT_OK
+
+
+def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
+    import attrs
+
+    from turnledger.domain.events import SessionStarted
+    from turnledger.replay.whatif import what_if
+
+    with _open(args) as store:
+        events = store.events_of(args.session)
+    started = events[0]
+    assert isinstance(started, SessionStarted)
+    changes: dict[str, Any] = {}
+    if args.max_context_tokens is not None:
+        changes["max_context_tokens"] = args.max_context_tokens
+    if args.context_compact_ratio is not None:
+        changes["context_compact_ratio"] = args.context_compact_ratio
+    if args.max_history_messages is not None:
+        changes["max_history_messages"] = args.max_history_messages
+    profile = attrs.evolve(started.profile, **changes)
+    report = what_if(events, profile)
+    if args.json:
+        print(report.to_json(), file=out)
+        return EXIT_OK
+    rows = report.rows()
+    if rows:
+        _table([list(r.values()) for r in rows], list(rows[0].keys()), out)
+    print("\n" + report.summary(), file=out)
+    return EXIT_OK
+
+
+def cmd_projections_run(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.projections.analytics import Analytics
+
+    progress = _Progress("catching up")
+    with _open(args) as store:
+        analytics = Analytics(store.backend)
+        try:
+            applied = analytics.catch_up(progress=progress)
+            progress.close()
+            print(f"applied {applied:,} events", file=out)
+            if args.follow:
+                print("following new events (Ctrl-C to stop)", file=out)
+                out.flush()
+                try:
+                    analytics.follow(poll_interval=args.interval)
+                except KeyboardInterrupt:
+                    print("stopped", file=out)
+        finally:
+            analytics.close()
+    return EXIT_OK
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="turnledger",
+        description="Event-sourced conversation history for LLM agent runtimes.",
+        epilog="Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input.",
+    )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("TURNLEDGER_STORE", DEFAULT_STORE),
+        help="store URL: sqlite:///path.db, memory://, postgresql://user@host:port/db "
+        "(default: $TURNLEDGER_STORE, else sqlite:///./turnledger.db)",
+    )
+    from turnledger import __version__
+
+    parser.add_argument("--version", action="version", version=f"turnledger {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("demo", help="run a scripted agent session and narrate every trim")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)")
+    p.add_argument("file", help="JSONL file: one conversation's message list per line")
+    p.add_argument("--format", required=True, choices=("openai", "anthropic"))
+    p.add_argument("--profile", help="TOML profile for the imported sessions")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="a session's chat view as one JSONL line")
+    p.add_argument("session")
+    p.add_argument("--format", required=True, choices=("openai", "anthropic"))
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("sessions", help="list sessions with counts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_sessions)
+
+    p = sub.add_parser("replay", help="a session's timeline, or a view as of an event")
+    p.add_argument("session")
+    p.add_argument("--at", type=int, metavar="N", help="event position (1 = first event)")
+    p.add_argument("--view", choices=("chat", "conversation"))
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("verify", help="audit: rebuild views, check invariants and hash chains")
+    p.add_argument("session", nargs="?")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("stats", help="the analytics projections")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("what-if", help="replay a session under another profile (writes nothing)")
+    p.add_argument("session")
+    p.add_argument("--max-context-tokens", type=_non_negative_int, metavar="N")
+    p.add_argument("--context-compact-ratio", type=float, metavar="R")
+    p.add_argument("--max-history-messages", type=_non_negative_int, metavar="N")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_what_if)
+
+    p = sub.add_parser("projections", help="maintain the analytics tables")
+    psub = p.add_subparsers(dest="projections_command", metavar="ACTION", parser_class=_Parser)
+    psub.required = True
+    run = psub.add_parser("run", help="bring the analytics tables up to date")
+    run.add_argument("--follow", action="store_true", help="keep following new events")
+    run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
+    run.set_defaults(func=cmd_projections_run)
+    return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace, TextIO], int] = args.func
+    try:
+        return func(args, out or sys.stdout)
+    except CorruptRecord as error:
+        print(f"turnledger: corrupt store: {error}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    except (UsageError, TurnledgerError) as error:
+        print(f"turnledger: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
