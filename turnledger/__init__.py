@@ -68,6 +68,8 @@ from turnledger.domain.trimming import (
     trim_to_recent_turns,
 )
 from turnledger.domain.truncate import DEFAULT_MAX_TOOL_RESULT_CHARS, truncate_tool_result
+from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
+from turnledger.store.session import Session, Store, open_store
 
 __all__ = [
     "BREADCRUMB_TEXT",
@@ -88,6 +90,7 @@ __all__ = [
     "HistoryTrimmed",
     "InvalidMessage",
     "InvalidProfile",
+    "InvalidStoreURL",
     "MessageAppended",
     "OrphansSwept",
     "OverflowRecovered",
@@ -103,7 +106,10 @@ __all__ = [
     "RouteSelected",
     "RuntimeProfile",
     "SessionNotFound",
+    "Session",
     "SessionStarted",
+    "Store",
+    "StoreUnavailable",
     "SweepResult",
     "ToolCall",
     "ToolResult",
@@ -117,10 +123,12 @@ __all__ = [
     "is_context_window_exceeded",
     "load_profile",
     "load_profile_document",
+    "open_store",
     "request_digest",
     "request_window",
     "resolve_capacity",
     "resolve_route",
+    "retry_on_conflict",
     "sweep_conversation_orphans",
     "sweep_orphans",
     "to_chat_messages",
