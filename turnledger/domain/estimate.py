@@ -19,8 +19,10 @@ keep prefix sums (the session) compute each cost once with `message_tokens` / `m
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
+
+import attrs
 
 from turnledger.domain.messages import ChatMessage, is_real_user_message
 
@@ -29,9 +31,11 @@ __all__ = [
     "FRAMING_TOKENS",
     "IMAGE_MARKER_PREFIX",
     "IMAGE_TOKEN_ESTIMATE",
+    "ImageMarker",
     "current_turn_start",
     "estimate_history_tokens",
     "image_count",
+    "image_markers",
     "is_loadable_image_reference",
     "message_costs",
     "message_tokens",
@@ -104,23 +108,50 @@ def _collapse_marker(raw: str) -> str:
     return _WRAP.sub("", raw).strip()
 
 
+@attrs.frozen
+class ImageMarker:
+    """One ``[IMAGE:ref]`` marker in a text: ``text[start:end]`` is the whole marker.
+
+    ``ref`` is the reference with surrounding whitespace and line wraps removed.
+    """
+
+    start: int
+    end: int
+    ref: str
+
+    @property
+    def loadable(self) -> bool:
+        """True when the image is transmitted, so charged (R21); placeholders are text."""
+        return bool(self.ref) and is_loadable_image_reference(self.ref)
+
+
+def image_markers(text: str) -> Iterator[ImageMarker]:
+    """Every ``[IMAGE:…]`` marker of ``text``, from the prefix to the next ``]`` — the one scan.
+
+    The estimate (R21), truncation (R39: never split a marker) and the transcript exporters
+    all read markers through this function. An unterminated prefix is text, and so is every
+    later one (no ``]`` follows), which keeps the scan linear.
+    """
+    cursor = 0
+    while (start := text.find(IMAGE_MARKER_PREFIX, cursor)) != -1:
+        ref_start = start + len(IMAGE_MARKER_PREFIX)
+        end = text.find("]", ref_start)
+        if end == -1:
+            return
+        yield ImageMarker(start, end + 1, _collapse_marker(text[ref_start:end]))
+        cursor = end + 1
+
+
 def _scan_markers(text: str) -> tuple[int, int]:
     """(UTF-8 bytes of the text outside loadable markers, number of loadable markers)."""
     total = utf8_len(text)
     if IMAGE_MARKER_PREFIX not in text:
         return total, 0
     removed = images = 0
-    cursor = 0
-    while (start := text.find(IMAGE_MARKER_PREFIX, cursor)) != -1:
-        ref_start = start + len(IMAGE_MARKER_PREFIX)
-        end = text.find("]", ref_start)
-        if end == -1:
-            break  # an unterminated marker is text
-        ref = _collapse_marker(text[ref_start:end])
-        if ref and is_loadable_image_reference(ref):
+    for marker in image_markers(text):
+        if marker.loadable:
             images += 1
-            removed += utf8_len(text[start : end + 1])
-        cursor = end + 1
+            removed += utf8_len(text[marker.start : marker.end])
     return total - removed, images
 
 

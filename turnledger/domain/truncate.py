@@ -28,7 +28,7 @@ from typing import Final
 import attrs
 
 from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.estimate import IMAGE_MARKER_PREFIX
+from turnledger.domain.estimate import image_markers
 from turnledger.domain.messages import (
     Chat,
     ChatMessage,
@@ -67,21 +67,9 @@ def _check_max_chars(max_chars: object) -> int:
 
 
 def _image_marker_spans(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each ``[IMAGE:…]`` marker: from the prefix to the next ``]``, inclusive.
-
-    The same boundaries as the token estimate's marker scan (R21), loadable or not: a
-    placeholder is still a marker that a cut must not split.
-
-    Scanned by hand rather than with a regex so that many unterminated prefixes cost linear,
-    not quadratic, time: once no ``]`` follows, no later prefix can be closed either.
-    """
-    position = 0
-    while (start := text.find(IMAGE_MARKER_PREFIX, position)) >= 0:
-        close = text.find("]", start + len(IMAGE_MARKER_PREFIX))
-        if close < 0:
-            return
-        yield start, close + 1
-        position = close + 1
+    """(start, end) of each ``[IMAGE:…]`` marker, loadable or not: a placeholder is still a
+    marker that a cut must not split (R39). The scan is the estimate's (one place)."""
+    return ((m.start, m.end) for m in image_markers(text))
 
 
 def truncate_text(text: str, max_chars: int) -> str:

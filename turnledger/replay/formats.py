@@ -26,7 +26,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.estimate import IMAGE_MARKER_PREFIX, is_loadable_image_reference
+from turnledger.domain.estimate import (
+    IMAGE_MARKER_PREFIX,
+    image_markers,
+)
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
@@ -58,7 +61,6 @@ _UNKNOWN_CALL_ID: Final = "unknown"
 # key on export and unwrapped on import, so nothing is lost either way.
 _RAW_ARGUMENTS_KEY: Final = "_raw"
 
-_WRAP_RE: Final = re.compile(r"[\r\n]\s*")
 _DATA_URL_RE: Final = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
 
@@ -121,23 +123,12 @@ def _marker(where: _Where, path: str, ref: str) -> str:
 
 
 def _image_markers(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, ref) of each loadable ``[IMAGE:ref]`` marker, found as the estimate finds them.
+    """(start, end, ref) of each loadable ``[IMAGE:ref]`` marker, found by the estimate's scan.
 
     Those are the markers whose images are transmitted (R21), so they are the ones exported as
-    images. A ref wrapped across lines is one ref (newline plus indentation removed).
+    images.
     """
-    found: list[tuple[int, int, str]] = []
-    cursor = 0
-    while (start := text.find(IMAGE_MARKER_PREFIX, cursor)) != -1:
-        ref_start = start + len(IMAGE_MARKER_PREFIX)
-        end = text.find("]", ref_start)
-        if end == -1:
-            break
-        ref = _WRAP_RE.sub("", text[ref_start:end]).strip()
-        if ref and is_loadable_image_reference(ref):
-            found.append((start, end + 1, ref))
-        cursor = end + 1
-    return found
+    return [(m.start, m.end, m.ref) for m in image_markers(text) if m.loadable]
 
 
 def _split_user_content(text: str) -> list[tuple[str, str]]:
