@@ -69,6 +69,8 @@ from turnledger.replay.timeline import (
 from turnledger.replay.whatif import what_if
 from turnledger.store.session import Session, Store, open_store
 
+from .conftest import Target
+
 OPENAI = ProviderProfile("openai", "gpt-4o", 128_000)
 ANTHROPIC = ProviderProfile("anthropic", "claude", 200_000)
 OPAQUE = ProviderProfile("opaque", "mystery")  # capacity unknown (R17, R19)
@@ -168,10 +170,10 @@ def record_legacy(store: Store) -> Live:
     return live
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path}/x.db"
-    with open_store(url) as opened:
+@pytest.fixture
+def store(target: Target) -> Iterator[Store]:
+    """A fresh store on every backend: memory, SQLite and PostgreSQL (conftest's ``target``)."""
+    with open_store(target.url) as opened:
         yield opened
 
 
