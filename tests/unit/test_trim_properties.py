@@ -21,6 +21,7 @@ from turnledger.domain.messages import (
     parse_tool_envelope,
     to_chat_messages,
 )
+from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import (
     TrimResult,
     trim_conversation_to_recent_turns,
@@ -237,3 +238,27 @@ def test_r9_conversation_trim_invariants(
         result.tokens_after,
         result.kept_turns,
     )
+
+
+@given(_history_and_budget(), limits)
+def test_r37_sweep_finds_nothing_after_whole_turn_trimming(
+    case: tuple[list[ChatMessage], int], max_turns: int
+) -> None:
+    """On a consistent history trimmed by whole turns (budget, then count), the sweep is a no-op."""
+    history, budget = case
+    trimmed = trim_to_recent_turns(history, budget).history
+    counted = trim_to_recent_turn_count(list(trimmed), max_turns).history
+    for candidate in (trimmed, counted):
+        swept = sweep_orphans(candidate)
+        found = (swept.removed, swept.orphan_tool_call_ids, swept.history)
+        assert (0, (), tuple(candidate)) == found
+
+
+@given(conversation_histories(), limits)
+def test_r37_conversation_sweep_finds_nothing_after_turn_limit(
+    history: list[ConversationMessage], max_turns: int
+) -> None:
+    """The structured sweep finds nothing on a structured history trimmed to a turn limit."""
+    trimmed = trim_conversation_to_recent_turns(history, max_turns).history
+    swept = sweep_conversation_orphans(trimmed)
+    assert (0, (), tuple(trimmed)) == (swept.removed, swept.orphan_tool_call_ids, swept.history)
