@@ -758,13 +758,20 @@ def _open_postgres(
             f" ({error})"
         ) from None
     settings.update(url_settings)
-    _connect_and_create_schema(url, settings, schema)
-    return _build(url, PostgresFactory, settings, mapper)
+    with _schema_setup_lock(url, settings, schema):
+        return _build(url, PostgresFactory, settings, mapper)
 
 
-def _connect_and_create_schema(url: str, settings: Mapping[str, str], schema: str) -> None:
-    """One direct connection first: the library's pool would only say "couldn't get a
-    connection" where the driver says why (no such database, authentication failed)."""
+@contextlib.contextmanager
+def _schema_setup_lock(url: str, settings: Mapping[str, str], schema: str) -> Iterator[None]:
+    """Create the schema and hold an advisory lock on it while the tables are set up.
+
+    One direct connection first: the library's pool would only say "couldn't get a
+    connection" where the driver says why (no such database, authentication failed). The
+    lock serialises the library's table setup (which replaces a function every time) across
+    processes opening the same store at once: without it PostgreSQL may answer "tuple
+    concurrently updated" to one of them.
+    """
     import psycopg
     import psycopg.conninfo
     from psycopg import sql
@@ -775,8 +782,16 @@ def _connect_and_create_schema(url: str, settings: Mapping[str, str], schema: st
     conninfo = psycopg.conninfo.make_conninfo(
         "", connect_timeout=settings["POSTGRES_CONNECT_TIMEOUT"], **params
     )
+    lock_key = "turnledger:setup:" + schema
     try:
-        with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection = psycopg.connect(conninfo, autocommit=True)
+    except psycopg.Error as error:
+        raise StoreUnavailable(
+            f"cannot open {redact_url(url)}: {describe_error(error)}"
+        ) from error
+    with connection:
+        try:
+            connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
             found = connection.execute(
                 "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
             ).fetchone()
@@ -785,10 +800,15 @@ def _connect_and_create_schema(url: str, settings: Mapping[str, str], schema: st
                     connection.execute(
                         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
                     )
-    except psycopg.Error as error:
-        raise StoreUnavailable(
-            f"cannot open {redact_url(url)}: {describe_error(error)}"
-        ) from error
+        except psycopg.Error as error:
+            raise StoreUnavailable(
+                f"cannot open {redact_url(url)}: {describe_error(error)}"
+            ) from error
+        try:
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
 
 
 # -- shared --
