@@ -26,6 +26,7 @@ import json
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 from itertools import accumulate
 from typing import Any
 from uuid import UUID
@@ -213,8 +214,11 @@ def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple
 
 # --- state ----------------------------------------------------------------------------------
 
-def _chat_of(item: ConversationMessage) -> list[ChatMessage]:
-    return to_chat_messages((item,))
+@lru_cache(maxsize=8192)
+def _chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
+    """The provider-facing messages of one item, memoised: items are immutable, and a
+    window's items are rendered again for every request (the cache hits by identity)."""
+    return tuple(to_chat_messages((item,)))
 
 
 def _is_system(item: ConversationMessage) -> bool:
@@ -343,7 +347,7 @@ class SessionState:
 
     def chat_view(self) -> list[ChatMessage]:
         """The provider-facing working history (R27a: equals the last prepared request)."""
-        return to_chat_messages(self.view_items(View.CHAT))
+        return [m for item in self.view_items(View.CHAT) for m in _chat_of(item)]
 
     def conversation_view(self) -> list[ConversationMessage]:
         return self.view_items(View.CONVERSATION)
@@ -434,11 +438,16 @@ class SessionState:
             _sent_count(i) if r else 0 for i, r in zip(self.items, real)
         )]
 
-    def compact(self) -> None:
-        """Forget log items no view can show again (before the earliest cursor); O(window)."""
+    def compact(self, *, force: bool = False) -> None:
+        """Forget log items no view can show again (before the earliest cursor).
+
+        Runs only once the forgettable part is at least half the window (or when forced), so
+        its O(window) copy is amortised O(1) per trim; until then the views skip those items
+        through their cursors.
+        """
         earliest = min(self.conv_cursor, self.chat_cursor) if not self.legacy else self.chat_cursor
         cut = self._idx(earliest)
-        if cut <= 0:
+        if cut <= 0 or (not force and 2 * cut < len(self.items)):
             return
         for p in self.system_positions[: bisect_left(self.system_positions, earliest)]:
             item = self.items[self._idx(p)]
@@ -454,7 +463,12 @@ class SessionState:
             bisect_left(self.system_positions, earliest):
         ]
         self.swept = {p for p in self.swept if p >= earliest}
-        self._rebuild_prefixes()
+        # Sums are read as differences of prefix values, so a suffix of each prefix list is
+        # still valid after the cut: no need to recompute them.
+        self.cost_prefix = self.cost_prefix[cut:]
+        self.sys_prefix = self.sys_prefix[cut:]
+        self.real_prefix = self.real_prefix[cut:]
+        self.sent_prefix = self.sent_prefix[cut:]
 
 
 # --- evolve ---------------------------------------------------------------------------------
