@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -342,15 +344,38 @@ def cmd_projections_run(args: argparse.Namespace, out: TextIO) -> int:
             progress.close()
             print(f"applied {applied:,} events", file=out)
             if args.follow:
+                stop = threading.Event()
+                restore = _stop_on_sigterm(stop)  # before announcing: a prompt TERM is honoured
                 print("following new events (Ctrl-C to stop)", file=out)
                 out.flush()
                 try:
-                    analytics.follow(poll_interval=args.interval)
+                    analytics.follow(poll_interval=args.interval, stop=stop)
                 except KeyboardInterrupt:
-                    print("stopped", file=out)
+                    pass
+                finally:
+                    restore()
+                print("stopped", file=out)
         finally:
             analytics.close()
     return EXIT_OK
+
+
+def _stop_on_sigterm(stop: threading.Event) -> Callable[[], None]:
+    """Make SIGTERM set ``stop`` (until the returned function restores the old handler).
+
+    A follower runs as a service: its manager stops it with SIGTERM, which must end it like
+    Ctrl-C (exit 0, connections closed) instead of killing it mid-batch. Signal handlers can
+    only be installed from the main thread; elsewhere (``main()`` called in-process) this does
+    nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 # --- parser ---------------------------------------------------------------------------------

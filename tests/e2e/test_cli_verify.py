@@ -1,0 +1,139 @@
+"""``turnledger verify`` as a subprocess: a healthy store passes, tampering is named (E2, E6, E11).
+
+The tampering tests edit ``stored_events`` behind the CLI's back — with sqlite3 on the SQLite
+file, and once with psycopg on the PostgreSQL schema — then expect exit 1 and a violation that
+names the session and the event position. They work on the second line of ``openai.jsonl``:
+events 1-2 start the session, 3-9 append its seven messages; version 6 is the `ToolResults`
+holding ``4.2M`` (the ``du`` output).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from .conftest import Cli, StoreTarget, describe
+
+TOOL_RESULTS_VERSION = 6
+MISSING_VERSION = 5
+
+
+def _rewrite_state(
+    target: StoreTarget, session_id: str, version: int, change: Callable[[bytes], bytes]
+) -> None:
+    """Replace the stored bytes of one record with ``change(bytes)`` (must differ)."""
+    mark = target.mark()
+    where = f"WHERE originator_id = {mark} AND originator_version = {mark}"
+    key = (target.stored_id(session_id), version)
+    ((state,),) = target.query(f"SELECT state FROM stored_events {where}", *key)
+    edited = change(bytes(state))
+    assert edited != bytes(state)
+    target.query(f"UPDATE stored_events SET state = {mark} {where}", edited, *key)
+
+
+def _violations(cli: Cli) -> list[dict[str, object]]:
+    """The violations of `verify --json`, which must exit 1."""
+    result = cli.run("verify", "--json")
+    assert 1 == result.returncode, describe(result)
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    violations: list[dict[str, object]] = report["violations"]
+    return violations
+
+
+def test_e6_verify_exits_0_on_a_healthy_store_and_json_counts_everything(cli: Cli) -> None:
+    """verify exits 0 after a demo and an import; --json counts every session and event."""
+    demo_id, _ = cli.demo()
+    cli.import_fixture("openai")
+    counts = cli.event_counts()
+
+    text = cli.ok("verify")
+    report = cli.json("verify", "--json")
+    one = cli.json("verify", demo_id, "--json")
+
+    assert text.rstrip().endswith(": OK"), text
+    assert (True, 6, sum(counts.values()), []) == (
+        report["ok"], report["sessions_checked"], report["events_checked"], report["violations"]
+    )
+    assert (True, 1, counts[demo_id]) == (
+        one["ok"], one["sessions_checked"], one["events_checked"]
+    )
+
+
+def test_e2_verify_names_session_and_position_of_bytes_edited_in_the_sqlite_file(
+    sqlite_cli: Cli,
+) -> None:
+    """Editing one record's state bytes in the SQLite file: verify exits 1 naming it."""
+    ids = sqlite_cli.import_fixture("openai")
+    victim = ids[1]
+    # Same length, still valid msgpack: only the hash chain can tell (E2, ADR-0004).
+    _rewrite_state(sqlite_cli.target, victim, TOOL_RESULTS_VERSION,
+                   lambda state: state.replace(b"4.2M", b"9.9M"))
+
+    result = sqlite_cli.run("verify")
+
+    assert 1 == result.returncode, describe(result)
+    assert f"session {victim} position {TOOL_RESULTS_VERSION}:" in result.stdout
+    [violation] = _violations(sqlite_cli)
+    assert (victim, TOOL_RESULTS_VERSION) == (violation["session_id"], violation["position"])
+    assert str(violation["rule"]).startswith("E2-"), violation
+    # The other sessions still verify: the finding is local to the edited session.
+    assert 0 == sqlite_cli.run("verify", ids[0]).returncode
+
+
+def test_e2_verify_names_session_and_position_of_a_deleted_middle_record(
+    sqlite_cli: Cli,
+) -> None:
+    """Deleting a middle record from the SQLite file: verify exits 1 naming the gap."""
+    victim = sqlite_cli.import_fixture("openai")[1]
+    target = sqlite_cli.target
+    target.query("DELETE FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+                 target.stored_id(victim), MISSING_VERSION)
+
+    result = sqlite_cli.run("verify")
+
+    assert 1 == result.returncode, describe(result)
+    assert f"session {victim} position {MISSING_VERSION}:" in result.stdout
+    [violation] = _violations(sqlite_cli)
+    assert (victim, MISSING_VERSION) == (violation["session_id"], violation["position"])
+
+
+def test_e11_undecodable_record_is_a_violation_and_replay_exits_1_naming_it(
+    sqlite_cli: Cli,
+) -> None:
+    """Garbage in one record: verify and replay exit 1 naming session and position."""
+    ids = sqlite_cli.import_fixture("openai")
+    victim = ids[1]
+    _rewrite_state(sqlite_cli.target, victim, MISSING_VERSION, lambda _: b"\xc1garbage")
+
+    [violation] = _violations(sqlite_cli)
+    replay = sqlite_cli.run("replay", victim, "--json")
+    listed = {row["session_id"]: row for row in sqlite_cli.json("sessions", "--json")}
+
+    assert (victim, MISSING_VERSION) == (violation["session_id"], violation["position"])
+    assert 1 == replay.returncode, describe(replay)
+    assert 1 == len(replay.stderr.splitlines()), replay.stderr
+    assert victim in replay.stderr
+    assert f"version {MISSING_VERSION}" in replay.stderr
+    # One bad record does not hide the list: every session is listed, the victim flagged.
+    assert set(ids) == set(listed)
+    assert MISSING_VERSION == listed[victim]["corrupt_at"]
+
+
+@pytest.mark.postgres
+def test_e2_verify_names_session_and_position_of_a_row_edited_in_postgresql(
+    postgres_cli: Cli,
+) -> None:
+    """Editing one record's state with psycopg in the PostgreSQL schema: verify exits 1."""
+    victim = postgres_cli.import_fixture("openai")[1]
+    _rewrite_state(postgres_cli.target, victim, TOOL_RESULTS_VERSION,
+                   lambda state: state.replace(b"4.2M", b"9.9M"))
+
+    result = postgres_cli.run("verify")
+
+    assert 1 == result.returncode, describe(result)
+    assert f"session {victim} position {TOOL_RESULTS_VERSION}:" in result.stdout
+    [violation] = _violations(postgres_cli)
+    assert (victim, TOOL_RESULTS_VERSION) == (violation["session_id"], violation["position"])
