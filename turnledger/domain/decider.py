@@ -69,20 +69,18 @@ from turnledger.domain.events import (
     View,
 )
 from turnledger.domain.messages import (
-    AssistantToolCalls,
     Chat,
     ChatMessage,
     ConversationMessage,
-    ToolResult,
     ToolResults,
     as_conversation_message,
-    is_real_user_message,
-    parse_assistant_envelope,
     parse_tool_envelope,
     to_chat_messages,
 )
 from turnledger.domain.sweep import sweep_conversation_orphans
+from turnledger.domain.trimming import turns_to_drop_for_budget, turns_to_drop_for_count
 from turnledger.domain.truncate import truncate_conversation_message
+from turnledger.domain.turns import is_system_item, is_turn_start_item
 
 __all__ = [
     "AppendMessage",
@@ -221,14 +219,6 @@ def _chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
     return tuple(to_chat_messages((item,)))
 
 
-def _is_system(item: ConversationMessage) -> bool:
-    return isinstance(item, Chat) and item.message.role == "system"
-
-
-def _is_turn_start(item: ConversationMessage) -> bool:
-    return isinstance(item, Chat) and is_real_user_message(item.message)
-
-
 def _sent_count(item: ConversationMessage | None) -> int:
     """How many provider-facing messages an item becomes."""
     return len(item.results) if isinstance(item, ToolResults) else int(item is not None)
@@ -266,7 +256,6 @@ class SessionState:
     legacy: bool = False
     resolved: ResolvedRoute | None = None
     leading: list[ConversationMessage] = attrs.field(factory=list)
-    leading_closed: bool = False
     retained: list[ConversationMessage] = attrs.field(factory=list)
     base: int = 0
     items: list[ConversationMessage | None] = attrs.field(factory=list)
@@ -394,7 +383,7 @@ class SessionState:
 
     def _push(self, item: ConversationMessage | None) -> None:
         cost = 0 if item is None else _base_cost(item)
-        system = item is not None and _is_system(item)
+        system = item is not None and is_system_item(item)
         position = self.next_position
         self.items.append(item)
         self.costs.append(cost)
@@ -404,7 +393,7 @@ class SessionState:
         real = not system and item is not None
         self.real_prefix.append(self.real_prefix[-1] + (1 if real else 0))
         self.sent_prefix.append(self.sent_prefix[-1] + (_sent_count(item) if real else 0))
-        if item is not None and _is_turn_start(item):
+        if item is not None and is_turn_start_item(item):
             self.turn_starts.append(position)
         if system:
             self.system_positions.append(position)
@@ -430,9 +419,9 @@ class SessionState:
     def _rebuild_prefixes(self) -> None:
         self.cost_prefix = [0, *accumulate(self.costs)]
         self.sys_prefix = [0, *accumulate(
-            c if i is not None and _is_system(i) else 0 for i, c in zip(self.items, self.costs)
+            c if i is not None and is_system_item(i) else 0 for i, c in zip(self.items, self.costs)
         )]
-        real = [i is not None and not _is_system(i) for i in self.items]
+        real = [i is not None and not is_system_item(i) for i in self.items]
         self.real_prefix = [0, *accumulate(1 if r else 0 for r in real)]
         self.sent_prefix = [0, *accumulate(
             _sent_count(i) if r else 0 for i, r in zip(self.items, real)
@@ -483,13 +472,12 @@ def evolve(state: SessionState, event: DomainEvent) -> SessionState:
             state.legacy = event.legacy
             state.resolved = resolve_route(event.profile, event.providers, event.route)
         case MessageAppended(message=item):
-            if not state.leading_closed and _is_system(item):
+            if state.next_position == len(state.leading) and is_system_item(item):
                 state.leading.append(item)
                 state.leading_cost += _base_cost(item)
                 state.base += 1
                 state.conv_cursor = state.chat_cursor = state.base
             else:
-                state.leading_closed = True
                 state._push(item)
         case RouteSelected():
             state.resolved = resolve_route(state.profile, state.providers, event.route)
@@ -594,33 +582,31 @@ def _trim_events(
 def _cursor_for_budget(state: SessionState, target: int) -> int | None:
     """First kept turn start so the chat view fits ``target`` (R7), or None if no trim helps.
 
-    Drops as few whole turns as possible; keeps the newest turn even if still over (R6). The
-    scan walks forward over the turns it drops, so its cost is amortised by what is dropped.
+    The rule is trimming's (`turns_to_drop_for_budget`: fewest whole turns, the newest kept even
+    if still over, R6); the session only supplies the estimates, O(1) each from prefix sums.
     """
     starts = state.turns_from(state.chat_cursor)
-    if len(starts) <= 1:
-        return None
-    if state.chat_tokens() <= target:
-        return None
-    for candidate in starts[1:]:
-        if state.chat_tokens(candidate, True) <= target:
-            return candidate
-    return starts[-1]
+
+    def tokens_after(dropped: int) -> int:
+        return state.chat_tokens() if dropped == 0 else state.chat_tokens(starts[dropped], True)
+
+    dropped = turns_to_drop_for_budget(len(starts), tokens_after, target)
+    return starts[dropped] if dropped else None
 
 
 def _decide_turn_limit(state: SessionState, command: EnforceTurnLimit) -> list[DomainEvent]:
     view = View.CHAT if state.legacy else View.CONVERSATION
     limit = state.profile.max_history_turns
     starts = state.turns_from(state.cursor_of(view))
-    keep = max(limit, 1)  # R6, R29: 0 still keeps the newest complete turn
-    if len(starts) <= keep:
+    dropped = turns_to_drop_for_count(len(starts), limit)  # R6, R29: 0 keeps the newest turn
+    if not dropped:
         return []
     return _trim_events(
         state,
         view=view,
         trigger=command.trigger,
         reason=TrimReason.TURN_LIMIT,
-        new_cursor=starts[len(starts) - keep],
+        new_cursor=starts[dropped],
         limit=limit,
         now=command.now,
         visible=not state.legacy,  # R34: the legacy loop reports the turn limit in logs only
@@ -731,13 +717,13 @@ def _decide_overflow(state: SessionState, command: RecoverFromOverflow) -> list[
 def _decide_sweep(state: SessionState, command: SweepOrphans) -> list[DomainEvent]:
     start = state._body_start(state.conv_cursor if not state.legacy else state.chat_cursor)
     positions: list[int] = []
-    normalized: list[ConversationMessage] = []
+    items_in_view: list[ConversationMessage] = []
     for p in range(start, state.next_position):
         item = state.items[state._idx(p)]
         if item is not None:
             positions.append(p)
-            normalized.append(_normalize(item))
-    result = sweep_conversation_orphans(normalized)
+            items_in_view.append(item)
+    result = sweep_conversation_orphans(items_in_view)
     if not result.removed_indices and not result.rewritten:
         return []
     return [
@@ -749,21 +735,6 @@ def _decide_sweep(state: SessionState, command: SweepOrphans) -> list[DomainEven
             rewritten=tuple((positions[i], item) for i, item in result.rewritten),
         )
     ]
-
-
-def _normalize(item: ConversationMessage) -> ConversationMessage:
-    """Read a legacy ChatMessage item as its structured equivalent, for the sweep only."""
-    if isinstance(item, Chat):
-        m = item.message
-        if m.role == "assistant":
-            parsed = parse_assistant_envelope(m.content)
-            if parsed is not None:
-                return AssistantToolCalls(parsed[0], parsed[1])
-        elif m.role == "tool":
-            tool = parse_tool_envelope(m.content)
-            if tool is not None:
-                return ToolResults((ToolResult(tool[0], tool[1], "", m.attachments),))
-    return item
 
 
 def decide(state: SessionState, command: Command) -> list[DomainEvent]:
@@ -863,7 +834,7 @@ def execute(state: SessionState, command: Command) -> list[DomainEvent]:
         case AppendMessage():
             steps = [command]
             item = as_conversation_message(command.message)
-            if _is_turn_start(item):
+            if is_turn_start_item(item):
                 steps.append(EnforceTurnLimit(TrimTrigger.APPEND, command.now))  # R27a
         case PrepareRequest():
             steps = [

@@ -46,6 +46,7 @@ from turnledger.domain.turns import (
     Segmentation,
     is_breadcrumb_item,
     is_system_item,
+    is_system_message,
     segment,
     segment_conversation,
 )
@@ -212,10 +213,6 @@ def drop_oldest_turns(
 # --- the three trimming functions (R7-R9) ---------------------------------------------------------
 
 
-def _is_system_message(message: ChatMessage) -> bool:
-    return message.role == "system"
-
-
 def _untouched(history: Sequence[T], turn_count: int, tokens: int) -> TrimResult[T]:
     return TrimResult(tuple(history), 0, 0, turn_count, tokens, tokens, False)
 
@@ -234,7 +231,7 @@ def _trim_chat(
         history,
         seg,
         dropped_turns,
-        is_system=_is_system_message,
+        is_system=is_system_message,
         is_breadcrumb=is_breadcrumb,
         breadcrumb=ChatMessage.breadcrumb() if breadcrumb else None,
     )

@@ -37,6 +37,7 @@ __all__ = [
     "count_turns",
     "is_breadcrumb_item",
     "is_system_item",
+    "is_system_message",
     "is_turn_start_item",
     "segment",
     "segment_by",
@@ -89,7 +90,8 @@ def segment_by(
     return Segmentation(leading_end, starts)
 
 
-def _is_system_message(message: ChatMessage) -> bool:
+def is_system_message(message: ChatMessage) -> bool:
+    """True for a system message: the leading run is kept, late ones move behind it (R4, R9)."""
     return message.role == "system"
 
 
@@ -110,7 +112,7 @@ def is_breadcrumb_item(item: ConversationMessage) -> bool:
 
 def segment(history: Sequence[ChatMessage]) -> Segmentation:
     """Segment a provider-facing history into leading systems and turns (R1, R2, R4)."""
-    return segment_by(history, _is_system_message, is_real_user_message)
+    return segment_by(history, is_system_message, is_real_user_message)
 
 
 def segment_conversation(history: Sequence[ConversationMessage]) -> Segmentation:

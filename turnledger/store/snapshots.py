@@ -42,7 +42,6 @@ class _Snapshot:
     legacy: bool
     route: Route
     leading: tuple[ConversationMessage, ...]
-    leading_closed: bool
     retained: tuple[ConversationMessage, ...]
     base: int
     items: tuple[ConversationMessage | None, ...]
@@ -70,7 +69,6 @@ def encode_snapshot(state: SessionState, chain: bytes) -> bytes:
         legacy=state.legacy,
         route=state.route.route,
         leading=tuple(state.leading),
-        leading_closed=state.leading_closed,
         retained=tuple(state.retained),
         base=state.base,
         items=tuple(state.items),
@@ -107,7 +105,6 @@ def decode_snapshot(
     state.providers = snapshot.providers
     state.legacy = snapshot.legacy
     state.leading = list(snapshot.leading)
-    state.leading_closed = snapshot.leading_closed
     state.retained = list(snapshot.retained)
     state.base = snapshot.base
     state.conv_cursor = snapshot.conv_cursor
