@@ -20,14 +20,12 @@ is how one command (an append that crosses the turn limit) yields several events
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
-from itertools import accumulate
 from typing import Any
 from uuid import UUID
 
@@ -259,7 +257,6 @@ class SessionState:
     retained: list[ConversationMessage] = attrs.field(factory=list)
     base: int = 0
     items: list[ConversationMessage | None] = attrs.field(factory=list)
-    costs: list[int] = attrs.field(factory=list)
     extras: list[int] = attrs.field(factory=list)
     cost_prefix: list[int] = attrs.field(factory=lambda: [0])
     sys_prefix: list[int] = attrs.field(factory=lambda: [0])
@@ -273,7 +270,6 @@ class SessionState:
     chat_breadcrumb: bool = False
     leading_cost: int = 0
     retained_cost: int = 0
-    swept: set[int] = attrs.field(factory=set)
 
     # -- basic facts --
 
@@ -290,10 +286,6 @@ class SessionState:
         if self.resolved is None:
             raise TurnledgerError("session has not been started")
         return self.resolved
-
-    def copy(self) -> SessionState:
-        """An independent copy (for what-if replays and rollbacks); O(window)."""
-        return copy.deepcopy(self)
 
     def _idx(self, position: int) -> int:
         return position - self.base
@@ -386,7 +378,6 @@ class SessionState:
         system = item is not None and is_system_item(item)
         position = self.next_position
         self.items.append(item)
-        self.costs.append(cost)
         self.extras.append(0 if item is None else _current_extra(item))
         self.cost_prefix.append(self.cost_prefix[-1] + cost)
         self.sys_prefix.append(self.sys_prefix[-1] + (cost if system else 0))
@@ -406,52 +397,40 @@ class SessionState:
         self.resolved = resolve_route(self.profile, self.providers, route)
         self.leading_cost = sum(_base_cost(i) for i in self.leading)
         self.retained_cost = sum(_base_cost(i) for i in self.retained)
-        start = self.base
-        self.items, self.costs, self.extras = [], [], []
+        self._reindex(items)
+
+    def _reindex(self, items: Iterable[ConversationMessage | None]) -> None:
+        """Rebuild the window's estimates, prefix sums and positions from its items; O(window)."""
+        self.items, self.extras = [], []
         self.cost_prefix, self.sys_prefix = [0], [0]
         self.real_prefix, self.sent_prefix = [0], [0]
-        self.turn_starts, self.system_positions, self.swept = [], [], set()
-        for offset, item in enumerate(items):
-            if item is None:
-                self.swept.add(start + offset)
+        self.turn_starts, self.system_positions = [], []
+        for item in items:
             self._push(item)
 
-    def _rebuild_prefixes(self) -> None:
-        self.cost_prefix = [0, *accumulate(self.costs)]
-        self.sys_prefix = [0, *accumulate(
-            c if i is not None and is_system_item(i) else 0 for i, c in zip(self.items, self.costs)
-        )]
-        real = [i is not None and not is_system_item(i) for i in self.items]
-        self.real_prefix = [0, *accumulate(1 if r else 0 for r in real)]
-        self.sent_prefix = [0, *accumulate(
-            _sent_count(i) if r else 0 for i, r in zip(self.items, real)
-        )]
-
-    def compact(self, *, force: bool = False) -> None:
+    def compact(self) -> None:
         """Forget log items no view can show again (before the earliest cursor).
 
-        Runs only once the forgettable part is at least half the window (or when forced), so
-        its O(window) copy is amortised O(1) per trim; until then the views skip those items
-        through their cursors.
+        Runs only once the forgettable part is at least half the window, so its O(window) copy
+        is amortised O(1) per trim; until then the views skip those items through their
+        cursors.
         """
         earliest = min(self.conv_cursor, self.chat_cursor) if not self.legacy else self.chat_cursor
         cut = self._idx(earliest)
-        if cut <= 0 or (not force and 2 * cut < len(self.items)):
+        if cut <= 0 or 2 * cut < len(self.items):
             return
         for p in self.system_positions[: bisect_left(self.system_positions, earliest)]:
             item = self.items[self._idx(p)]
             if p >= self.base and item is not None:
                 self.retained.append(item)
-                self.retained_cost += self.costs[self._idx(p)]
+                self.retained_cost += self._sum(self.cost_prefix, p, p + 1)
         self.items = self.items[cut:]
-        self.costs = self.costs[cut:]
         self.extras = self.extras[cut:]
         self.base = earliest
         self.turn_starts = self.turn_starts[bisect_left(self.turn_starts, earliest):]
         self.system_positions = self.system_positions[
             bisect_left(self.system_positions, earliest):
         ]
-        self.swept = {p for p in self.swept if p >= earliest}
         # Sums are read as differences of prefix values, so a suffix of each prefix list is
         # still valid after the cut: no need to recompute them.
         self.cost_prefix = self.cost_prefix[cut:]
@@ -501,17 +480,14 @@ def evolve(state: SessionState, event: DomainEvent) -> SessionState:
             else:
                 state.chat_breadcrumb = True
         case OrphansSwept(positions=positions, rewritten=rewritten):
-            replaced = dict(rewritten)
-            for p in positions:
-                if p >= state.base and p not in replaced:
-                    state.items[state._idx(p)] = None
-                    state.swept.add(p)
-            for p, item in replaced.items():
+            # A swept item stays in the log; in the window it becomes a gap (None).
+            changes: dict[int, ConversationMessage | None] = dict.fromkeys(positions)
+            changes.update(rewritten)
+            window = list(state.items)
+            for p, replacement in changes.items():
                 if p >= state.base:
-                    state.items[state._idx(p)] = item
-            state.costs = [0 if i is None else _base_cost(i) for i in state.items]
-            state.extras = [0 if i is None else _current_extra(i) for i in state.items]
-            state._rebuild_prefixes()
+                    window[state._idx(p)] = replacement
+            state._reindex(window)
         case _:
             pass  # requests, rejections, overflow reports and notices change no view
     state.version = event.originator_version
