@@ -14,7 +14,12 @@ from typing import TextIO
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ContextWindowExceeded
-from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
+from turnledger.domain.events import (
+    BreadcrumbInserted,
+    DomainEvent,
+    HistoryTrimmed,
+    TrimDecided,
+)
 from turnledger.domain.messages import (
     BREADCRUMB_TEXT,
     AssistantToolCalls,
@@ -206,6 +211,5 @@ def _describe(event: DomainEvent, say: Callable[[str], None]) -> None:
             f"{event.dropped_turns} turns / {event.dropped_messages} messages, "
             f"{event.tokens_before:,} -> {event.tokens_after:,} tokens (limit {event.limit:,}); "
             f"kept {event.kept_turns} turns")
-    elif type(event).__name__ == "BreadcrumbInserted":
-        say(f"    breadcrumb: {BREADCRUMB_TEXT!r} before position "
-            f"{event.before_position}")  # type: ignore[attr-defined]
+    elif isinstance(event, BreadcrumbInserted):
+        say(f"    breadcrumb: {BREADCRUMB_TEXT!r} before position {event.before_position}")

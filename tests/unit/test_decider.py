@@ -136,7 +136,7 @@ def prepare(
     *,
     final_summary: bool = False,
 ) -> list[DomainEvent]:
-    return execute(state, PrepareRequest(tools, hooks, final_summary, NOW))
+    return execute(state, PrepareRequest.from_texts(tools, hooks, final_summary, NOW))
 
 
 def kinds(events: Sequence[DomainEvent]) -> list[type[DomainEvent]]:
@@ -985,7 +985,7 @@ def test_e1_versions_are_contiguous_within_and_across_commands() -> None:
         AppendMessage(U("a" * 40), NOW),
         AppendMessage(A("b" * 40), NOW),
         AppendMessage(U("c" * 40), NOW),
-        PrepareRequest((), (), False, NOW),
+        PrepareRequest.from_texts((), (), False, NOW),
         RecoverFromOverflow("too many tokens", NOW),
         SelectRoute(Route("big", "big-model"), RouteReason.EXPLICIT, NOW),
     ):
@@ -1002,7 +1002,7 @@ def test_e4_e12_views_rebuild_from_events_at_every_position() -> None:
     for message in [*HISTORY, *tool_loop("c1", "r", ("/img.png",)), U("[IMAGE:/x.png]")]:
         rec.run(AppendMessage(message, NOW))
         snapshots[rec.state.version] = (rec.state.chat_view(), rec.state.conversation_view())
-        rec.run(PrepareRequest((), (), False, NOW))
+        rec.run(PrepareRequest.from_texts((), (), False, NOW))
         snapshots[rec.state.version] = (rec.state.chat_view(), rec.state.conversation_view())
     for version, (chat, conversation) in snapshots.items():
         folded = refold(rec.events[:version])
@@ -1137,7 +1137,7 @@ def test_r36_e5_sweep_equals_the_pure_sweep_and_keeps_the_estimate_exact(
     assert list(sweep_orphans(to_chat_messages(items)).history) == rec.state.chat_view()
     assert estimate_history_tokens(rec.state.chat_view()) == rec.state.chat_tokens()
     assert [] == rec.run(SweepOrphans(NOW))  # R37: a swept history is consistent
-    rec.run(PrepareRequest((), (), False, NOW))
+    rec.run(PrepareRequest.from_texts((), (), False, NOW))
     view = rec.state.chat_view()
     assert _no_split_pairs(view)
     assert estimate_history_tokens(view) == rec.state.chat_tokens()

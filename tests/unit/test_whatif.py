@@ -91,7 +91,7 @@ class Recorder:
         self.run(AppendMessage(message, self.now()))  # type: ignore[arg-type]
 
     def prepare(self, *, final: bool = False) -> DomainEvent:
-        return self.run(PrepareRequest(TOOLS, HOOKS, final, self.now()))[-1]
+        return self.run(PrepareRequest.from_texts(TOOLS, HOOKS, final, self.now()))[-1]
 
     def tool_turn(self, n: int) -> None:
         """One user turn with a tool loop: two requests, about 290 tokens."""

@@ -114,8 +114,15 @@ class StartSession:
 
 @attrs.frozen
 class AppendMessage:
-    message: ConversationMessage
+    """Record one message; a `ChatMessage` is taken as `Chat`, anything else is invalid.
+
+    ``truncate=False`` records tool results as given: for replays of a message the recording
+    already truncated (R38), since truncating a truncated text again only adds a marker.
+    """
+
+    message: ConversationMessage | ChatMessage
     now: datetime
+    truncate: bool = attrs.field(default=True, kw_only=True)
 
 
 @attrs.frozen
@@ -135,10 +142,23 @@ class EnforceTokenBudget:
 
 @attrs.frozen
 class PrepareRequest:
-    tools: tuple[str, ...]
-    hooks: tuple[str, ...]
+    """Prepare a request whose tool schemas and hook texts cost the given tokens (R18).
+
+    Carries token counts, not texts, so a replay can re-run a request from what was recorded;
+    `from_texts` counts real texts with `request_overhead_tokens`.
+    """
+
+    tool_tokens: int
+    hook_tokens: int
     final_summary: bool
     now: datetime
+
+    @classmethod
+    def from_texts(
+        cls, tools: Sequence[str], hooks: Sequence[str], final_summary: bool, now: datetime
+    ) -> PrepareRequest:
+        tool_tokens, hook_tokens = request_overhead_tokens(tools, hooks)
+        return cls(tool_tokens, hook_tokens, final_summary, now)
 
 
 @attrs.frozen
@@ -611,7 +631,7 @@ def _decide_token_budget(state: SessionState, command: EnforceTokenBudget) -> li
 def _decide_prepare(state: SessionState, command: PrepareRequest) -> list[DomainEvent]:
     resolved = state.route
     messages = state.chat_view()
-    tool_tokens, hook_tokens = request_overhead_tokens(command.tools, command.hooks)
+    tool_tokens, hook_tokens = command.tool_tokens, command.hook_tokens
     estimated = state.chat_tokens() + tool_tokens + hook_tokens
     purpose = Purpose.FINAL_SUMMARY if command.final_summary else Purpose.TURN
     if estimated > resolved.window:
@@ -740,7 +760,7 @@ def decide(state: SessionState, command: Command) -> list[DomainEvent]:
             item = as_conversation_message(command.message)
             if isinstance(item, Chat) and item.message.synthetic:
                 raise InvalidMessage("the breadcrumb is inserted by turnledger, not appended")
-            limit = state.profile.max_tool_result_chars
+            limit = state.profile.max_tool_result_chars if command.truncate else 0
             bounded = truncate_conversation_message(item, limit) if limit else item
             original = _longest_tool_text(item) if bounded != item else None
             return [

@@ -16,9 +16,8 @@ How each recorded event is replayed:
   not in the log, and truncating the truncated text would only add a second marker.
 - `RouteSelected` (not the initial one) → `SelectRoute` with the recorded reason.
 - `RequestPrepared` / `RequestRejected` → `PrepareRequest` with the recorded purpose and the
-  recorded tool and hook overheads (R18), injected as synthetic texts of exactly that many
-  estimated tokens; a rejection records only its total, whose overhead is the recorded estimate
-  minus the recorded chat view's.
+  recorded tool and hook token overheads (R18); a rejection records only its total, whose
+  overhead is the recorded estimate minus the recorded chat view's.
 - `OverflowReported` → `RecoverFromOverflow` with the recorded error, but only when the what-if
   chat view is at least as large as the one the provider refused; a smaller one is counted as an
   avoided overflow (the provider is assumed to accept fewer tokens than it refused).
@@ -31,7 +30,7 @@ Every command runs with its recorded timestamp, so the report is deterministic (
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -49,7 +48,6 @@ from turnledger.domain.decider import (
     evolve,
     execute,
 )
-from turnledger.domain.estimate import FRAMING_TOKENS
 from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
@@ -209,21 +207,6 @@ class WhatIfReport:
 
 # --- replay -----------------------------------------------------------------------------------
 
-def _overhead_texts(tool_tokens: int, hook_tokens: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Tool and hook texts whose estimate (`request_overhead_tokens`) is exactly the recorded one.
-
-    A hook costs its text plus the framing tokens (R20), so a hook overhead below that cannot
-    come from a hook and is charged to the tools instead.
-    """
-    hooks: tuple[str, ...] = ()
-    if hook_tokens >= FRAMING_TOKENS:
-        hooks = ("x" * (4 * (hook_tokens - FRAMING_TOKENS)),)
-    else:
-        tool_tokens += max(hook_tokens, 0)
-    tools = ("x" * (4 * tool_tokens),) if tool_tokens > 0 else ()
-    return tools, hooks
-
-
 @attrs.define
 class _Side:
     """The per-request counters of one side between two requests."""
@@ -284,23 +267,6 @@ def _outcome(event: RequestPrepared | RequestRejected, counts: tuple[int, int]) 
     )
 
 
-def _append_as_recorded(
-    state: SessionState, run: Callable[[Command], object], command: AppendMessage
-) -> None:
-    """Append a message the recording already truncated (R38), without truncating it again.
-
-    Truncation is not idempotent (the marker itself counts), and the original text is not in
-    the log: the recorded, bounded text is the best there is. Only the tool-result bound is
-    lifted, for this one command; the turn limit of the what-if profile still applies.
-    """
-    profile = state.profile
-    state.profile = attrs.evolve(profile, max_tool_result_chars=0)
-    try:
-        run(command)
-    finally:
-        state.profile = profile
-
-
 def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfReport:
     """Re-decide a recorded session under ``profile``, in memory, and compare (see module doc).
 
@@ -333,10 +299,9 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
                     event.legacy, event.timestamp,
                 )
             case MessageAppended(message=message, original_chars=original):
-                if original is None:
-                    command = AppendMessage(message, event.timestamp)
-                else:
-                    _append_as_recorded(state, run, AppendMessage(message, event.timestamp))
+                # A result the recording truncated is replayed as recorded (R38): the original
+                # text is not in the log.
+                command = AppendMessage(message, event.timestamp, truncate=original is None)
             case RouteSelected(reason=reason) if reason is not RouteReason.INITIAL:
                 command = SelectRoute(event.route, reason, event.timestamp)
             case OrphansSwept():
@@ -352,9 +317,8 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
                 else:  # a rejection records only its total: the rest is overhead
                     tool_tokens = max(event.estimated_tokens - recorded_state.chat_tokens(), 0)
                     hook_tokens = 0
-                tools, hooks = _overhead_texts(tool_tokens, hook_tokens)
                 final = event.purpose is Purpose.FINAL_SUMMARY
-                new = run(PrepareRequest(tools, hooks, final, event.timestamp))
+                new = run(PrepareRequest(tool_tokens, hook_tokens, final, event.timestamp))
                 decided = new[-1]
                 assert isinstance(decided, RequestPrepared | RequestRejected)
                 rows.append(

@@ -8,6 +8,7 @@ sessions (E5) and keeps snapshots of the compact session state so a restore cost
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -138,7 +139,7 @@ class Session:
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
         """
-        return self._run(AppendMessage(message, _now()))  # type: ignore[arg-type]
+        return self._run(AppendMessage(message, _now()))
 
     def prepare_request(
         self,
@@ -161,7 +162,9 @@ class Session:
             if not isinstance(hook, str):
                 raise InvalidMessage(f"hooks[{i}] must be a str, got {type(hook).__name__}")
         with self._lock:
-            events = self._run(PrepareRequest(schemas, hook_texts, bool(final_summary), _now()))
+            events = self._run(
+                PrepareRequest.from_texts(schemas, hook_texts, bool(final_summary), _now())
+            )
             last = events[-1]
             if isinstance(last, RequestRejected):
                 raise ContextWindowExceeded(
@@ -269,8 +272,6 @@ class Session:
 def _schema_text(tool: object) -> str:
     if isinstance(tool, str):
         return tool
-    import json
-
     try:
         return json.dumps(tool, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as error:
