@@ -22,7 +22,6 @@ never trims the conversation history (R40).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final
 
 import attrs
@@ -66,12 +65,6 @@ def _check_max_chars(max_chars: object) -> int:
     return max_chars
 
 
-def _image_marker_spans(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each ``[IMAGE:…]`` marker, loadable or not: a placeholder is still a
-    marker that a cut must not split (R39). The scan is the estimate's (one place)."""
-    return ((m.start, m.end) for m in image_markers(text))
-
-
 def truncate_text(text: str, max_chars: int) -> str:
     """Bound plain text to ``max_chars`` kept characters, head and tail (R38, R39 markers).
 
@@ -88,7 +81,9 @@ def truncate_text(text: str, max_chars: int) -> str:
     head_end = max_chars * 2 // 3
     # Since len(text) > max_chars, head_end < tail_start: the two parts never overlap.
     tail_start = len(text) - (max_chars - head_end)
-    for start, end in _image_marker_spans(text):
+    # Every marker counts, loadable or not: a placeholder must not be split either (R39).
+    for marker in image_markers(text):
+        start, end = marker.start, marker.end
         if start >= tail_start:
             break
         if start < head_end < end:

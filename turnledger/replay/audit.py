@@ -55,6 +55,7 @@ from turnledger.domain.sweep import SweepResult, sweep_orphans
 from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.mapper import ChainProblem, ProblemKind, verify_chain
+from turnledger.store.session import parse_session_id
 from turnledger.store.snapshots import decode_snapshot
 
 __all__ = ["Progress", "Rule", "VerifyReport", "Violation", "verify"]
@@ -139,7 +140,7 @@ def verify(
         ids = list(backend.session_ids())
         total: int | None = backend.max_notification_id()
     else:
-        ids = [_uuid(s) for s in session_ids]
+        ids = [parse_session_id(s) for s in session_ids]
         total = None
     violations: list[Violation] = []
     done = 0
@@ -159,15 +160,6 @@ def verify(
         violations=tuple(violations),
         seconds=time.perf_counter() - began,
     )
-
-
-def _uuid(session_id: UUID | str) -> UUID:
-    if isinstance(session_id, UUID):
-        return session_id
-    try:
-        return UUID(str(session_id))
-    except ValueError:
-        raise SessionNotFound(f"session id {session_id!r} is not a UUID") from None
 
 
 def _describe_orphans(messages: Sequence[ChatMessage], swept: SweepResult[ChatMessage]) -> str:

@@ -54,7 +54,14 @@ from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.store.backend import EventStoreBackend, open_backend
 from turnledger.store.snapshots import GENESIS_CHAIN, decode_snapshot, encode_snapshot
 
-__all__ = ["DEFAULT_STORE_URL", "SNAPSHOT_INTERVAL", "Session", "Store", "open_store"]
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "SNAPSHOT_INTERVAL",
+    "Session",
+    "Store",
+    "open_store",
+    "parse_session_id",
+]
 
 log = logging.getLogger("turnledger")
 
@@ -69,7 +76,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _session_uuid(session_id: str | UUID) -> UUID:
+def parse_session_id(session_id: str | UUID) -> UUID:
+    """A session id as a UUID; `SessionNotFound` when it is not one (no such session can exist)."""
     if isinstance(session_id, UUID):
         return session_id
     try:
@@ -334,7 +342,7 @@ class Store:
             route = Route(providers[0].name, providers[0].model) if providers else Route(
                 "default", "default"
             )
-        uuid = uuid4() if session_id is None else _session_uuid(session_id)
+        uuid = uuid4() if session_id is None else parse_session_id(session_id)
         state = SessionState()
         session = Session(self, state, GENESIS_CHAIN, 0)
         try:
@@ -349,7 +357,7 @@ class Store:
         Whatever the sweep removes from the views is recorded (`OrphansSwept`); the removed
         messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
         """
-        session = self._load(_session_uuid(session_id))
+        session = self._load(parse_session_id(session_id))
         session._run(SweepOrphans(_now()))
         return session
 
@@ -358,14 +366,14 @@ class Store:
 
         For exports and inspection. Raises `SessionNotFound`, `CorruptRecord`.
         """
-        state = self._load(_session_uuid(session_id))._state
+        state = self._load(parse_session_id(session_id))._state
         for event in decide(state, SweepOrphans(_now())):
             evolve(state, event)
         return state
 
     def events_of(self, session_id: str | UUID) -> list[DomainEvent]:
         """Every recorded event of a session, in order. Raises `SessionNotFound`."""
-        uuid = _session_uuid(session_id)
+        uuid = parse_session_id(session_id)
         events = self.backend.read(uuid)
         if not events:
             raise SessionNotFound(f"no session {uuid} in this store")
@@ -373,7 +381,7 @@ class Store:
 
     def session_uuid(self, session_id: str | UUID) -> UUID:
         """Parse a session id; `SessionNotFound` when it is not a UUID."""
-        return _session_uuid(session_id)
+        return parse_session_id(session_id)
 
     def sessions(self) -> list[str]:
         """The ids of every session in the store, oldest first."""
