@@ -180,7 +180,7 @@ def _caller(
                 say(f"    REJECTED before sending: {error}")
                 return
             finally:
-                for event in session.events()[before:]:
+                for event in session.events(after_version=before):
                     _describe(event, say)
                 flush()
                 before = session.version
@@ -193,7 +193,7 @@ def _caller(
             except RuntimeError as error:
                 say(f"    provider error: {error}")
                 recovered = session.recover_from_overflow(error)
-                for event in session.events()[before:]:
+                for event in session.events(after_version=before):
                     _describe(event, say)
                 flush()
                 before = session.version

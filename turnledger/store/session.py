@@ -226,9 +226,13 @@ class Session:
         with self._lock:
             return self._state.conversation_view()
 
-    def events(self) -> list[DomainEvent]:
-        """Every event recorded for this session, in order (reads the store)."""
-        return self._store.backend.read(self._uuid)
+    def events(self, *, after_version: int = 0) -> list[DomainEvent]:
+        """The events recorded for this session, in order (reads the store).
+
+        ``after_version`` skips the first events: ``events(after_version=v)`` is what was
+        recorded since the session stood at version ``v``.
+        """
+        return self._store.backend.read(self._uuid, after_version=after_version)
 
     # -- machinery --
 
