@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.replay.formats import FORMATS
 
 __all__ = ["main"]
 
@@ -109,12 +110,11 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     with _open(args) as store:
         print(f"store: {args.store}", file=out)
         session = run_demo(store, out)
-        analytics = Analytics(store.backend)
-        analytics.catch_up()
-        stats = [s for s in analytics.session_stats() if s["session_id"] == session.id]
+        with Analytics(store.backend) as analytics:
+            analytics.catch_up()
+            stats = [s for s in analytics.session_stats() if s["session_id"] == session.id]
         print("\n== stats (turnledger stats) ==", file=out)
         _print_session_stats(stats, out)
-        analytics.close()
     print(f"\nnext: turnledger --store {args.store} replay {session.id}", file=out)
     return EXIT_OK
 
@@ -142,10 +142,8 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
         RuntimeProfile,
         load_profile_document,
     )
-    from turnledger.replay.formats import FORMATS, read_jsonl
+    from turnledger.replay.formats import read_jsonl
 
-    if args.format not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
     path = Path(args.file)
     try:
         text = path.read_text(encoding="utf-8")
@@ -183,10 +181,8 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.replay.formats import FORMATS, write_jsonl_line
+    from turnledger.replay.formats import write_jsonl_line
 
-    if args.format not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
     with _open(args) as store:
         state = store.read_state(args.session)
         print(write_jsonl_line(state.chat_view(), args.format), file=out)
@@ -403,14 +399,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)")
     p.add_argument("file", help="JSONL file: one conversation's message list per line")
-    p.add_argument("--format", required=True, choices=("openai", "anthropic"))
+    p.add_argument("--format", required=True, choices=FORMATS)
     p.add_argument("--profile", help="TOML profile for the imported sessions")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="a session's chat view as one JSONL line")
     p.add_argument("session")
-    p.add_argument("--format", required=True, choices=("openai", "anthropic"))
+    p.add_argument("--format", required=True, choices=FORMATS)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("sessions", help="list sessions with counts")
