@@ -238,10 +238,12 @@ class Session:
 
     def _run(self, command: Command) -> list[DomainEvent]:
         with self._lock:
+            before = self._state.version
             try:
                 events = execute(self._state, command)
-            except TurnledgerError:
-                self._reload()  # a failed step may have applied an earlier one
+            except BaseException:
+                if self._state.version != before:
+                    self._reload()  # a later step failed after an earlier one was applied
                 raise
             if not events:
                 return []
