@@ -15,8 +15,6 @@ from turnledger.domain.budget import (
     Route,
     RuntimeProfile,
     effective_context_budget,
-    load_profile,
-    load_profile_document,
     request_window,
     resolve_capacity,
     resolve_route,
@@ -68,6 +66,7 @@ from turnledger.domain.trimming import (
     trim_to_recent_turns,
 )
 from turnledger.domain.truncate import DEFAULT_MAX_TOOL_RESULT_CHARS, truncate_tool_result
+from turnledger.profiles import load_profile, load_profile_document
 from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
 from turnledger.store.session import Session, Store, open_store
 

@@ -136,12 +136,8 @@ def _print_session_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
 
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.domain.budget import (
-        ProviderProfile,
-        Route,
-        RuntimeProfile,
-        load_profile_document,
-    )
+    from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+    from turnledger.profiles import load_profile_document
     from turnledger.replay.formats import read_jsonl
 
     path = Path(args.file)

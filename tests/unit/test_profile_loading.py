@@ -18,12 +18,11 @@ from turnledger.domain.budget import (
     Route,
     RuntimeProfile,
     effective_context_budget,
-    load_profile,
-    load_profile_document,
     parse_profile_document,
     resolve_route,
 )
 from turnledger.domain.errors import InvalidProfile
+from turnledger.profiles import load_profile, load_profile_document
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "profiles"
 

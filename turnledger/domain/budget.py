@@ -1,8 +1,8 @@
 """Budget and route configuration: runtime/provider profiles, capacity and the token budget.
 
 This module is the one place where the token budget (SPEC R11-R17), the request safety window
-(R18) and the capacity of a provider/model route (R19) are decided. Everything here is pure, apart
-from `load_profile` / `load_profile_document`, which read one TOML file.
+(R18) and the capacity of a provider/model route (R19) are decided. Everything here is pure:
+`parse_profile_document` validates a profile file's parsed TOML; `turnledger.profiles` reads it.
 
 Profile file (TOML)
 -------------------
@@ -53,8 +53,6 @@ all declare the same one. Anything else — another model, an unknown provider �
 from __future__ import annotations
 
 import math
-import os
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Final, NamedTuple, final
@@ -81,8 +79,6 @@ __all__ = [
     "RuntimeProfile",
     "effective_context_budget",
     "find_provider",
-    "load_profile",
-    "load_profile_document",
     "parse_profile_document",
     "request_window",
     "resolve_capacity",
@@ -606,33 +602,3 @@ def parse_profile_document(data: Mapping[str, Any], source: str = "<profile>") -
     except InvalidProfile as error:
         raise InvalidProfile(f"{source}: {error}") from None
     return ProfileDocument(runtime, tuple(providers), route)
-
-
-def load_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:
-    """Read a TOML profile file: runtime settings, providers and the optional ``[route]``.
-
-    Raises `InvalidProfile` naming the file — and the dotted key, or the line of a TOML syntax
-    error — for an unreadable file, invalid TOML or any invalid or unknown key.
-    """
-    source = os.fspath(path)
-    try:
-        with open(source, "rb") as handle:
-            data = tomllib.load(handle)
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise InvalidProfile(f"{source}: cannot read profile: {reason}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise InvalidProfile(f"{source}: invalid TOML: {error}") from None
-    except UnicodeDecodeError as error:
-        raise InvalidProfile(f"{source}: invalid TOML: not UTF-8 ({error.reason})") from None
-    return parse_profile_document(data, source)
-
-
-def load_profile(path: str | os.PathLike[str]) -> tuple[RuntimeProfile, list[ProviderProfile]]:
-    """Read a TOML profile file into (runtime profile, provider profiles); see the module doc.
-
-    The optional ``[route]`` table is validated but not returned; use `load_profile_document`.
-    Raises `InvalidProfile` like `load_profile_document`.
-    """
-    document = load_profile_document(path)
-    return document.runtime, list(document.providers)
