@@ -500,7 +500,7 @@ def test_r19_alias_map_is_immutable_hashable_and_ordered_by_key() -> None:
     assert expected_items == aliases
     assert other_items != aliases
     with pytest.raises(AttributeError):
-        aliases._items = ()
+        aliases._items = ()  # noqa: SLF001  # proves the private field cannot be rebound
     with pytest.raises(TypeError):
         aliases["c"] = ("m3", 1)  # type: ignore[index]
     with pytest.raises(KeyError):

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.event_strategies import EVENT_STRATEGIES, any_event, streams_with_every_type
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import CorruptRecord, InvalidMessage
+from turnledger.domain.budget import MAX_STORED_INT, ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.errors import CorruptRecord, InvalidMessage, InvalidProfile
 from turnledger.domain.events import (
     EVENT_TYPES,
     DomainEvent,
@@ -197,6 +197,18 @@ def test_e11_text_without_utf8_form_is_an_invalid_message() -> None:
     event = MessageAppended(SESSION, 2, NOW, 0, Chat(ChatMessage.user("bad \ud800")))
     with pytest.raises(InvalidMessage, match="not valid Unicode"):
         encode_event(event)
+
+
+def test_e11_largest_valid_profile_integers_are_stored() -> None:
+    """Every integer a profile accepts can be encoded: the validation bound is the codec's."""
+    big = MAX_STORED_INT
+    profile = RuntimeProfile(max_context_tokens=big, max_history_messages=big,
+                             max_tool_result_chars=big)
+    provider = ProviderProfile("p", "m", big, {"fast": ("m-mini", big)})
+    event = SessionStarted(SESSION, 1, NOW, profile, (provider,), Route("p", "m"), False)
+    assert event == roundtrip(event)
+    with pytest.raises(InvalidProfile, match="max_context_tokens"):
+        RuntimeProfile(max_context_tokens=big + 1)
 
 
 def test_e9_provider_aliases_round_trip_as_a_mapping() -> None:

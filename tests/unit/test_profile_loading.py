@@ -282,6 +282,20 @@ INVALID = [
         PROVIDER + '[route]\nprovider = "opnai"\nmodel = "gpt-4o"\n',
         "route.provider",
     ),
+    ("count too large to store", "max_context_tokens = 18446744073709551616\n",
+     "max_context_tokens"),
+    (
+        "pruning count too large to store",
+        "[history_pruning]\nmax_tokens = 9223372036854775808\n",
+        "history_pruning.max_tokens",
+    ),
+    (
+        "window too large to store",
+        '[providers.openai]\nmodel = "m"\ncontext_window = 18446744073709551616\n',
+        "providers.openai.context_window",
+    ),
+    ("integer ratio too large to store", "context_compact_ratio = 18446744073709551616\n",
+     "context_compact_ratio"),
 ]
 
 

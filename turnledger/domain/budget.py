@@ -93,6 +93,10 @@ DEFAULT_MAX_HISTORY_TURNS: Final = 50
 """The turn limit when ``max_history_messages`` is not configured (R29)."""
 
 
+MAX_STORED_INT: Final = 2**63 - 1
+"""The largest integer a profile may hold: it must fit the signed 64-bit integers of the store."""
+MIN_STORED_INT: Final = -(2**63)
+
 # --- shared value checks --------------------------------------------------------------------
 # One definition per rule, used by the constructors (field names) and by the TOML loader
 # (dotted keys), so both report the same thing in the same words.
@@ -102,6 +106,15 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_stored_range(key: str, value: int) -> None:
+    # Every profile is recorded in the session's first event (msgpack, PostgreSQL bigint):
+    # refuse here, naming the key, what could not be stored later (E11).
+    if not MIN_STORED_INT <= value <= MAX_STORED_INT:
+        raise InvalidProfile(
+            f"{key}: must be between {MIN_STORED_INT} and {MAX_STORED_INT}, got {value!r}"
+        )
+
+
 def _check_count(key: str, value: object, *, optional: bool) -> None:
     """A non-negative integer (R12, R16, R29, R38); ``None`` only when ``optional``."""
     if value is None and optional:
@@ -109,6 +122,7 @@ def _check_count(key: str, value: object, *, optional: bool) -> None:
     if not _is_int(value) or value < 0:  # type: ignore[operator]
         kind = "a non-negative integer" + (" or absent" if optional else "")
         raise InvalidProfile(f"{key}: must be {kind}, got {value!r}")
+    _check_stored_range(key, value)  # type: ignore[arg-type]  # checked int
 
 
 def _check_window(key: str, value: object) -> None:
@@ -117,14 +131,20 @@ def _check_window(key: str, value: object) -> None:
         return
     if not _is_int(value) or value <= 0:  # type: ignore[operator]
         raise InvalidProfile(f"{key}: must be a positive integer or absent, got {value!r}")
+    _check_stored_range(key, value)  # type: ignore[arg-type]  # checked int
 
 
 def _check_ratio(key: str, value: object) -> None:
-    """Any int or float is accepted: a number outside (0, 1] is unset, not an error (R14)."""
+    """Any int or float is accepted: a number outside (0, 1] is unset, not an error (R14).
+
+    An integer ratio must still be storable (a 64-bit integer); a larger one is refused.
+    """
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidProfile(f"{key}: must be a number or absent, got {value!r}")
+    if isinstance(value, int):
+        _check_stored_range(key, value)
 
 
 def _check_name(key: str, value: object) -> None:
