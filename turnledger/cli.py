@@ -264,7 +264,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             print(f"VIOLATION {v}", file=out)
         if report.violations:
             rules = sorted({v.rule.requirement for v in report.violations})
-            print("the rules: " + ", ".join(f"{RULES_DOC}#{r.lower()}" for r in rules), file=out)
+            links = ", ".join(f"{RULES_DOC}#{r.lower()}" for r in rules)
+            print(f"see {links} for the rules above", file=out)
         status = "OK" if report.ok else f"FAILED ({len(report.violations)} violations)"
         print(f"verified {report.sessions_checked:,} sessions, {report.events_checked:,} events "
               f"in {report.seconds:.2f} s: {status}", file=out)
