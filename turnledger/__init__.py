@@ -67,6 +67,10 @@ from turnledger.domain.trimming import (
 )
 from turnledger.domain.truncate import DEFAULT_MAX_TOOL_RESULT_CHARS, truncate_tool_result
 from turnledger.profiles import load_profile, load_profile_document
+from turnledger.projections.analytics import Analytics
+from turnledger.replay.audit import VerifyReport, Violation, verify
+from turnledger.replay.timeline import TimelineEntry, timeline, views_at
+from turnledger.replay.whatif import WhatIfReport, what_if
 from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
 from turnledger.store.session import Session, Store, open_store
 
@@ -76,6 +80,7 @@ __all__ = [
     "DEFAULT_MAX_HISTORY_TURNS",
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
     "IMAGE_TOKEN_ESTIMATE",
+    "Analytics",
     "AssistantToolCalls",
     "BreadcrumbInserted",
     "Chat",
@@ -110,12 +115,16 @@ __all__ = [
     "Store",
     "StoreUnavailable",
     "SweepResult",
+    "TimelineEntry",
     "ToolCall",
     "ToolResult",
     "ToolResults",
     "TrimDecided",
     "TrimResult",
     "TurnledgerError",
+    "VerifyReport",
+    "Violation",
+    "WhatIfReport",
     "effective_context_budget",
     "estimate_history_tokens",
     "from_chat_messages",
@@ -130,9 +139,13 @@ __all__ = [
     "retry_on_conflict",
     "sweep_conversation_orphans",
     "sweep_orphans",
+    "timeline",
     "to_chat_messages",
     "trim_conversation_to_recent_turns",
     "trim_to_recent_turn_count",
     "trim_to_recent_turns",
     "truncate_tool_result",
+    "verify",
+    "views_at",
+    "what_if",
 ]

@@ -18,11 +18,13 @@ from typing import Any, NoReturn, TextIO
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
 from turnledger.replay.formats import FORMATS
+from turnledger.store.session import DEFAULT_STORE_URL
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
-DEFAULT_STORE = "sqlite:///./turnledger.db"
+RULES_DOC = "docs/behaviour.md"
+"""Where the rule ids the output cites (R1-R40, E1-E12) are explained, one anchor per id."""
 
 
 class UsageError(Exception):
@@ -116,6 +118,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         print("\n== stats (turnledger stats) ==", file=out)
         _print_session_stats(stats, out)
     print(f"\nnext: turnledger --store {args.store} replay {session.id}", file=out)
+    print(f"rule ids such as R18 are explained in {RULES_DOC} (e.g. {RULES_DOC}#r18)", file=out)
     return EXIT_OK
 
 
@@ -247,15 +250,18 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
     progress = _Progress("verifying")
     with _open(args) as store:
-        ids = [store.session_uuid(args.session)] if args.session else None
+        ids = [args.session] if args.session else None
         report = verify(store.backend, ids, progress=progress)
     progress.close()
     if args.json:
         print(report.to_json(), file=out)
     else:
         for v in report.violations:
-            print(f"VIOLATION session {v.session_id} position {v.position}: "
-                  f"[{v.rule}] {v.detail}", file=out)
+            print(f"VIOLATION {v}", file=out)
+        if report.violations:
+            rules = sorted({v.rule.requirement for v in report.violations})
+            links = ", ".join(f"{RULES_DOC}#{r.lower()}" for r in rules)
+            print(f"see {links} for the rules above", file=out)
         status = "OK" if report.ok else f"FAILED ({len(report.violations)} violations)"
         print(f"verified {report.sessions_checked:,} sessions, {report.events_checked:,} events "
               f"in {report.seconds:.2f} s: {status}", file=out)
@@ -373,31 +379,51 @@ def _stop_on_sigterm(stop: threading.Event) -> Callable[[], None]:
 # --- parser ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``turnledger`` parser: global options, then one subcommand (``args.func`` runs it)."""
+    from turnledger import __version__
+
     parser = _Parser(
         prog="turnledger",
         description="Event-sourced conversation history for LLM agent runtimes.",
-        epilog="Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input.",
+        epilog=f"Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input. {_IDS_HELP}",
     )
     parser.add_argument(
         "--store",
-        default=os.environ.get("TURNLEDGER_STORE", DEFAULT_STORE),
-        help="store URL: sqlite:///path.db, memory://, postgresql://user@host:port/db "
-        "(default: $TURNLEDGER_STORE, else sqlite:///./turnledger.db)",
+        default=os.environ.get("TURNLEDGER_STORE", DEFAULT_STORE_URL),
+        help=f"store URL: sqlite:///path.db, memory://, postgresql://user@host:port/db "
+        f"(default: $TURNLEDGER_STORE, else {DEFAULT_STORE_URL})",
     )
-    from turnledger import __version__
-
     parser.add_argument("--version", action="version", version=f"turnledger {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    _add_transcript_commands(sub)
+    _add_audit_commands(sub)
+    _add_analytics_commands(sub)
+    return parser
 
-    p = sub.add_parser("demo", help="run a scripted agent session and narrate every trim")
+
+_IDS_HELP = (
+    f"Rule ids in the output (R24, E2, ...) are explained in {RULES_DOC}, one heading per id "
+    f"(e.g. {RULES_DOC}#r24)."
+)
+
+_Subparsers = Any  # argparse's _SubParsersAction, which it does not export
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _add_transcript_commands(sub: _Subparsers) -> None:
+    p = sub.add_parser("demo", help="run a scripted agent session and narrate every trim",
+                       epilog=_IDS_HELP)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)")
     p.add_argument("file", help="JSONL file: one conversation's message list per line")
     p.add_argument("--format", required=True, choices=FORMATS)
     p.add_argument("--profile", help="TOML profile for the imported sessions")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="a session's chat view as one JSONL line")
@@ -406,32 +432,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("sessions", help="list sessions with counts")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     p.set_defaults(func=cmd_sessions)
 
-    p = sub.add_parser("replay", help="a session's timeline, or a view as of an event")
+
+def _add_audit_commands(sub: _Subparsers) -> None:
+    p = sub.add_parser("replay", help="a session's timeline, or a view as of an event",
+                       epilog=_IDS_HELP)
     p.add_argument("session")
     p.add_argument("--at", type=int, metavar="N", help="event position (1 = first event)")
     p.add_argument("--view", choices=("chat", "conversation"))
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("verify", help="audit: rebuild views, check invariants and hash chains")
+    p = sub.add_parser("verify", help="audit: rebuild views, check invariants and hash chains",
+                       epilog=_IDS_HELP)
     p.add_argument("session", nargs="?")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     p.set_defaults(func=cmd_verify)
-
-    p = sub.add_parser("stats", help="the analytics projections")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("what-if", help="replay a session under another profile (writes nothing)")
     p.add_argument("session")
     p.add_argument("--max-context-tokens", type=_non_negative_int, metavar="N")
     p.add_argument("--context-compact-ratio", type=float, metavar="R")
     p.add_argument("--max-history-messages", type=_non_negative_int, metavar="N")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_json(p)
     p.set_defaults(func=cmd_what_if)
+
+
+def _add_analytics_commands(sub: _Subparsers) -> None:
+    p = sub.add_parser("stats", help="the analytics projections")
+    _add_json(p)
+    p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("projections", help="maintain the analytics tables")
     psub = p.add_subparsers(dest="projections_command", metavar="ACTION", parser_class=_Parser)
@@ -440,7 +472,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--follow", action="store_true", help="keep following new events")
     run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
     run.set_defaults(func=cmd_projections_run)
-    return parser
 
 
 def _non_negative_int(text: str) -> int:

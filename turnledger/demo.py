@@ -70,67 +70,24 @@ def _file(name: str, lines: int) -> str:
 
 def run_demo(store: Store, out: TextIO, *, color: bool = False) -> Session:
     """Run the scripted session on ``store``, writing the narration to ``out``."""
-
-    def say(text: str = "") -> None:
-        print(text, file=out)
-
-    notices: list[HistoryTrimmed] = []
-
-    def notice(event: DomainEvent) -> None:
-        # Delivered right after the commit (R33); printed after the trim it reports.
-        assert isinstance(event, HistoryTrimmed)
-        notices.append(event)
-
-    def flush() -> None:
-        for event in notices:
-            say(f"    >> HistoryTrimmed (subscriber): dropped {event.dropped_messages} messages, "
-                f"kept {event.kept_turns} turns, reason {event.reason.value}")
-        notices.clear()
-
-    unsubscribe = store.subscribe(notice)
-    provider = _Provider()
+    narrator = _Narrator(out)
+    unsubscribe = store.subscribe(narrator.notice)
     try:
         session = store.start_session(
             profile=DEMO_PROFILE, providers=DEMO_PROVIDERS, route=Route("openai", "gpt-4o-mini")
         )
         resolved = session.state.route
+        say = narrator.say
         say(f"session {session.id}")
         say(f"route openai/gpt-4o-mini: capacity {resolved.capacity:,} tokens, "
             f"proactive budget {resolved.budget:,} (max_context_tokens "
             f"{DEMO_PROFILE.max_context_tokens:,}), turn limit {DEMO_PROFILE.max_history_turns}")
         session.append(ChatMessage.system(SYSTEM))
-
-        call = _caller(session, provider, say, flush)
-        turn = _turn_runner(session, say, flush)
-
-        turn("Why does the request handler time out?", [("src/handler.py", 18)])
-        call("first provider call of turn 1", tools=(READ_FILE,))
-        turn("Here is a screenshot of the error: [IMAGE:/tmp/screenshot.png]", [])
-        call("turn 2 (the image costs a fixed 1,600 tokens)", tools=(READ_FILE,))
-        turn("And the retry policy?", [("src/retry.py", 22), ("src/policy.py", 20)])
-        call("after a two-step tool loop")
-        session.append(ChatMessage.user("[Tool results]\ncache.py: hit ratio 0.93"))
-        say("  + [Tool results] carrier (part of the same turn, R2)")
-        call("tool-loop boundary")
-        turn("Can you check the logs too?", [("logs/app.log", 30)])
-        call("turn 4: the log tool also returned an image (1,600 tokens while current)")
-        turn("What about the database pool?", [("src/db.py", 16)])
-        call("turn 5: over the turn limit and the budget")
-
-        say("\n== provider overflow ==")
-        provider.overflow_next = True
-        turn("Summarise everything you found.", [])
-        call("turn 6, provider says the context is too long")
-
-        say("\n== route switch and capacity check ==")
-        session.select_route(Route("local", "llama-3-8b"), reason="classifier_hint")
-        resolved = session.state.route
-        say(f"classifier hint -> local/llama-3-8b: capacity {resolved.capacity:,}, "
-            f"budget {resolved.budget:,}")
-        big_schema = json.dumps({"name": "search", "description": "x" * 8_000}, sort_keys=True)
-        call("with an 8,000-character tool schema", tools=(big_schema,))
-        session.select_route(Route("openai", "gpt-4o-mini"), reason="explicit")
-        call("back on openai/gpt-4o-mini", tools=(READ_FILE,))
+        provider = _Provider()
+        call = _caller(session, provider, say, narrator.flush)
+        turn = _turn_runner(session, say, narrator.flush)
+        _agent_turns(session, call, turn, say)
+        _overflow_and_route_switch(session, provider, call, turn, say)
 
         crumbs = sum(1 for m in session.chat_view() if m.content == BREADCRUMB_TEXT)
         say(f"\nworking history: {len(session.chat_view())} messages, {crumbs} breadcrumb")
@@ -138,6 +95,69 @@ def run_demo(store: Store, out: TextIO, *, color: bool = False) -> Session:
         return session
     finally:
         unsubscribe()
+
+
+class _Narrator:
+    """Prints the narration; holds the `HistoryTrimmed` notices until the trim is told."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.notices: list[HistoryTrimmed] = []
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def notice(self, event: DomainEvent) -> None:
+        # Delivered right after the commit (R33); printed after the trim it reports.
+        assert isinstance(event, HistoryTrimmed)
+        self.notices.append(event)
+
+    def flush(self) -> None:
+        for event in self.notices:
+            self.say(f"    >> HistoryTrimmed (subscriber): dropped {event.dropped_messages} "
+                     f"messages, kept {event.kept_turns} turns, reason {event.reason.value}")
+        self.notices.clear()
+
+
+def _agent_turns(
+    session: Session, call: Callable[..., None], turn: Callable[..., None],
+    say: Callable[[str], None],
+) -> None:
+    """Turns 1-5: tool loops, an image, a [Tool results] carrier, both kinds of trim."""
+    turn("Why does the request handler time out?", [("src/handler.py", 18)])
+    call("first provider call of turn 1", tools=(READ_FILE,))
+    turn("Here is a screenshot of the error: [IMAGE:/tmp/screenshot.png]", [])
+    call("turn 2 (the image costs a fixed 1,600 tokens)", tools=(READ_FILE,))
+    turn("And the retry policy?", [("src/retry.py", 22), ("src/policy.py", 20)])
+    call("after a two-step tool loop")
+    session.append(ChatMessage.user("[Tool results]\ncache.py: hit ratio 0.93"))
+    say("  + [Tool results] carrier (part of the same turn, R2)")
+    call("tool-loop boundary")
+    turn("Can you check the logs too?", [("logs/app.log", 30)])
+    call("turn 4: the log tool also returned an image (1,600 tokens while current)")
+    turn("What about the database pool?", [("src/db.py", 16)])
+    call("turn 5: over the turn limit and the budget")
+
+
+def _overflow_and_route_switch(
+    session: Session, provider: _Provider, call: Callable[..., None],
+    turn: Callable[..., None], say: Callable[[str], None],
+) -> None:
+    """Turn 6: a provider overflow and its recovery (R25), then a capacity rejection (R18)."""
+    say("\n== provider overflow ==")
+    provider.overflow_next = True
+    turn("Summarise everything you found.", [])
+    call("turn 6, provider says the context is too long")
+
+    say("\n== route switch and capacity check ==")
+    session.select_route(Route("local", "llama-3-8b"), reason="classifier_hint")
+    resolved = session.state.route
+    say(f"classifier hint -> local/llama-3-8b: capacity {resolved.capacity:,}, "
+        f"budget {resolved.budget:,}")
+    big_schema = json.dumps({"name": "search", "description": "x" * 8_000}, sort_keys=True)
+    call("with an 8,000-character tool schema", tools=(big_schema,))
+    session.select_route(Route("openai", "gpt-4o-mini"), reason="explicit")
+    call("back on openai/gpt-4o-mini", tools=(READ_FILE,))
 
 
 def _turn_runner(

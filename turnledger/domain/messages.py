@@ -29,6 +29,7 @@ __all__ = [
     "ToolResults",
     "as_conversation_message",
     "assistant_envelope",
+    "compact_json",
     "from_chat_messages",
     "is_breadcrumb",
     "is_real_user_message",
@@ -233,14 +234,18 @@ def as_conversation_message(message: object) -> ConversationMessage:
 
 # --- JSON envelopes -------------------------------------------------------------------------
 
-def _dumps(value: object) -> str:
-    # Compact, key order as written, non-ASCII kept: the byte count feeds the estimate (R20).
+def compact_json(value: object) -> str:
+    """``value`` as compact JSON text: key order as written, non-ASCII kept (no escapes).
+
+    The envelopes use it because their byte count feeds the estimate (R20); the transcript
+    exports use it so the same history always gives the same bytes.
+    """
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def assistant_envelope(text: str | None, tool_calls: Sequence[ToolCall]) -> str:
     """The content of an assistant ChatMessage that calls tools."""
-    return _dumps(
+    return compact_json(
         {
             "content": text,
             "tool_calls": [
@@ -252,7 +257,7 @@ def assistant_envelope(text: str | None, tool_calls: Sequence[ToolCall]) -> str:
 
 def tool_envelope(tool_call_id: str, content: str) -> str:
     """The content of a tool ChatMessage."""
-    return _dumps({"tool_call_id": tool_call_id, "content": content})
+    return compact_json({"tool_call_id": tool_call_id, "content": content})
 
 
 def _loads_object(text: str) -> dict[str, Any] | None:
@@ -279,7 +284,7 @@ def parse_assistant_envelope(content: str) -> tuple[str | None, tuple[ToolCall, 
             return None
         arguments = raw.get("arguments", "{}")
         if not isinstance(arguments, str):
-            arguments = _dumps(arguments)
+            arguments = compact_json(arguments)
         try:
             calls.append(ToolCall(raw.get("id"), raw.get("name", ""), arguments))  # type: ignore[arg-type]
         except InvalidMessage:
@@ -298,7 +303,7 @@ def parse_tool_envelope(content: str) -> tuple[str, str] | None:
     if not isinstance(call_id, str) or not call_id:
         return None
     if not isinstance(inner, str):
-        inner = _dumps(inner)
+        inner = compact_json(inner)
     return call_id, inner
 
 

@@ -14,8 +14,10 @@ PostgreSQL differ only in the SQL text (placeholders, how a write transaction be
 Tables
 ------
 
-All counters are integers that start at 0. Timestamps are ISO-8601 UTC text with
-microseconds (``2025-01-31T12:00:00.000000+00:00``), so they sort as text on both databases.
+The counters are the `Counters` of `turnledger.projections.counters` (one fold, one meaning
+per counter, shared with ``turnledger sessions`` and ``what-if``), all but ``notices``. They are
+integers that start at 0. Timestamps are ISO-8601 UTC text with microseconds
+(``2025-01-31T12:00:00.000000+00:00``), so they sort as text on both databases.
 
 ``tl_tracking`` — how far the projection has read the notification log.
 
@@ -35,30 +37,12 @@ the next events to the right route).
 - ``provider``, ``model`` (text, NULL until the first request): the route of the session's
   latest request, prepared or rejected.
 - ``legacy`` (boolean): the session runs the legacy loop (R34).
-- ``events`` (integer): events recorded for the session (equals its version).
-- ``appends``: messages appended (`MessageAppended`).
-- ``trims_token_budget``: trim decisions for the token budget (`TrimDecided` with reason
-  ``token_budget``: proactive R24 trims and the reactive R25 recoveries alike, as R32 says).
-- ``trims_turn_limit``: trim decisions for the turn limit (reason ``turn_limit``, R28-R29),
-  legacy trims included even though they emit no `HistoryTrimmed` (R34).
-- ``messages_dropped``: real messages dropped by those trims (sum of ``dropped_messages``).
-  Each trim counts what it dropped from its own view, as its `HistoryTrimmed` reports it, so
-  a message the token budget dropped from the chat view and the turn limit later drops from
-  the conversation view counts in both trims.
-- ``tokens_dropped``: estimated tokens they removed (sum of ``tokens_before - tokens_after``;
-  the breadcrumb a trim inserts is counted against it).
-- ``requests_prepared``: requests that passed the capacity check (`RequestPrepared`, R18).
-- ``requests_rejected``: requests refused before sending (`RequestRejected`, R18).
-- ``overflow_recoveries``: provider overflows recovered by trimming (`OverflowRecovered`, R25).
-- ``overflows_unrecoverable``: provider overflows with nothing left to trim
-  (`OverflowUnrecoverable`, R25).
-- ``orphan_sweeps``: sweeps that removed or rewrote something (`OrphansSwept`, R36, E5).
-- ``orphans_removed``: messages those sweeps removed (sum of ``removed``).
-- ``peak_estimated_tokens``: the largest estimate of any request, prepared or rejected
-  (0 before the first request).
-- ``peak_window`` (integer, NULL before the first request): the context window of the request
-  that first reached that peak.
-- ``last_event_at`` (text): time of the session's latest event.
+- ``events``, ``appends``, ``trims_token_budget``, ``trims_turn_limit``, ``messages_dropped``,
+  ``tokens_dropped``, ``requests_prepared``, ``requests_rejected``, ``overflow_recoveries``,
+  ``overflows_unrecoverable``, ``orphan_sweeps``, ``orphans_removed``,
+  ``peak_estimated_tokens``, ``peak_window`` (NULL before the first request),
+  ``last_event_at`` (text): the session's `Counters`, as `Counters` defines them (``events``
+  equals the session's version).
 
 ``tl_route_stats`` — one row per provider/model route; every event is counted against the
 route its session was on when the event happened.
@@ -85,35 +69,23 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC
 from typing import Any, Final, Self
 
 import attrs
 
+from turnledger.domain.budget import Route
 from turnledger.domain.events import (
     DomainEvent,
-    MessageAppended,
-    OrphansSwept,
-    OverflowRecovered,
-    OverflowUnrecoverable,
     RequestPrepared,
     RequestRejected,
     RouteSelected,
     SessionStarted,
-    TrimDecided,
-    TrimReason,
 )
+from turnledger.projections.counters import Counters, count
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
 from turnledger.store.codec import describe_error
 
-__all__ = [
-    "COUNTER_COLUMNS",
-    "ROUTE_STATS_COLUMNS",
-    "SESSION_STATS_COLUMNS",
-    "TABLES",
-    "TRACKING_NAME",
-    "Analytics",
-]
+__all__ = ["ROUTE_STATS_COLUMNS", "SESSION_STATS_COLUMNS", "Analytics"]
 
 log = logging.getLogger("turnledger.analytics")
 
@@ -153,28 +125,7 @@ Progress = Callable[[int, int], None]
 """``progress(position, head)``: called after each committed batch."""
 
 
-# --- the fold (pure: no I/O) ----------------------------------------------------------------
-
-@attrs.define
-class _Tally:
-    """The counters of one row; `_count` folds one event into it."""
-
-    events: int = 0
-    appends: int = 0
-    trims_token_budget: int = 0
-    trims_turn_limit: int = 0
-    messages_dropped: int = 0
-    tokens_dropped: int = 0
-    requests_prepared: int = 0
-    requests_rejected: int = 0
-    overflow_recoveries: int = 0
-    overflows_unrecoverable: int = 0
-    orphan_sweeps: int = 0
-    orphans_removed: int = 0
-    peak_estimated_tokens: int = 0
-    peak_window: int | None = None
-    last_event_at: str | None = None
-
+# --- rows (pure: no I/O) --------------------------------------------------------------------
 
 @attrs.define
 class _SessionRow:
@@ -182,11 +133,11 @@ class _SessionRow:
     provider: str | None = None
     model: str | None = None
     legacy: bool = False
-    tally: _Tally = attrs.field(factory=_Tally)
+    counters: Counters = attrs.field(factory=Counters)
 
     def values(self) -> tuple[object, ...]:
         head = (self.session_id, self.provider, self.model, self.legacy)
-        return (*head, *_tally_values(self.tally))
+        return (*head, *_counter_values(self.counters))
 
 
 @attrs.define
@@ -194,56 +145,18 @@ class _RouteRow:
     provider: str
     model: str
     selections: int = 0
-    tally: _Tally = attrs.field(factory=_Tally)
+    counters: Counters = attrs.field(factory=Counters)
 
     def values(self) -> tuple[object, ...]:
-        return (self.provider, self.model, self.selections, *_tally_values(self.tally))
+        return (self.provider, self.model, self.selections, *_counter_values(self.counters))
 
 
-def _tally_values(tally: _Tally) -> tuple[object, ...]:
-    return tuple(getattr(tally, name) for name in (*COUNTER_COLUMNS, *_TAIL_COLUMNS))
+def _counter_values(counters: Counters) -> tuple[object, ...]:
+    return tuple(getattr(counters, name) for name in (*COUNTER_COLUMNS, *_TAIL_COLUMNS))
 
 
-def _tally_from(values: Sequence[Any]) -> _Tally:
-    return _Tally(**dict(zip((*COUNTER_COLUMNS, *_TAIL_COLUMNS), values)))
-
-
-def _timestamp(event: DomainEvent) -> str:
-    return event.timestamp.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _count(tally: _Tally, event: DomainEvent) -> None:
-    """Fold one event into ``tally`` (the counters of E7; see the module docstring)."""
-    tally.events += 1
-    tally.last_event_at = _timestamp(event)
-    match event:
-        case MessageAppended():
-            tally.appends += 1
-        case TrimDecided():
-            if event.reason is TrimReason.TOKEN_BUDGET:
-                tally.trims_token_budget += 1
-            else:
-                tally.trims_turn_limit += 1
-            tally.messages_dropped += event.dropped_messages
-            tally.tokens_dropped += event.tokens_before - event.tokens_after
-        case RequestPrepared() | RequestRejected():
-            # Strictly greater: the first request to reach the peak names its window.
-            if tally.peak_window is None or event.estimated_tokens > tally.peak_estimated_tokens:
-                tally.peak_estimated_tokens = event.estimated_tokens
-                tally.peak_window = event.window
-            if isinstance(event, RequestPrepared):
-                tally.requests_prepared += 1
-            else:
-                tally.requests_rejected += 1
-        case OverflowRecovered():
-            tally.overflow_recoveries += 1
-        case OverflowUnrecoverable():
-            tally.overflows_unrecoverable += 1
-        case OrphansSwept():
-            tally.orphan_sweeps += 1
-            tally.orphans_removed += event.removed
-        case _:
-            pass  # the other events only count as events
+def _counters_from(values: Sequence[Any]) -> Counters:
+    return Counters(**dict(zip((*COUNTER_COLUMNS, *_TAIL_COLUMNS), values)))
 
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -659,74 +572,90 @@ class Analytics:
         self, db: _Database, position: int, page: Sequence[tuple[int, DomainEvent]]
     ) -> None:
         """Fold one batch into the tables and claim its position, inside one transaction."""
-        sql = db.sql
         # Claim first: the row lock serialises racing followers, and a loser sees 0 rows.
-        if db.run(sql.claim, (page[-1][0], TRACKING_NAME, position)) != 1:
+        if db.run(db.sql.claim, (page[-1][0], TRACKING_NAME, position)) != 1:
             raise _Lost
-        sessions: dict[str, _SessionRow] = {}
-        routes: dict[tuple[str, str], _RouteRow] = {}
-        current: dict[str, tuple[str, str] | None] = {}
-        moved: set[str] = set()
-
-        def session_row(sid: str) -> _SessionRow:
-            row = sessions.get(sid)
-            if row is None:
-                found = db.rows(sql.session_row, (sid,))
-                if found:
-                    values = found[0]
-                    row = _SessionRow(
-                        values[0], values[1], values[2], bool(values[3]), _tally_from(values[4:])
-                    )
-                else:
-                    row = _SessionRow(sid)
-                sessions[sid] = row
-            return row
-
-        def route_row(route: tuple[str, str]) -> _RouteRow:
-            row = routes.get(route)
-            if row is None:
-                found = db.rows(sql.route_row, route)
-                if found:
-                    values = found[0]
-                    row = _RouteRow(values[0], values[1], int(values[2]), _tally_from(values[3:]))
-                else:
-                    row = _RouteRow(*route)
-                routes[route] = row
-            return row
-
-        def route_of(sid: str) -> tuple[str, str] | None:
-            if sid not in current:
-                found = db.rows(sql.session_route, (sid,))
-                current[sid] = (str(found[0][0]), str(found[0][1])) if found else None
-            return current[sid]
-
+        batch = _Batch(db)
         for _, event in page:
-            sid = str(event.originator_id)
-            row = session_row(sid)
-            match event:
-                case SessionStarted():
-                    row.legacy = event.legacy
-                    current[sid] = (event.route.provider, event.route.model)
-                    moved.add(sid)
-                case RouteSelected():
-                    selected = (event.route.provider, event.route.model)
-                    current[sid] = selected
-                    moved.add(sid)
-                    route_row(selected).selections += 1
-                case RequestPrepared() | RequestRejected():
-                    row.provider, row.model = event.route.provider, event.route.model
-                case _:
-                    pass
-            _count(row.tally, event)
-            route = route_of(sid)
-            if route is not None:
-                _count(route_row(route).tally, event)
+            batch.add(event)
+        batch.write()
 
-        db.run_many(sql.upsert_session, [r.values() for r in sessions.values()])
-        db.run_many(sql.upsert_route, [r.values() for r in routes.values()])
-        db.run_many(
-            sql.upsert_session_route,
-            [(sid, *route) for sid in sorted(moved) if (route := current[sid]) is not None],
+
+class _Batch:
+    """The rows one batch of events changes: read once from the tables, folded, written once."""
+
+    def __init__(self, db: _Database) -> None:
+        self.db = db
+        self.sessions: dict[str, _SessionRow] = {}
+        self.routes: dict[tuple[str, str], _RouteRow] = {}
+        self.current: dict[str, tuple[str, str] | None] = {}  # each session's route now
+        self.moved: set[str] = set()  # sessions whose route changed in this batch
+
+    def add(self, event: DomainEvent) -> None:
+        """Fold ``event`` into its session's row and the row of the route the session is on."""
+        sid = str(event.originator_id)
+        row = self.session_row(sid)
+        match event:
+            case SessionStarted():
+                row.legacy = event.legacy
+                self.move(sid, event.route)
+            case RouteSelected():
+                self.move(sid, event.route)
+                self.route_row((event.route.provider, event.route.model)).selections += 1
+            case RequestPrepared() | RequestRejected():
+                row.provider, row.model = event.route.provider, event.route.model
+            case _:
+                pass
+        row.counters = count(row.counters, event)
+        route = self.route_of(sid)
+        if route is not None:
+            route_row = self.route_row(route)
+            route_row.counters = count(route_row.counters, event)
+
+    def move(self, sid: str, route: Route) -> None:
+        self.current[sid] = (route.provider, route.model)
+        self.moved.add(sid)
+
+    def session_row(self, sid: str) -> _SessionRow:
+        row = self.sessions.get(sid)
+        if row is None:
+            found = self.db.rows(self.db.sql.session_row, (sid,))
+            if found:
+                values = found[0]
+                row = _SessionRow(
+                    values[0], values[1], values[2], bool(values[3]), _counters_from(values[4:])
+                )
+            else:
+                row = _SessionRow(sid)
+            self.sessions[sid] = row
+        return row
+
+    def route_row(self, route: tuple[str, str]) -> _RouteRow:
+        row = self.routes.get(route)
+        if row is None:
+            found = self.db.rows(self.db.sql.route_row, route)
+            if found:
+                values = found[0]
+                row = _RouteRow(values[0], values[1], int(values[2]), _counters_from(values[3:]))
+            else:
+                row = _RouteRow(*route)
+            self.routes[route] = row
+        return row
+
+    def route_of(self, sid: str) -> tuple[str, str] | None:
+        if sid not in self.current:
+            found = self.db.rows(self.db.sql.session_route, (sid,))
+            self.current[sid] = (str(found[0][0]), str(found[0][1])) if found else None
+        return self.current[sid]
+
+    def write(self) -> None:
+        """Upsert every row the batch changed (in the caller's transaction)."""
+        sql = self.db.sql
+        self.db.run_many(sql.upsert_session, [r.values() for r in self.sessions.values()])
+        self.db.run_many(sql.upsert_route, [r.values() for r in self.routes.values()])
+        moved = [(sid, self.current[sid]) for sid in sorted(self.moved)]
+        self.db.run_many(
+            sql.upsert_session_route, [(sid, *route) for sid, route in moved if route is not None]
         )
 
 

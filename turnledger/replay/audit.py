@@ -58,14 +58,17 @@ from turnledger.store.mapper import ChainProblem, ProblemKind, verify_chain
 from turnledger.store.session import parse_session_id
 from turnledger.store.snapshots import decode_snapshot
 
-__all__ = ["Progress", "Rule", "VerifyReport", "Violation", "verify"]
+__all__ = ["Rule", "VerifyReport", "Violation", "verify"]
 
 Progress = Callable[[int, int | None], None]
 """``progress(done_events, total_events_or_None)``, called as sessions are checked."""
 
 
 class Rule(enum.StrEnum):
-    """The rule a `Violation` breaks; the value names the SPEC requirement first."""
+    """The rule a `Violation` breaks; the value names the SPEC requirement first.
+
+    docs/behaviour.md explains each requirement under its id as anchor (``#e2``, ``#r31``).
+    """
 
     HASH_CHAIN = "E2-hash-chain"
     MISSING_RECORD = "E2-missing-record"
@@ -78,6 +81,11 @@ class Rule(enum.StrEnum):
     BREADCRUMB = "R31-breadcrumb"
     TRIM_NOTICE = "R31-R34-trim-notice"
     TOOL_PAIRING = "R37-tool-pairing"
+
+    @property
+    def requirement(self) -> str:
+        """The id of the requirement the value names first: ``E2``, ``R31``…"""
+        return self.value.split("-", 1)[0]
 
 
 @attrs.frozen
@@ -148,7 +156,7 @@ def verify(
         records = backend.read_records(session_id)
         if not records and session_ids is not None:
             raise SessionNotFound(f"no session {session_id} in this store")
-        audit = _SessionAudit(backend, session_id, records)
+        audit = _SessionVerifier(backend, session_id, records)
         audit.run()
         violations.extend(audit.violations)
         done += len(records)
@@ -205,7 +213,7 @@ _CHAIN_RULES = {
 }
 
 
-class _SessionAudit:
+class _SessionVerifier:
     """The checks of one session, in one pass over its records."""
 
     def __init__(

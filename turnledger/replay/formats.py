@@ -38,6 +38,7 @@ from turnledger.domain.messages import (
     ToolCall,
     ToolResult,
     ToolResults,
+    compact_json,
     parse_assistant_envelope,
     parse_tool_envelope,
 )
@@ -78,11 +79,6 @@ class TranscriptError(InvalidMessage):
 
 
 # --- shared helpers -------------------------------------------------------------------------
-
-
-def _dumps(value: object) -> str:
-    # Compact and non-ASCII kept, like the domain envelopes; key order as built (deterministic).
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _type_name(value: object) -> str:
@@ -450,7 +446,7 @@ def _anthropic_tool_input(where: _Where, block: dict[str, Any], path: str) -> st
     value = where.get(block, path, "input", dict, label="an object")
     if list(value) == [_RAW_ARGUMENTS_KEY] and isinstance(value[_RAW_ARGUMENTS_KEY], str):
         return str(value[_RAW_ARGUMENTS_KEY])
-    return _dumps(value)
+    return compact_json(value)
 
 
 def _anthropic_tool_result(
@@ -768,4 +764,4 @@ def write_jsonl_line(history: Sequence[ChatMessage], fmt: str) -> str:
     """
     _check_format(fmt)
     value: object = to_openai(history) if fmt == "openai" else to_anthropic(history)
-    return _dumps(value)
+    return compact_json(value)

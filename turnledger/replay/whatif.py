@@ -29,8 +29,7 @@ Every command runs with its recorded timestamp, so the report is deterministic (
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -50,24 +49,20 @@ from turnledger.domain.decider import (
 )
 from turnledger.domain.events import (
     DomainEvent,
-    HistoryTrimmed,
     MessageAppended,
     OrphansSwept,
-    OverflowRecovered,
     OverflowReported,
-    OverflowUnrecoverable,
     Purpose,
     RequestPrepared,
     RequestRejected,
     RouteReason,
     RouteSelected,
     SessionStarted,
-    TrimDecided,
-    TrimReason,
 )
+from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
 
-__all__ = ["RequestOutcome", "SideTotals", "WhatIfReport", "WhatIfRow", "what_if"]
+__all__ = ["WhatIfReport", "what_if"]
 
 
 @attrs.frozen
@@ -106,7 +101,11 @@ class WhatIfRow:
 
 @attrs.frozen
 class SideTotals:
-    """The totals of one side: trims per reason, messages dropped, rejections, overflows."""
+    """The totals of one side: trims per reason, messages dropped, rejections, overflows.
+
+    Folded by `turnledger.projections.counters` (see `Counters` for each meaning); ``requests``
+    are the prepared and the rejected ones together, ``rejections`` the rejected ones.
+    """
 
     requests: int
     trims_by_reason: dict[str, int] = attrs.field(hash=False)
@@ -115,6 +114,20 @@ class SideTotals:
     rejections: int
     overflow_recoveries: int
     overflows_unrecoverable: int
+
+    @classmethod
+    def of(cls, counters: Counters) -> SideTotals:
+        """The totals of one side's `Counters`: ``requests`` counts the prepared and the
+        rejected ones, ``rejections`` the rejected ones."""
+        return cls(
+            requests=counters.requests_prepared + counters.requests_rejected,
+            trims_by_reason=counters.trims_by_reason(),
+            dropped_messages=counters.messages_dropped,
+            notices=counters.notices,
+            rejections=counters.requests_rejected,
+            overflow_recoveries=counters.overflow_recoveries,
+            overflows_unrecoverable=counters.overflows_unrecoverable,
+        )
 
     @property
     def trims(self) -> int:
@@ -207,66 +220,6 @@ class WhatIfReport:
 
 # --- replay -----------------------------------------------------------------------------------
 
-@attrs.define
-class _Side:
-    """The per-request counters of one side between two requests."""
-
-    trims: int = 0
-    dropped: int = 0
-
-    def take(self) -> tuple[int, int]:
-        counts = (self.trims, self.dropped)
-        self.trims = self.dropped = 0
-        return counts
-
-    def see(self, events: Iterable[DomainEvent]) -> None:
-        for event in events:
-            if isinstance(event, TrimDecided):
-                self.trims += 1
-                self.dropped += event.dropped_messages
-
-
-def _totals(events: Sequence[DomainEvent]) -> SideTotals:
-    reasons: Counter[str] = Counter({reason.value: 0 for reason in TrimReason})
-    dropped = notices = rejections = requests = recoveries = unrecoverable = 0
-    for event in events:
-        match event:
-            case TrimDecided(reason=reason, dropped_messages=n):
-                reasons[reason.value] += 1
-                dropped += n
-            case HistoryTrimmed():
-                notices += 1
-            case RequestPrepared():
-                requests += 1
-            case RequestRejected():
-                requests += 1
-                rejections += 1
-            case OverflowRecovered():
-                recoveries += 1
-            case OverflowUnrecoverable():
-                unrecoverable += 1
-    return SideTotals(
-        requests=requests,
-        trims_by_reason=dict(sorted(reasons.items())),
-        dropped_messages=dropped,
-        notices=notices,
-        rejections=rejections,
-        overflow_recoveries=recoveries,
-        overflows_unrecoverable=unrecoverable,
-    )
-
-
-def _outcome(event: RequestPrepared | RequestRejected, counts: tuple[int, int]) -> RequestOutcome:
-    return RequestOutcome(
-        message_count=event.message_count,
-        estimated_tokens=event.estimated_tokens,
-        window=event.window,
-        rejected=isinstance(event, RequestRejected),
-        trims=counts[0],
-        dropped_messages=counts[1],
-    )
-
-
 def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfReport:
     """Re-decide a recorded session under ``profile``, in memory, and compare (see module doc).
 
@@ -277,70 +230,107 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
     started = events[0]
-    recorded_state = SessionState()  # the recorded session, folded alongside
-    state = SessionState()  # the what-if session
-    produced: list[DomainEvent] = []
-    rows: list[WhatIfRow] = []
-    recorded_side, what_if_side = _Side(), _Side()
-    avoided = 0
+    replay = _Replay(profile)
+    for event in events:
+        replay.replay(event)
+    return WhatIfReport(
+        session_id=str(started.originator_id),
+        recorded_profile=started.profile,
+        profile=profile,
+        requests=tuple(replay.rows),
+        recorded=SideTotals.of(replay.recorded.counters),
+        what_if=SideTotals.of(replay.what_if.counters),
+        overflows_avoided=replay.avoided,
+    )
 
-    def run(command: Command) -> list[DomainEvent]:
-        new = execute(state, command)
-        produced.extend(new)
-        what_if_side.see(new)
+
+@attrs.define
+class _Side:
+    """One side's counters, and their value at the previous request (for per-request trims)."""
+
+    counters: Counters = attrs.field(factory=Counters)
+    at_last_request: Counters = attrs.field(factory=Counters)
+
+    def outcome(self, event: RequestPrepared | RequestRejected) -> RequestOutcome:
+        """``event`` with the trims since the previous request; starts the next interval."""
+        before, self.at_last_request = self.at_last_request, self.counters
+        return RequestOutcome(
+            message_count=event.message_count,
+            estimated_tokens=event.estimated_tokens,
+            window=event.window,
+            rejected=isinstance(event, RequestRejected),
+            trims=self.counters.trims - before.trims,
+            dropped_messages=self.counters.messages_dropped - before.messages_dropped,
+        )
+
+
+class _Replay:
+    """The recorded session and the what-if one, folded side by side, one event at a time."""
+
+    def __init__(self, profile: RuntimeProfile) -> None:
+        self.profile = profile
+        self.recorded_state = SessionState()
+        self.state = SessionState()  # the what-if session
+        self.recorded = _Side()
+        self.what_if = _Side()
+        self.rows: list[WhatIfRow] = []
+        self.avoided = 0
+
+    def replay(self, event: DomainEvent) -> None:
+        """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
+        if isinstance(event, RequestPrepared | RequestRejected):
+            self.request(event)
+        else:
+            command = self.command_for(event)
+            if command is not None:
+                self.run(command)
+        self.recorded.counters = count(self.recorded.counters, event)
+        evolve(self.recorded_state, event)
+
+    def run(self, command: Command) -> list[DomainEvent]:
+        new = execute(self.state, command)
+        self.what_if.counters = fold_counters(new, self.what_if.counters)
         return new
 
-    for event in events:
-        command: Command | None = None
+    def command_for(self, event: DomainEvent) -> Command | None:
+        """The command a recorded non-request event stands for (None: nothing to replay)."""
         match event:
             case SessionStarted():
-                command = StartSession(
-                    event.originator_id, profile, tuple(event.providers), event.route,
+                return StartSession(
+                    event.originator_id, self.profile, tuple(event.providers), event.route,
                     event.legacy, event.timestamp,
                 )
             case MessageAppended(message=message, original_chars=original):
                 # A result the recording truncated is replayed as recorded (R38): the original
                 # text is not in the log.
-                command = AppendMessage(message, event.timestamp, truncate=original is None)
+                return AppendMessage(message, event.timestamp, truncate=original is None)
             case RouteSelected(reason=reason) if reason is not RouteReason.INITIAL:
-                command = SelectRoute(event.route, reason, event.timestamp)
+                return SelectRoute(event.route, reason, event.timestamp)
             case OrphansSwept():
-                command = SweepOrphans(event.timestamp)
+                return SweepOrphans(event.timestamp)
             case OverflowReported(error=error, estimated_tokens=refused):
-                if state.chat_tokens() >= refused:
-                    command = RecoverFromOverflow(error, event.timestamp)
-                else:
-                    avoided += 1
-            case RequestPrepared() | RequestRejected():
-                if isinstance(event, RequestPrepared):
-                    tool_tokens, hook_tokens = event.tool_tokens, event.hook_tokens
-                else:  # a rejection records only its total: the rest is overhead
-                    tool_tokens = max(event.estimated_tokens - recorded_state.chat_tokens(), 0)
-                    hook_tokens = 0
-                final = event.purpose is Purpose.FINAL_SUMMARY
-                new = run(PrepareRequest(tool_tokens, hook_tokens, final, event.timestamp))
-                decided = new[-1]
-                assert isinstance(decided, RequestPrepared | RequestRejected)
-                rows.append(
-                    WhatIfRow(
-                        index=len(rows) + 1,
-                        position=event.originator_version,
-                        purpose=event.purpose,
-                        recorded=_outcome(event, recorded_side.take()),
-                        what_if=_outcome(decided, what_if_side.take()),
-                        same_messages=recorded_state.chat_view() == state.chat_view(),
-                    )
-                )
-        if command is not None:
-            run(command)
-        recorded_side.see((event,))
-        evolve(recorded_state, event)
-    return WhatIfReport(
-        session_id=str(started.originator_id),
-        recorded_profile=started.profile,
-        profile=profile,
-        requests=tuple(rows),
-        recorded=_totals(events),
-        what_if=_totals(produced),
-        overflows_avoided=avoided,
-    )
+                if self.state.chat_tokens() >= refused:
+                    return RecoverFromOverflow(error, event.timestamp)
+                self.avoided += 1
+        return None
+
+    def request(self, event: RequestPrepared | RequestRejected) -> None:
+        """Prepare the recorded request on the what-if side and add the row comparing both."""
+        if isinstance(event, RequestPrepared):
+            tool_tokens, hook_tokens = event.tool_tokens, event.hook_tokens
+        else:  # a rejection records only its total: the rest is overhead
+            tool_tokens = max(event.estimated_tokens - self.recorded_state.chat_tokens(), 0)
+            hook_tokens = 0
+        final = event.purpose is Purpose.FINAL_SUMMARY
+        decided = self.run(PrepareRequest(tool_tokens, hook_tokens, final, event.timestamp))[-1]
+        assert isinstance(decided, RequestPrepared | RequestRejected)
+        self.rows.append(
+            WhatIfRow(
+                index=len(self.rows) + 1,
+                position=event.originator_version,
+                purpose=event.purpose,
+                recorded=self.recorded.outcome(event),
+                what_if=self.what_if.outcome(decided),
+                same_messages=self.recorded_state.chat_view() == self.state.chat_view(),
+            )
+        )

@@ -1,0 +1,157 @@
+"""The counters of a session's events: one fold, one meaning per counter (E7).
+
+`count` folds one event into a `Counters` value; `fold_counters` folds many. Every report that
+counts events uses it: the analytics tables (``turnledger stats``), the session list
+(``turnledger sessions``), the what-if totals and the per-request trims of ``turnledger what-if``.
+Each report shows some of the counters under its own names (see `Counters` for which).
+
+Pure: no I/O, deterministic (E12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC
+from typing import Any
+
+import attrs
+
+from turnledger.domain.events import (
+    DomainEvent,
+    HistoryTrimmed,
+    MessageAppended,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowUnrecoverable,
+    RequestPrepared,
+    RequestRejected,
+    TrimDecided,
+    TrimReason,
+)
+
+__all__ = ["Counters", "count", "fold_counters"]
+
+
+@attrs.frozen
+class Counters:
+    """What a run of events holds, counted once, each counter with one meaning.
+
+    All counts start at 0 and only grow.
+
+    - ``events``: events folded (a whole session's: its version).
+    - ``appends``: messages appended (`MessageAppended`); ``turnledger sessions`` calls them
+      ``messages``.
+    - ``trims_token_budget``: trim decisions for the token budget (`TrimDecided` with reason
+      ``token_budget``): proactive R24 trims and reactive R25 recoveries alike (R32).
+    - ``trims_turn_limit``: trim decisions for the turn limit (reason ``turn_limit``, R28-R29),
+      legacy trims included although they emit no `HistoryTrimmed` (R34).
+    - ``messages_dropped``: real messages those trims dropped (sum of ``dropped_messages``), each
+      trim counting what it dropped from its own view.
+    - ``tokens_dropped``: estimated tokens those trims removed (sum of ``tokens_before -
+      tokens_after``; a breadcrumb the trim inserts counts against it).
+    - ``notices``: `HistoryTrimmed` notices sent to clients (R32-R33).
+    - ``requests_prepared``: requests that passed the capacity check (`RequestPrepared`, R18);
+      ``turnledger sessions`` shows this as ``requests``.
+    - ``requests_rejected``: requests refused before sending (`RequestRejected`, R18); the
+      what-if totals call them ``rejections`` and their ``requests`` are prepared + rejected.
+    - ``overflow_recoveries``: provider overflows recovered by trimming (`OverflowRecovered`,
+      R25); ``overflows_unrecoverable``: those with nothing left to trim
+      (`OverflowUnrecoverable`).
+    - ``orphan_sweeps``: sweeps that removed or rewrote something (`OrphansSwept`, R36, E5);
+      ``orphans_removed``: the messages they removed (sum of ``removed``).
+    - ``peak_estimated_tokens``: the largest estimate of any request, prepared or rejected (0
+      before the first); ``peak_window``: the window of the first request that reached it
+      (None before the first request).
+    - ``last_event_at``: time of the latest event, ISO-8601 UTC text with microseconds (sorts
+      as text), None before the first.
+    """
+
+    events: int = 0
+    appends: int = 0
+    trims_token_budget: int = 0
+    trims_turn_limit: int = 0
+    messages_dropped: int = 0
+    tokens_dropped: int = 0
+    notices: int = 0
+    requests_prepared: int = 0
+    requests_rejected: int = 0
+    overflow_recoveries: int = 0
+    overflows_unrecoverable: int = 0
+    orphan_sweeps: int = 0
+    orphans_removed: int = 0
+    peak_estimated_tokens: int = 0
+    peak_window: int | None = None
+    last_event_at: str | None = None
+
+    @property
+    def trims(self) -> int:
+        """Trim decisions of both reasons."""
+        return self.trims_token_budget + self.trims_turn_limit
+
+    def trims_by_reason(self) -> dict[str, int]:
+        """Trim decisions per `TrimReason` value, every reason present, sorted by reason."""
+        return {
+            TrimReason.TOKEN_BUDGET.value: self.trims_token_budget,
+            TrimReason.TURN_LIMIT.value: self.trims_turn_limit,
+        }
+
+
+def count(counters: Counters, event: DomainEvent) -> Counters:
+    """``counters`` with ``event`` folded in (see `Counters` for what each event adds)."""
+    timestamp = event.timestamp.astimezone(UTC).isoformat(timespec="microseconds")
+    return attrs.evolve(
+        counters,
+        events=counters.events + 1,
+        last_event_at=timestamp,
+        **_changes(counters, event),
+    )
+
+
+def fold_counters(events: Iterable[DomainEvent], start: Counters | None = None) -> Counters:
+    """Fold ``events``, in order, into ``start`` (no counts by default)."""
+    counters = Counters() if start is None else start
+    for event in events:
+        counters = count(counters, event)
+    return counters
+
+
+def _changes(c: Counters, event: DomainEvent) -> dict[str, Any]:
+    """The counters ``event`` changes, besides ``events`` and ``last_event_at``."""
+    match event:
+        case MessageAppended():
+            return {"appends": c.appends + 1}
+        case TrimDecided():
+            return {
+                **_trim_reason(c, event.reason),
+                "messages_dropped": c.messages_dropped + event.dropped_messages,
+                "tokens_dropped": c.tokens_dropped + event.tokens_before - event.tokens_after,
+            }
+        case HistoryTrimmed():
+            return {"notices": c.notices + 1}
+        case RequestPrepared():
+            return {"requests_prepared": c.requests_prepared + 1, **_peak(c, event)}
+        case RequestRejected():
+            return {"requests_rejected": c.requests_rejected + 1, **_peak(c, event)}
+        case OverflowRecovered():
+            return {"overflow_recoveries": c.overflow_recoveries + 1}
+        case OverflowUnrecoverable():
+            return {"overflows_unrecoverable": c.overflows_unrecoverable + 1}
+        case OrphansSwept():
+            return {
+                "orphan_sweeps": c.orphan_sweeps + 1,
+                "orphans_removed": c.orphans_removed + event.removed,
+            }
+    return {}  # the other events only count as events
+
+
+def _trim_reason(c: Counters, reason: TrimReason) -> dict[str, int]:
+    if reason is TrimReason.TOKEN_BUDGET:
+        return {"trims_token_budget": c.trims_token_budget + 1}
+    return {"trims_turn_limit": c.trims_turn_limit + 1}
+
+
+def _peak(c: Counters, event: RequestPrepared | RequestRejected) -> dict[str, Any]:
+    # Strictly greater: the first request to reach the peak names its window.
+    if c.peak_window is None or event.estimated_tokens > c.peak_estimated_tokens:
+        return {"peak_estimated_tokens": event.estimated_tokens, "peak_window": event.window}
+    return {}
