@@ -18,11 +18,11 @@ from typing import Any, NoReturn, TextIO
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
 from turnledger.replay.formats import FORMATS
+from turnledger.store.session import DEFAULT_STORE_URL, parse_session_id
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
-DEFAULT_STORE = "sqlite:///./turnledger.db"
 
 
 class UsageError(Exception):
@@ -251,7 +251,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
     progress = _Progress("verifying")
     with _open(args) as store:
-        ids = [store.session_uuid(args.session)] if args.session else None
+        ids = [parse_session_id(args.session)] if args.session else None
         report = verify(store.backend, ids, progress=progress)
     progress.close()
     if args.json:
@@ -384,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--store",
-        default=os.environ.get("TURNLEDGER_STORE", DEFAULT_STORE),
+        default=os.environ.get("TURNLEDGER_STORE", DEFAULT_STORE_URL),
         help="store URL: sqlite:///path.db, memory://, postgresql://user@host:port/db "
         "(default: $TURNLEDGER_STORE, else sqlite:///./turnledger.db)",
     )
