@@ -76,19 +76,21 @@ class Pipeline:
 
         Raises `SessionNotFound`, `CorruptRecord`.
         """
-        position = Position()
+        state, chain, snapshot_version = SessionState(), ZERO_CHAIN, 0
         snapshot = self.backend.load_snapshot(session_id)
         if snapshot is not None:
-            version, payload = snapshot
-            state, chain = decode_snapshot(payload, session_id=session_id, version=version)
-            position = Position(state, chain, version)
-        after = position.state.version
-        for event, chain in self.backend.read_with_chain(session_id, after_version=after):
-            evolve(position.state, event)
-            position.chain = chain
-        if position.state.version == 0:
+            snapshot_version, payload = snapshot
+            state, chain = decode_snapshot(
+                payload, session_id=session_id, version=snapshot_version
+            )
+        for event, event_chain in self.backend.read_with_chain(
+            session_id, after_version=state.version
+        ):
+            evolve(state, event)
+            chain = event_chain
+        if state.version == 0:
             raise SessionNotFound(f"no session {session_id} in this store")
-        return position
+        return Position(state, chain, snapshot_version)
 
     def save(self, position: Position, command: Command) -> list[DomainEvent]:
         """Run ``command`` and record what it decided; the events recorded (maybe none).
