@@ -14,14 +14,16 @@ from collections.abc import Callable
 
 import pytest
 
-from .conftest import Cli, StoreTarget, describe
+from tests.backends import Target
+
+from .conftest import Cli, describe
 
 TOOL_RESULTS_VERSION = 6
 MISSING_VERSION = 5
 
 
 def _rewrite_state(
-    target: StoreTarget, session_id: str, version: int, change: Callable[[bytes], bytes]
+    target: Target, session_id: str, version: int, change: Callable[[bytes], bytes]
 ) -> None:
     """Replace the stored bytes of one record with ``change(bytes)`` (must differ)."""
     mark = target.mark()

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.backends import SHARED_BACKENDS, Target
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ContextWindowExceeded
 from turnledger.domain.events import MessageAppended
@@ -45,8 +46,6 @@ from turnledger.projections.analytics import (
 from turnledger.store.backend import StoreUnavailable
 from turnledger.store.session import Store, open_store
 
-from .conftest import Target
-
 S = ChatMessage.system
 U = ChatMessage.user
 A = ChatMessage.assistant
@@ -58,9 +57,7 @@ CHILD = Path(__file__).with_name("analytics_follower_child.py")
 
 # --- stores (the `target` fixture of conftest.py: a fresh database per backend kind) ---------
 
-SHARED = pytest.mark.parametrize(
-    "target", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
-)
+SHARED = pytest.mark.parametrize("target", SHARED_BACKENDS, indirect=True)
 """Only the databases several processes can open (a memory store lives in one process)."""
 
 

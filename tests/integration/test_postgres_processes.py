@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import PG_CONNINFO, PG_URL, require_postgres
+from tests.backends import PG_CONNINFO, PG_URL, require_postgres
 from tests.integration.pg_writer_child import (
     SHARED_PROFILE,
     commands_per_writer,
@@ -53,9 +53,9 @@ _DONE = re.compile(r"DONE commands=(\d+) attempts=(\d+)")
 
 
 @pytest.fixture
-def pg_url(postgres_problem: str | None) -> Iterator[str]:
+def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL schema (created by the store on first open), dropped afterwards."""
-    require_postgres(postgres_problem)
+    require_postgres()
     import psycopg
 
     schema = f"tl_test_{uuid.uuid4().hex[:16]}"

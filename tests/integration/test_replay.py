@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.backends import Target
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import request_digest
@@ -68,8 +69,6 @@ from turnledger.replay.timeline import (
 )
 from turnledger.replay.whatif import what_if
 from turnledger.store.session import Session, Store, open_store
-
-from .conftest import Target
 
 OPENAI = ProviderProfile("openai", "gpt-4o", 128_000)
 ANTHROPIC = ProviderProfile("anthropic", "claude", 200_000)

@@ -1,7 +1,7 @@
 """Event-sourced sessions through the public store API (R12, R18-R19, R24-R27a, R31-R34, R38,
 E1-E5, E11).
 
-Every test runs against an in-memory store and a SQLite file (`store_url` fixture). The token
+Every test runs on every backend: memory, SQLite and PostgreSQL (`store_url` fixture). The token
 numbers come from the R20 estimate: ``S("sys")`` costs 5, a 40-byte message 14, ``U("e")`` /
 ``A("f")`` 5 each, the breadcrumb 17, so the standard history costs 71.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
+from tests.backends import Target
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import (
     ConcurrencyConflict,
@@ -58,7 +58,7 @@ from turnledger.domain.messages import (
     tool_envelope,
 )
 from turnledger.domain.truncate import truncate_tool_result
-from turnledger.store.backend import drop_memory_store, retry_on_conflict
+from turnledger.store.backend import retry_on_conflict
 from turnledger.store.session import Session, Store, open_store
 
 S = ChatMessage.system
@@ -82,15 +82,11 @@ PROVIDERS = (
 # --- fixtures and helpers --------------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A store URL that a second `open_store` reaches too (named memory store, SQLite file)."""
-    if request.param == "memory":
-        name = f"session-behaviour-{uuid4().hex}"
-        yield f"memory://{name}"
-        drop_memory_store(name)
-    else:
-        yield f"sqlite:///{tmp_path / 'store.db'}"
+@pytest.fixture
+def store_url(target: Target) -> str:
+    """A store URL that a second `open_store` reaches too, on every backend (conftest's
+    ``target``: named memory store, SQLite file, PostgreSQL schema)."""
+    return target.url
 
 
 @pytest.fixture

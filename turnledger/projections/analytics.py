@@ -64,8 +64,6 @@ Example: trims per reason and tokens dropped per route::
 from __future__ import annotations
 
 import logging
-import sqlite3
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -83,6 +81,7 @@ from turnledger.domain.events import (
 )
 from turnledger.projections.counters import Counters, count
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
+from turnledger.store.backends.port import SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
 
 __all__ = ["ROUTE_STATS_COLUMNS", "SESSION_STATS_COLUMNS", "Analytics"]
@@ -161,19 +160,6 @@ def _counters_from(values: Sequence[Any]) -> Counters:
 
 # --- SQL ------------------------------------------------------------------------------------
 
-@attrs.frozen
-class _Dialect:
-    """What differs between SQLite and PostgreSQL: only SQL text, never control flow."""
-
-    name: str
-    placeholder: str
-    begin: str
-    """Starts a write transaction (SQLite takes the write lock up front: ``IMMEDIATE``)."""
-
-
-_SQLITE: Final = _Dialect(name="sqlite", placeholder="?", begin="BEGIN IMMEDIATE")
-_POSTGRESQL: Final = _Dialect(name="postgresql", placeholder="%s", begin="BEGIN")
-
 _INT: Final = "BIGINT NOT NULL DEFAULT 0"
 _COUNTERS_DDL: Final = ", ".join(f"{name} {_INT}" for name in COUNTER_COLUMNS)
 _TAIL_DDL: Final = f"peak_estimated_tokens {_INT}, peak_window BIGINT, last_event_at TEXT"
@@ -205,7 +191,7 @@ _TOTAL_COLUMNS: Final = (*COUNTER_COLUMNS, "peak_estimated_tokens")
 class _Statements:
     """Every statement `Analytics` runs, in one dialect."""
 
-    dialect: _Dialect
+    dialect: SqlDialect
     create: tuple[str, ...]
     drop: tuple[str, ...]
     init_tracking: str
@@ -223,7 +209,7 @@ class _Statements:
     totals: str
 
     @classmethod
-    def of(cls, dialect: _Dialect) -> _Statements:
+    def of(cls, dialect: SqlDialect) -> _Statements:
         p = dialect.placeholder
         sums = ", ".join(
             f"CAST(COALESCE({'MAX' if c.startswith('peak') else 'SUM'}({c}), 0) AS BIGINT)"
@@ -274,12 +260,10 @@ class _Statements:
 class _Database:
     """One DB-API connection in autocommit mode, with explicit transactions."""
 
-    def __init__(
-        self, connection: Any, dialect: _Dialect, errors: tuple[type[BaseException], ...]
-    ) -> None:
-        self.connection = connection
-        self.sql = _Statements.of(dialect)
-        self.errors = errors
+    def __init__(self, sql: SqlConnection) -> None:
+        self.connection = sql.connection
+        self.sql = _Statements.of(sql.dialect)
+        self.errors = database_errors()
 
     def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in self.connection.execute(sql, tuple(params)).fetchall()]
@@ -312,55 +296,6 @@ class _Database:
 
     def close(self) -> None:
         self.connection.close()
-
-
-def _connect(backend: EventStoreBackend) -> _Database:
-    """A connection to the store's own database (the one place that tells them apart)."""
-    scheme = backend.url.partition("://")[0].lower()
-    # The library settings the backend derived from its URL (eventsourcing's documented
-    # SQLITE_* / POSTGRES_* names), password included, which the redacted URL lacks.
-    env = backend.factory.env
-    if scheme == "memory":
-        # No SQL database behind a memory store: same tables, private in-memory SQLite.
-        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        return _Database(memory, _SQLITE, (sqlite3.Error,))
-    if scheme == "sqlite":
-        timeout = float(env.get("SQLITE_LOCK_TIMEOUT") or 5)
-        connection = sqlite3.connect(
-            str(env.get("SQLITE_DBNAME")),
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=timeout,
-        )
-        return _Database(connection, _SQLITE, (sqlite3.Error,))
-    import psycopg
-    from psycopg.sql import SQL, Identifier
-
-    pg = psycopg.connect(
-        dbname=env.get("POSTGRES_DBNAME"),
-        host=env.get("POSTGRES_HOST"),
-        port=env.get("POSTGRES_PORT"),
-        user=env.get("POSTGRES_USER"),
-        password=env.get("POSTGRES_PASSWORD"),
-        connect_timeout=int(env.get("POSTGRES_CONNECT_TIMEOUT") or 5),
-        autocommit=True,
-    )
-    schema = env.get("POSTGRES_SCHEMA") or "public"
-    try:
-        pg.execute(SQL("SET search_path TO {}").format(Identifier(schema)))
-    except BaseException:
-        pg.close()
-        raise
-    return _Database(pg, _POSTGRESQL, (sqlite3.Error, psycopg.Error))
-
-
-def _connect_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [sqlite3.Error, OSError, ImportError]
-    psycopg = sys.modules.get("psycopg")  # only when PostgreSQL was used: no import here
-    if psycopg is not None:
-        errors.append(psycopg.Error)
-    return tuple(errors)
 
 
 # --- the projection -------------------------------------------------------------------------
@@ -503,8 +438,10 @@ class Analytics:
                 raise StoreUnavailable(f"the analytics of {self.backend.url} are closed")
             if self._db is None:
                 try:
-                    self._db = _connect(self.backend)
-                except _connect_errors() as error:
+                    # The store's own SQL database, whichever backend it is (the backend
+                    # knows how to reach it; this projection never sees its settings).
+                    self._db = _Database(self.backend.connect_sql())
+                except database_errors() as error:
                     raise StoreUnavailable(
                         f"analytics: cannot connect to {self.backend.url}: {describe_error(error)}"
                     ) from error

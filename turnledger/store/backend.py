@@ -1,18 +1,14 @@
 """The low-level event store: one class over the `eventsourcing` recorders (E2, E3, E8).
 
-`open_backend(url)` configures the library's recorders for one of three databases — they
-differ only in that configuration (STYLE 4):
+`open_backend(url)` picks the backend of the URL's scheme from the registry
+(`turnledger.store.backends.BACKENDS`) and builds the same `EventStoreBackend` over whatever
+recorders it opens — backends differ only in that configuration (STYLE 4):
 
-- ``memory://`` — `eventsourcing.popo`, private to the backend object; ``memory://NAME`` is
-  shared by every backend opened with the same NAME in this process (until
-  `drop_memory_store`);
-- ``sqlite:///path/to/file.db`` — `eventsourcing.sqlite` (WAL). The part after ``sqlite:///``
-  is the path: ``sqlite:///./x.db`` and ``sqlite:///x.db`` are relative to the working
-  directory, ``sqlite:////abs/x.db`` is absolute. Missing parent directories are created.
-  Query option: ``lock_timeout`` (seconds);
-- ``postgresql://user[:password]@host[:port]/dbname`` — `eventsourcing.postgres`. Query options:
-  ``schema`` (created when missing; default ``public``), ``pool_size``, ``max_overflow``,
-  ``connect_timeout`` (seconds to get a connection, default 5), ``lock_timeout`` (seconds).
+- ``memory://`` and ``memory://NAME`` — `turnledger.store.backends.memory`;
+- ``sqlite:///path/to/file.db`` — `turnledger.store.backends.sqlite`;
+- ``postgresql://user[:password]@host[:port]/dbname`` — `turnledger.store.backends.postgres`.
+
+Each backend module documents its URL forms and options.
 
 Why a thin class that owns the recorders rather than an ``eventsourcing.application.Application``
 subclass: the hash chain (ADR-0004) makes each record depend on its predecessor, so events
@@ -25,41 +21,34 @@ Here the URL (plus the optional ``env`` for compressor/cipher topics) is the who
 Every library or driver error is translated at this boundary: a duplicate (session, version)
 becomes `ConcurrencyConflict`, anything else that goes wrong in the database `StoreUnavailable`,
 an unusable URL `InvalidStoreURL`, a record that cannot be decoded `CorruptRecord`. Nothing
-happens at import time: the database modules are imported by `open_backend`.
+happens at import time: the database drivers are imported when a store is opened.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
-import sqlite3
-import sys
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Final, Self, TypeVar
 from uuid import UUID
 
-import attrs
-from eventsourcing.domain import EventSourcingError
-from eventsourcing.persistence import (
-    AggregateRecorder,
-    ApplicationRecorder,
-    DatabaseError,
-    InfrastructureFactory,
-    IntegrityError,
-    InterfaceError,
-    OperationalError,
-    StoredEvent,
-    TrackingRecorder,
-)
-from eventsourcing.utils import Environment
+from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
 
 from turnledger.domain.errors import ConcurrencyConflict, TurnledgerError
 from turnledger.domain.events import DomainEvent, SessionStarted
+from turnledger.store.backends import BACKENDS
+from turnledger.store.backends.memory import drop_memory_store
+from turnledger.store.backends.port import (
+    Database,
+    InvalidStoreURL,
+    Recorders,
+    SqlConnection,
+    StoreUnavailable,
+    database_errors,
+    redact_url,
+)
 from turnledger.store.codec import EventCodec, default_codec, describe_error
 from turnledger.store.mapper import (
     ZERO_CHAIN,
@@ -87,21 +76,11 @@ SNAPSHOT_TOPIC: Final = "turnledger:snapshot"
 """Topic column of every snapshot record (the payload is the session layer's bytes)."""
 
 _SESSION_PAGE: Final = 1000
-_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 T = TypeVar("T")
 
 
 # --- errors -------------------------------------------------------------------------------
-
-class InvalidStoreURL(TurnledgerError, ValueError):
-    """The store URL cannot be used: unknown scheme, bad option, or a path that cannot be
-    created. The message is one line with the reason (the CLI's exit 2)."""
-
-
-class StoreUnavailable(TurnledgerError):
-    """The database failed or cannot be reached (connection, lock timeout, closed backend)."""
-
 
 class InvalidAppend(TurnledgerError, ValueError):
     """The events of an append do not continue the session's stream (a caller bug: versions
@@ -138,27 +117,21 @@ class EventStoreBackend:
     """
 
     def __init__(
-        self,
-        *,
-        url: str,
-        factory: InfrastructureFactory[Any],
-        recorder: ApplicationRecorder,
-        snapshot_recorder: AggregateRecorder,
-        mapper: TurnledgerMapper,
-        tracking_recorder: Callable[[], TrackingRecorder],
-        closer: Callable[[], None] | None = None,
+        self, database: Database, recorders: Recorders, mapper: TurnledgerMapper
     ) -> None:
-        self.url = url
+        self.database = database
+        """The backend this store runs on (`turnledger.store.backends`)."""
+        self.url = database.url
         """The URL this backend was opened with, password removed (`redact_url`)."""
-        self.factory = factory
+        self.factory = recorders.factory
         """The library's infrastructure factory (escape hatch for projections' own tables)."""
-        self.recorder = recorder
+        self.recorder = recorders.events
         """The library's application recorder of events (raw access for audits and tests)."""
-        self.snapshot_recorder = snapshot_recorder
+        self.snapshot_recorder = recorders.snapshots
         """The library's recorder of the ``stored_snapshots`` table."""
         self.mapper = mapper
-        self._tracking_recorder = tracking_recorder
-        self._closer = closer
+        self._tracking_recorder = recorders.tracking
+        self._closer = recorders.close
         self._closed = False
         self._lock = threading.Lock()
         try:
@@ -395,6 +368,15 @@ class EventStoreBackend:
         with self._translate("open the tracking table"):
             return self._tracking_recorder()
 
+    def connect_sql(self) -> SqlConnection:
+        """A new connection to the SQL database of this store, for a projection's own tables.
+
+        A store without a SQL database (memory) gives a private in-memory SQLite database.
+        Works after `close` too (the connection is the caller's). Raises what the driver
+        raises (`database_errors`).
+        """
+        return self.database.connect_sql()
+
     # -- snapshots --
 
     def save_snapshot(self, session_id: UUID, version: int, payload: bytes) -> None:
@@ -465,66 +447,17 @@ class EventStoreBackend:
             raise ConcurrencyConflict(
                 f"{where}{at}: recorded by another writer first; reload and retry"
             ) from error
-        except _database_errors() as error:
+        except database_errors() as error:
             raise StoreUnavailable(
                 f"cannot {action} in {self.url}: {describe_error(error)}"
             ) from error
-
-
-def _database_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [EventSourcingError, sqlite3.Error, OSError]
-    psycopg = sys.modules.get("psycopg")  # only when PostgreSQL was used: no import here
-    if psycopg is not None:
-        errors.append(psycopg.Error)
-    return tuple(errors)
 
 
 def _to_uuid(value: UUID | str) -> UUID:
     return value if isinstance(value, UUID) else UUID(value)
 
 
-# --- URLs ---------------------------------------------------------------------------------
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
-def _options(url: str, query: str, allowed: Sequence[str]) -> dict[str, str]:
-    try:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError:
-        raise InvalidStoreURL(f"{redact_url(url)}: malformed query string {query!r}") from None
-    options: dict[str, str] = {}
-    for key, value in pairs:
-        if key not in allowed:
-            raise InvalidStoreURL(
-                f"{redact_url(url)}: unknown option {key!r} (allowed: {', '.join(allowed)})"
-            )
-        if key in options:
-            raise InvalidStoreURL(f"{redact_url(url)}: option {key!r} given twice")
-        options[key] = value
-    return options
-
-
-def _number(url: str, key: str, value: str, *, minimum: int) -> str:
-    try:
-        number = int(value)
-    except ValueError:
-        number = minimum - 1
-    if number < minimum:
-        raise InvalidStoreURL(
-            f"{redact_url(url)}: option {key} must be an integer >= {minimum}, got {value!r}"
-        )
-    return str(number)
-
+# --- opening ---------------------------------------------------------------------------
 
 def open_backend(
     url: str,
@@ -550,296 +483,17 @@ def open_backend(
             f"{redact_url(url)!r} is not a store URL: use memory://, sqlite:///PATH or "
             "postgresql://USER@HOST:PORT/DBNAME"
         )
-    mapper = TurnledgerMapper(codec=codec if codec is not None else default_codec())
-    settings = dict(env or {})
-    match scheme.lower():
-        case "memory":
-            return _open_memory(url, rest, mapper, settings)
-        case "sqlite":
-            return _open_sqlite(url, rest, mapper, settings)
-        case "postgresql" | "postgres":
-            return _open_postgres(url, mapper, settings)
-        case _:
-            raise InvalidStoreURL(
-                f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: use memory://, "
-                "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
-            )
-
-
-def _with_codecs(mapper: TurnledgerMapper, factory: InfrastructureFactory[Any]) -> TurnledgerMapper:
-    # The library decides the compressor and the cipher from its settings (COMPRESSOR_TOPIC,
-    # CIPHER_TOPIC/CIPHER_KEY); the mapper applies them in its order.
-    return TurnledgerMapper(
-        compressor=factory.compressor(), cipher=factory.cipher(), codec=mapper.codec
-    )
-
-
-# -- memory --
-
-@attrs.define
-class _MemoryDatabase:
-    events: Any
-    snapshots: Any
-    tracking: Any
-
-
-_memory_databases: dict[str, _MemoryDatabase] = {}
-_memory_lock = threading.Lock()
-
-
-def _new_memory_database() -> _MemoryDatabase:
-    from eventsourcing.popo import (
-        POPOAggregateRecorder,
-        POPOApplicationRecorder,
-        POPOTrackingRecorder,
-    )
-
-    return _MemoryDatabase(
-        POPOApplicationRecorder(), POPOAggregateRecorder(), POPOTrackingRecorder()
-    )
-
-
-def drop_memory_store(name: str) -> None:
-    """Forget the named in-memory store ``memory://NAME`` (open backends keep their data)."""
-    with _memory_lock:
-        _memory_databases.pop(name, None)
-
-
-def _open_memory(
-    url: str, rest: str, mapper: TurnledgerMapper, settings: dict[str, str]
-) -> EventStoreBackend:
-    from eventsourcing.popo import POPOFactory
-
-    name, _, query = rest.partition("?")
-    _options(url, query, ())
-    name = urllib.parse.unquote(name)
-    if name:
-        with _memory_lock:
-            database = _memory_databases.get(name)
-            if database is None:
-                database = _memory_databases[name] = _new_memory_database()
-    else:
-        database = _new_memory_database()
-    factory = POPOFactory(Environment("", settings))
-    return EventStoreBackend(
-        url=url,
-        factory=factory,
-        recorder=database.events,
-        snapshot_recorder=database.snapshots,
-        mapper=_with_codecs(mapper, factory),
-        tracking_recorder=lambda: database.tracking,
-    )
-
-
-# -- SQLite --
-
-def _sqlite_path(url: str, rest: str) -> tuple[str, dict[str, str]]:
-    if not rest.startswith("/"):
+    backend = BACKENDS.get(scheme.lower())
+    if backend is None:
         raise InvalidStoreURL(
-            f"{redact_url(url)!r}: a SQLite URL is sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db"
+            f"unknown store URL scheme {scheme!r} in {redact_url(url)!r}: use memory://, "
+            "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME"
         )
-    raw, _, query = rest[1:].partition("?")
-    options = _options(url, query, ("lock_timeout",))
-    path = urllib.parse.unquote(raw)
-    if not path or path.endswith("/"):
-        raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite URL names no file")
-    if path == ":memory:" or path.startswith("file:"):
-        raise InvalidStoreURL(
-            f"{redact_url(url)!r}: use memory:// for an in-memory store, a file path otherwise"
-        )
-    return os.path.abspath(path), options
-
-
-def _prepare_sqlite_file(url: str, path: str) -> None:
-    """Create the parent directories and the file now, so a bad path fails with its reason."""
-    parent = os.path.dirname(path)
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as error:
-        raise InvalidStoreURL(
-            f"{redact_url(url)!r}: cannot create directory {parent}: "
-            f"{error.strerror or type(error).__name__}"
-        ) from None
-    if os.path.isdir(path):
-        raise InvalidStoreURL(f"{redact_url(url)!r}: {path} is a directory")
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as error:
-        raise InvalidStoreURL(
-            f"{redact_url(url)!r}: cannot create {path}: {error.strerror or type(error).__name__}"
-        ) from None
-
-
-def _open_sqlite(
-    url: str, rest: str, mapper: TurnledgerMapper, settings: dict[str, str]
-) -> EventStoreBackend:
-    from eventsourcing.sqlite import SQLiteFactory
-
-    path, options = _sqlite_path(url, rest)
-    _prepare_sqlite_file(url, path)
-    # A file: URI, so that '?' or '#' in a path cannot be read as URI syntax (the library
-    # opens with uri=True).
-    settings.update(
-        SQLITE_DBNAME="file:" + urllib.parse.quote(path),
-        CREATE_TABLE="y",
+    database = backend.from_url(url, rest)
+    recorders = database.open(dict(env or {}))
+    mapper = TurnledgerMapper(
+        compressor=recorders.compressor,
+        cipher=recorders.cipher,
+        codec=codec if codec is not None else default_codec(),
     )
-    if "lock_timeout" in options:
-        settings["SQLITE_LOCK_TIMEOUT"] = _number(
-            url, "lock_timeout", options["lock_timeout"], minimum=0
-        )
-    try:
-        return _build(url, SQLiteFactory, settings, mapper)
-    except StoreUnavailable as error:
-        cause = error.__cause__
-        if isinstance(cause, DatabaseError | sqlite3.DatabaseError) and not isinstance(
-            cause, OperationalError | InterfaceError | sqlite3.OperationalError
-        ):
-            # "file is not a database": the URL names something that is not a store.
-            raise InvalidStoreURL(
-                f"{redact_url(url)!r}: {path} is not a SQLite database ({cause})"
-            ) from None
-        raise
-
-
-# -- PostgreSQL --
-
-_PG_OPTIONS: Final = ("schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout")
-
-
-def _postgres_settings(url: str) -> tuple[dict[str, str], str]:
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as error:
-        raise InvalidStoreURL(f"{redact_url(url)!r}: {error}") from None
-    dbname = urllib.parse.unquote(parts.path.lstrip("/"))
-    if not dbname or "/" in dbname:
-        raise InvalidStoreURL(f"{redact_url(url)!r}: name one database: postgresql://.../DBNAME")
-    options = _options(url, parts.query, _PG_OPTIONS)
-    schema = options.get("schema", "public")
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise InvalidStoreURL(
-            f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
-            f"got {schema!r}"
-        )
-    settings = {
-        "POSTGRES_DBNAME": dbname,
-        "POSTGRES_HOST": parts.hostname or "localhost",
-        "POSTGRES_PORT": str(port or 5432),
-        "POSTGRES_USER": urllib.parse.unquote(parts.username or ""),
-        "POSTGRES_PASSWORD": urllib.parse.unquote(parts.password or ""),
-        "POSTGRES_SCHEMA": schema,
-        "POSTGRES_CONNECT_TIMEOUT": _number(
-            url, "connect_timeout", options.get("connect_timeout", "5"), minimum=1
-        ),
-        "CREATE_TABLE": "y",
-    }
-    for key, env_key, minimum in (
-        ("pool_size", "POSTGRES_POOL_SIZE", 1),
-        ("max_overflow", "POSTGRES_MAX_OVERFLOW", 0),
-        ("lock_timeout", "POSTGRES_LOCK_TIMEOUT", 0),
-    ):
-        if key in options:
-            settings[env_key] = _number(url, key, options[key], minimum=minimum)
-    return settings, schema
-
-
-def _open_postgres(
-    url: str, mapper: TurnledgerMapper, settings: dict[str, str]
-) -> EventStoreBackend:
-    url_settings, schema = _postgres_settings(url)
-    try:
-        from eventsourcing.postgres import PostgresFactory
-    except ImportError as error:
-        raise InvalidStoreURL(
-            f"{redact_url(url)!r}: PostgreSQL needs psycopg: pip install 'turnledger[postgres]'"
-            f" ({error})"
-        ) from None
-    settings.update(url_settings)
-    with _schema_setup_lock(url, settings, schema):
-        return _build(url, PostgresFactory, settings, mapper)
-
-
-@contextlib.contextmanager
-def _schema_setup_lock(url: str, settings: Mapping[str, str], schema: str) -> Iterator[None]:
-    """Create the schema and hold an advisory lock on it while the tables are set up.
-
-    One direct connection first: the library's pool would only say "couldn't get a
-    connection" where the driver says why (no such database, authentication failed). The
-    lock serialises the library's table setup (which replaces a function every time) across
-    processes opening the same store at once: without it PostgreSQL may answer "tuple
-    concurrently updated" to one of them.
-    """
-    import psycopg
-    import psycopg.conninfo
-    from psycopg import sql
-
-    keys = {"dbname": "POSTGRES_DBNAME", "host": "POSTGRES_HOST", "port": "POSTGRES_PORT",
-            "user": "POSTGRES_USER", "password": "POSTGRES_PASSWORD"}
-    params = {name: settings[key] for name, key in keys.items() if settings.get(key)}
-    conninfo = psycopg.conninfo.make_conninfo(
-        "", connect_timeout=settings["POSTGRES_CONNECT_TIMEOUT"], **params
-    )
-    lock_key = "turnledger:setup:" + schema
-    try:
-        connection = psycopg.connect(conninfo, autocommit=True)
-    except psycopg.Error as error:
-        raise StoreUnavailable(
-            f"cannot open {redact_url(url)}: {describe_error(error)}"
-        ) from error
-    with connection:
-        try:
-            connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
-            found = connection.execute(
-                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
-            ).fetchone()
-            if found is None:
-                with contextlib.suppress(psycopg.errors.UniqueViolation):  # a racing opener
-                    connection.execute(
-                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
-                    )
-        except psycopg.Error as error:
-            raise StoreUnavailable(
-                f"cannot open {redact_url(url)}: {describe_error(error)}"
-            ) from error
-        try:
-            yield
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
-
-
-# -- shared --
-
-def _build(
-    url: str,
-    factory_class: Callable[[Environment], InfrastructureFactory[Any]],
-    settings: dict[str, str],
-    mapper: TurnledgerMapper,
-) -> EventStoreBackend:
-    shown = redact_url(url)
-    factory: InfrastructureFactory[Any] | None = None
-    try:
-        factory = factory_class(Environment("", settings))
-        recorder = factory.application_recorder()
-        snapshots = factory.aggregate_recorder(purpose="snapshots")
-        codecs = _with_codecs(mapper, factory)
-    except TurnledgerError:
-        raise
-    except _database_errors() as error:
-        if factory is not None:
-            with contextlib.suppress(Exception):
-                factory.close()
-        raise StoreUnavailable(f"cannot open {shown}: {describe_error(error)}") from error
-    opened = factory
-    return EventStoreBackend(
-        url=shown,
-        factory=opened,
-        recorder=recorder,
-        snapshot_recorder=snapshots,
-        mapper=codecs,
-        tracking_recorder=opened.tracking_recorder,
-        closer=opened.close,
-    )
+    return EventStoreBackend(database, recorders, mapper)

@@ -55,6 +55,7 @@ __all__ = [
     "MESSAGE_TAG_KEY",
     "TOPIC_PREFIX",
     "EventCodec",
+    "UndecodableRecord",
     "decode_event",
     "default_codec",
     "describe_error",
@@ -288,15 +289,17 @@ def describe_error(error: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _corrupt(
-    originator_id: UUID | str, originator_version: int, topic: str, cause: str
-) -> CorruptRecord:
-    return CorruptRecord(
-        f"corrupt record: session {originator_id} version {originator_version} "
-        f"(topic {topic!r}): {cause}",
-        session_id=str(originator_id),
-        version=originator_version,
-    )
+class UndecodableRecord(CorruptRecord):
+    """A `CorruptRecord` raised by the store; ``cause`` is the one-line reason alone."""
+
+    def __init__(self, session_id: UUID | str, version: int, topic: str, cause: str) -> None:
+        super().__init__(
+            f"corrupt record: session {session_id} version {version} (topic {topic!r}): {cause}",
+            session_id=str(session_id),
+            version=version,
+        )
+        self.topic = topic
+        self.cause = cause
 
 
 # --- codec ----------------------------------------------------------------------------------
@@ -374,11 +377,6 @@ class EventCodec:
         except KeyError:
             raise TypeError(f"{cls.__qualname__} is not a registered event class") from None
 
-    def event_type(self, topic: str) -> EventType | None:
-        """The event class of ``topic``, or None when the topic is unknown."""
-        entry = self._by_topic.get(topic)
-        return None if entry is None else entry.cls
-
     def encode_event(self, event: DomainEvent) -> tuple[str, bytes]:
         """(topic, payload) of one event; deterministic (E12).
 
@@ -419,7 +417,7 @@ class EventCodec:
         """
         entry = self._by_topic.get(topic)
         if entry is None:
-            raise _corrupt(
+            raise UndecodableRecord(
                 originator_id, originator_version, topic, f"unknown event type {topic!r}"
             )
         try:
@@ -429,7 +427,7 @@ class EventCodec:
             state = self._upcast(entry, state)
         except Exception as error:  # any decode failure is a corrupt record (E11)
             cause = describe_error(error)
-            raise _corrupt(originator_id, originator_version, topic, cause) from error
+            raise UndecodableRecord(originator_id, originator_version, topic, cause) from error
         state["originator_id"] = originator_id
         state["originator_version"] = originator_version
         try:
@@ -438,7 +436,7 @@ class EventCodec:
             cause = describe_error(error)
             if not isinstance(error, cattrs.BaseValidationError):
                 cause = self._explain(entry.cls, state) or cause
-            raise _corrupt(originator_id, originator_version, topic, cause) from error
+            raise UndecodableRecord(originator_id, originator_version, topic, cause) from error
         return event
 
     def _explain(self, cls: EventType, state: dict[str, Any]) -> str | None:

@@ -27,9 +27,13 @@ import attrs
 import msgpack
 from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
 
-from turnledger.domain.errors import CorruptRecord
 from turnledger.domain.events import DomainEvent
-from turnledger.store.codec import EventCodec, default_codec, describe_error
+from turnledger.store.codec import (
+    EventCodec,
+    UndecodableRecord,
+    default_codec,
+    describe_error,
+)
 
 __all__ = [
     "CHAIN_SIZE",
@@ -62,19 +66,6 @@ def chain_digest(
     digest.update(topic.encode())
     digest.update(payload)
     return digest.digest()
-
-
-class UndecodableRecord(CorruptRecord):
-    """A `CorruptRecord` raised by the store; ``cause`` is the one-line reason alone."""
-
-    def __init__(self, session_id: UUID | str, version: int, topic: str, cause: str) -> None:
-        super().__init__(
-            f"corrupt record: session {session_id} version {version} (topic {topic!r}): {cause}",
-            session_id=str(session_id),
-            version=version,
-        )
-        self.topic = topic
-        self.cause = cause
 
 
 class EnvelopeTranscoder(Transcoder):
@@ -195,18 +186,9 @@ class TurnledgerMapper(Mapper[UUID]):
     def decode_record(self, stored: StoredEvent) -> tuple[DomainEvent, bytes]:
         """(event, chain) of a record; raises `UndecodableRecord` naming session and version."""
         chain, payload = self.open_record(stored)
-        originator_id = _as_uuid(stored)
-        try:
-            event = self.codec.decode_event(
-                stored.topic, payload, originator_id, stored.originator_version
-            )
-        except CorruptRecord as error:
-            raise UndecodableRecord(
-                originator_id,
-                stored.originator_version,
-                stored.topic,
-                _cause_of(error),
-            ) from error.__cause__
+        event = self.codec.decode_event(
+            stored.topic, payload, _as_uuid(stored), stored.originator_version
+        )
         return event, chain
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEvent:
@@ -245,13 +227,6 @@ def _as_uuid(stored: StoredEvent) -> UUID:
         raise UndecodableRecord(
             originator_id, stored.originator_version, stored.topic, "originator_id is not a UUID"
         ) from None
-
-
-def _cause_of(error: CorruptRecord) -> str:
-    if isinstance(error, UndecodableRecord):
-        return error.cause
-    # The codec's text is "corrupt record: session S version V (topic T): cause".
-    return str(error).split("): ", 1)[-1]
 
 
 class ProblemKind(enum.StrEnum):
@@ -349,8 +324,8 @@ class _SessionAudit:
             self.mapper.codec.decode_event(
                 record.topic, payload, _as_uuid(record), record.originator_version
             )
-        except CorruptRecord as error:
-            self.report(record.originator_version, ProblemKind.UNDECODABLE, _cause_of(error))
+        except UndecodableRecord as error:
+            self.report(record.originator_version, ProblemKind.UNDECODABLE, error.cause)
 
     def explain(self, mismatches: list[_Mismatch], known: dict[bytes, int]) -> None:
         """A mismatch whose chain verifies as another version was moved; otherwise edited."""

@@ -1,9 +1,10 @@
 """`Store` and `Session`: the event-sourced sessions of API.md.
 
-A `Session` runs commands through the pure decider (`turnledger.domain.decider`), saves the
-events of one command in one transaction with the expected version (E3), and only then tells
-subscribers about `HistoryTrimmed` (R33). A `Store` opens backends, starts and restores
-sessions (E5) and keeps snapshots of the compact session state so a restore costs O(window).
+A `Session` turns each public call into one command and hands it to the store's write
+pipeline (`turnledger.store.pipeline`: decide -> record in one transaction with the expected
+version (E3) -> snapshot when due -> tell subscribers about `HistoryTrimmed` (R33)). A
+`Store` opens backends, starts and restores sessions (E5) and owns the subscribers. Readers
+get `SessionView`, a frozen picture of a session, never the mutable state.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+import attrs
+
+from turnledger.domain.budget import ProviderProfile, ResolvedRoute, Route, RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
     Command,
@@ -27,9 +30,6 @@ from turnledger.domain.decider import (
     SessionState,
     StartSession,
     SweepOrphans,
-    decide,
-    evolve,
-    execute,
 )
 from turnledger.domain.errors import (
     ConcurrencyConflict,
@@ -37,7 +37,6 @@ from turnledger.domain.errors import (
     InvalidMessage,
     InvalidProfile,
     SessionNotFound,
-    TurnledgerError,
 )
 from turnledger.domain.events import (
     DomainEvent,
@@ -46,18 +45,17 @@ from turnledger.domain.events import (
     RequestPrepared,
     RequestRejected,
     RouteReason,
-    TrimDecided,
-    TrimReason,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.store.backend import EventStoreBackend, open_backend
-from turnledger.store.snapshots import GENESIS_CHAIN, decode_snapshot, encode_snapshot
+from turnledger.store.pipeline import Pipeline, Position
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "SNAPSHOT_INTERVAL",
     "Session",
+    "SessionView",
     "Store",
     "open_store",
     "parse_session_id",
@@ -86,6 +84,57 @@ def parse_session_id(session_id: str | UUID) -> UUID:
         raise SessionNotFound(f"session id {session_id!r} is not a UUID") from None
 
 
+@attrs.frozen
+class SessionView:
+    """A read-only picture of one session at one version (replay, exports, diagnostics).
+
+    Taken by `Session.state` and `Store.read_state`; later commands do not change it.
+    """
+
+    session_id: UUID
+    version: int
+    legacy: bool
+    profile: RuntimeProfile
+    providers: tuple[ProviderProfile, ...]
+    route: ResolvedRoute
+    """The route with its capacity, budget and request window (R19)."""
+    window_size: int
+    """Items of the log the session keeps in memory (its compact window, ADR-0002)."""
+    chat: tuple[ChatMessage, ...]
+    conversation: tuple[ConversationMessage, ...]
+    tokens: int
+    """The estimated tokens of the chat view (R20)."""
+
+    @classmethod
+    def of(cls, state: SessionState) -> SessionView:
+        """The picture of ``state`` now."""
+        assert state.session_id is not None, "the session has not been started"
+        return cls(
+            session_id=state.session_id,
+            version=state.version,
+            legacy=state.legacy,
+            profile=state.profile,
+            providers=state.providers,
+            route=state.route,
+            window_size=len(state.items),
+            chat=tuple(state.chat_view()),
+            conversation=tuple(state.conversation_view()),
+            tokens=state.chat_tokens(),
+        )
+
+    def chat_view(self) -> list[ChatMessage]:
+        """The provider-facing working history."""
+        return list(self.chat)
+
+    def conversation_view(self) -> list[ConversationMessage]:
+        """The structured history after the turn limit (R28-R29)."""
+        return list(self.conversation)
+
+    def chat_tokens(self) -> int:
+        """The estimated tokens of the chat view (R20)."""
+        return self.tokens
+
+
 class Session:
     """One conversation's history, recorded event by event (API.md "Event-sourced sessions").
 
@@ -95,11 +144,9 @@ class Session:
     `ConcurrencyConflict`, its object reloads itself, and the caller may retry.
     """
 
-    def __init__(self, store: Store, state: SessionState, chain: bytes, snapshot_version: int):
-        self._store = store
-        self._state = state
-        self._chain = chain
-        self._snapshot_version = snapshot_version
+    def __init__(self, pipeline: Pipeline, position: Position) -> None:
+        self._pipeline = pipeline
+        self._position = position
         self._lock = threading.RLock()
 
     # -- identity --
@@ -107,34 +154,30 @@ class Session:
     @property
     def id(self) -> str:
         """The session id (UUID text)."""
-        return str(self._uuid)
-
-    @property
-    def _uuid(self) -> UUID:
-        assert self._state.session_id is not None
-        return self._state.session_id
+        return str(self._position.session_id)
 
     @property
     def version(self) -> int:
         """The number of events recorded for this session so far."""
-        return self._state.version
+        return self._position.state.version
 
     @property
     def legacy(self) -> bool:
-        return self._state.legacy
+        return self._position.state.legacy
 
     @property
     def profile(self) -> RuntimeProfile:
-        return self._state.profile
+        return self._position.state.profile
 
     @property
     def route(self) -> Route:
-        return self._state.route.route
+        return self._position.state.route.route
 
     @property
-    def state(self) -> SessionState:
-        """The compact state (read-only by convention; for replay and diagnostics)."""
-        return self._state
+    def state(self) -> SessionView:
+        """A read-only picture of the session now (for replay and diagnostics)."""
+        with self._lock:
+            return SessionView.of(self._position.state)
 
     # -- commands --
 
@@ -179,9 +222,10 @@ class Session:
                     last.detail, estimated_tokens=last.estimated_tokens, context_window=last.window
                 )
             assert isinstance(last, RequestPrepared)
-            resolved = self._state.route
+            state = self._position.state
+            resolved = state.route
             return PreparedRequest(
-                messages=self._state.chat_view(),
+                messages=state.chat_view(),
                 route=resolved.route,
                 capacity=resolved.capacity,
                 budget=resolved.budget,
@@ -219,12 +263,12 @@ class Session:
     def chat_view(self) -> list[ChatMessage]:
         """The provider-facing working history (after `prepare_request`: what was sent)."""
         with self._lock:
-            return self._state.chat_view()
+            return self._position.state.chat_view()
 
     def conversation_view(self) -> list[ConversationMessage]:
         """The structured history after the turn limit (R28-R29)."""
         with self._lock:
-            return self._state.conversation_view()
+            return self._position.state.conversation_view()
 
     def events(self, *, after_version: int = 0) -> list[DomainEvent]:
         """The events recorded for this session, in order (reads the store).
@@ -232,55 +276,11 @@ class Session:
         ``after_version`` skips the first events: ``events(after_version=v)`` is what was
         recorded since the session stood at version ``v``.
         """
-        return self._store.backend.read(self._uuid, after_version=after_version)
-
-    # -- machinery --
+        return self._pipeline.backend.read(self._position.session_id, after_version=after_version)
 
     def _run(self, command: Command) -> list[DomainEvent]:
         with self._lock:
-            before = self._state.version
-            try:
-                events = execute(self._state, command)
-            except BaseException:
-                if self._state.version != before:
-                    self._reload()  # a later step failed after an earlier one was applied
-                raise
-            if not events:
-                return []
-            try:
-                self._chain = self._store.backend.append(
-                    self._uuid, events, prev_chain=self._chain
-                )
-            except BaseException:
-                self._reload()
-                raise
-            self._store._committed(self, events)
-            return events
-
-    def _reload(self) -> None:
-        uuid = self._state.session_id
-        if uuid is None or not self._store.backend.read(uuid, upto_version=1):
-            # Nothing of this session is recorded (a failed start): back to a blank state.
-            self._state, self._chain, self._snapshot_version = SessionState(), GENESIS_CHAIN, 0
-            return
-        fresh = self._store._load(uuid)
-        self._state, self._chain, self._snapshot_version = (
-            fresh._state,
-            fresh._chain,
-            fresh._snapshot_version,
-        )
-
-    def _maybe_snapshot(self) -> None:
-        if self._state.version - self._snapshot_version < self._store.snapshot_interval:
-            return
-        try:
-            payload = encode_snapshot(self._state, self._chain)
-            self._store.backend.save_snapshot(self._uuid, self._state.version, payload)
-        except TurnledgerError as error:  # a snapshot is a cache: losing one loses nothing
-            log.warning("snapshot of session %s at version %d failed: %s",
-                        self.id, self._state.version, error)
-            return
-        self._snapshot_version = self._state.version
+            return self._pipeline.save(self._position, command)
 
 
 def _schema_text(tool: object) -> str:
@@ -309,6 +309,9 @@ class Store:
         self.snapshot_interval = snapshot_interval
         self._subscribers: list[Subscriber] = []
         self._lock = threading.Lock()
+        self._pipeline = Pipeline(
+            backend, snapshot_interval=snapshot_interval, publish=self._publish
+        )
 
     def __enter__(self) -> Store:
         return self
@@ -349,13 +352,13 @@ class Store:
                 "default", "default"
             )
         uuid = uuid4() if session_id is None else parse_session_id(session_id)
-        state = SessionState()
-        session = Session(self, state, GENESIS_CHAIN, 0)
+        position = Position()
+        start = StartSession(uuid, profile, providers, route, bool(legacy), _now())
         try:
-            session._run(StartSession(uuid, profile, providers, route, bool(legacy), _now()))
+            self._pipeline.save(position, start)
         except ConcurrencyConflict:
             raise ConcurrencyConflict(f"session {uuid} already exists") from None
-        return session
+        return Session(self._pipeline, position)
 
     def restore(self, session_id: str | UUID) -> Session:
         """Rebuild a session from its snapshot and later events, then sweep orphans (E5, R36).
@@ -363,19 +366,18 @@ class Store:
         Whatever the sweep removes from the views is recorded (`OrphansSwept`); the removed
         messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
         """
-        session = self._load(parse_session_id(session_id))
-        session._run(SweepOrphans(_now()))
-        return session
+        position = self._pipeline.load(parse_session_id(session_id))
+        self._pipeline.save(position, SweepOrphans(_now()))
+        return Session(self._pipeline, position)
 
-    def read_state(self, session_id: str | UUID) -> SessionState:
-        """A session's state rebuilt from the store, orphans swept in memory only; writes nothing.
+    def read_state(self, session_id: str | UUID) -> SessionView:
+        """A session rebuilt from the store, orphans swept in memory only; writes nothing.
 
         For exports and inspection. Raises `SessionNotFound`, `CorruptRecord`.
         """
-        state = self._load(parse_session_id(session_id))._state
-        for event in decide(state, SweepOrphans(_now())):
-            evolve(state, event)
-        return state
+        position = self._pipeline.load(parse_session_id(session_id))
+        self._pipeline.decide(position, SweepOrphans(_now()))
+        return SessionView.of(position.state)
 
     def events_of(self, session_id: str | UUID) -> list[DomainEvent]:
         """Every recorded event of a session, in order. Raises `SessionNotFound`."""
@@ -384,10 +386,6 @@ class Store:
         if not events:
             raise SessionNotFound(f"no session {uuid} in this store")
         return events
-
-    def session_uuid(self, session_id: str | UUID) -> UUID:
-        """Parse a session id; `SessionNotFound` when it is not a UUID."""
-        return parse_session_id(session_id)
 
     def sessions(self) -> list[str]:
         """The ids of every session in the store, oldest first."""
@@ -413,41 +411,15 @@ class Store:
 
     # -- internals --
 
-    def _load(self, uuid: UUID) -> Session:
-        state = SessionState()
-        chain = GENESIS_CHAIN
-        snapshot_version = 0
-        snapshot = self.backend.load_snapshot(uuid)
-        if snapshot is not None:
-            snapshot_version, payload = snapshot
-            state, chain = decode_snapshot(payload, session_id=uuid, version=snapshot_version)
-        for event, event_chain in self.backend.read_with_chain(uuid, after_version=state.version):
-            evolve(state, event)
-            chain = event_chain
-        if state.version == 0:
-            raise SessionNotFound(f"no session {uuid} in this store")
-        return Session(self, state, chain, snapshot_version)
-
-    def _committed(self, session: Session, events: Sequence[DomainEvent]) -> None:
-        if session.legacy:
-            for e in events:
-                if isinstance(e, TrimDecided) and e.reason is TrimReason.TURN_LIMIT:
-                    # R34: the legacy loop reports the turn limit in the logs only.
-                    log.warning(
-                        "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
-                        session.id, e.limit, e.dropped_messages, e.dropped_turns, e.kept_turns,
-                    )
-        notices = [e for e in events if isinstance(e, HistoryTrimmed)]
-        if notices:
-            with self._lock:
-                subscribers = list(self._subscribers)
-            for notice in notices:
-                for callback in subscribers:
-                    try:
-                        callback(notice)
-                    except Exception:
-                        log.exception("HistoryTrimmed subscriber %r failed", callback)
-        session._maybe_snapshot()
+    def _publish(self, notices: Sequence[HistoryTrimmed]) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for notice in notices:
+            for callback in subscribers:
+                try:
+                    callback(notice)
+                except Exception:
+                    log.exception("HistoryTrimmed subscriber %r failed", callback)
 
 
 def open_store(url: str | None = None, **options: Any) -> Store:

@@ -23,10 +23,7 @@ from turnledger.domain.errors import CorruptRecord
 from turnledger.domain.messages import ConversationMessage
 from turnledger.store.codec import describe_error, make_converter
 
-__all__ = ["GENESIS_CHAIN", "SNAPSHOT_FORMAT", "decode_snapshot", "encode_snapshot"]
-
-GENESIS_CHAIN = bytes(32)
-"""The chain value before a session's first record (ADR-0004)."""
+__all__ = ["SNAPSHOT_FORMAT", "decode_snapshot", "encode_snapshot"]
 
 SNAPSHOT_FORMAT = 1
 

@@ -1,0 +1,115 @@
+"""``memory://`` and ``memory://NAME``: the library's in-process (POPO) recorders.
+
+``memory://`` is private to the backend object; ``memory://NAME`` is shared by every backend
+opened with the same NAME in this process (until `drop_memory_store`). No option is accepted.
+A memory store has no SQL database: its projections get a private in-memory SQLite database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import threading
+import urllib.parse
+from typing import Self
+from uuid import UUID
+
+import attrs
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.popo import (
+    POPOAggregateRecorder,
+    POPOApplicationRecorder,
+    POPOFactory,
+    POPOTrackingRecorder,
+)
+from eventsourcing.utils import Environment
+
+from turnledger.store.backends.port import (
+    Database,
+    Recorders,
+    SqlConnection,
+    url_options,
+)
+from turnledger.store.backends.sqlite import SQLITE_DIALECT
+
+__all__ = ["MemoryDatabase", "MemoryEventRecorder", "drop_memory_store"]
+
+class MemoryEventRecorder(POPOApplicationRecorder):
+    """The library's in-memory event recorder, plus raw row access for tamper tests.
+
+    A memory store has no table that a test could edit behind the store's back (as the SQL
+    backends' tests do with SQL), so the rows are reached here.
+    """
+
+    def _position(self, session_id: UUID, version: int) -> int:
+        return self._stored_events_index[str(session_id)][version]
+
+    def stored_record(self, session_id: UUID, version: int) -> StoredEvent:
+        """The raw record of ``version`` of a session (``KeyError`` when absent)."""
+        with self._database_lock:
+            return self._stored_events[self._position(session_id, version)]
+
+    def overwrite_record(self, session_id: UUID, version: int, topic: str, state: bytes) -> None:
+        """Replace the topic and state of a stored record in place (tamper tests)."""
+        with self._database_lock:
+            position = self._position(session_id, version)
+            self._stored_events[position] = dataclasses.replace(
+                self._stored_events[position], topic=topic, state=state
+            )
+
+    def forget_record(self, session_id: UUID, version: int) -> None:
+        """Make a stored record unreachable by its session (tamper tests: a deleted row)."""
+        with self._database_lock:
+            del self._stored_events_index[str(session_id)][version]
+
+
+@attrs.define
+class _MemoryRecorders:
+    events: MemoryEventRecorder = attrs.field(factory=MemoryEventRecorder)
+    snapshots: POPOAggregateRecorder = attrs.field(factory=POPOAggregateRecorder)
+    tracking: POPOTrackingRecorder = attrs.field(factory=POPOTrackingRecorder)
+
+
+_named: dict[str, _MemoryRecorders] = {}
+_named_lock = threading.Lock()
+
+
+def drop_memory_store(name: str) -> None:
+    """Forget the named in-memory store ``memory://NAME`` (open backends keep their data)."""
+    with _named_lock:
+        _named.pop(name, None)
+
+
+class MemoryDatabase(Database):
+    """The in-process store: private (``memory://``) or shared by name (``memory://NAME``)."""
+
+    def __init__(self, url: str, name: str) -> None:
+        super().__init__(url)
+        self.name = name
+
+    @classmethod
+    def from_url(cls, url: str, rest: str) -> Self:
+        name, _, query = rest.partition("?")
+        url_options(url, query, ())
+        return cls(url, urllib.parse.unquote(name))
+
+    def open(self, settings: dict[str, str]) -> Recorders:
+        if self.name:
+            with _named_lock:
+                recorders = _named.get(self.name)
+                if recorders is None:
+                    recorders = _named[self.name] = _MemoryRecorders()
+        else:
+            recorders = _MemoryRecorders()
+        tracking = recorders.tracking
+        return Recorders.of(
+            POPOFactory(Environment("", settings)),
+            recorders.events,
+            recorders.snapshots,
+            lambda: tracking,
+        )
+
+    def connect_sql(self) -> SqlConnection:
+        # No SQL database behind a memory store: the same tables in a private SQLite database.
+        connection = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        return SqlConnection(connection, SQLITE_DIALECT)

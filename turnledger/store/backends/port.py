@@ -1,0 +1,224 @@
+"""The backend port: what one kind of database must provide to the event store (STYLE 4).
+
+A backend is one `Database` subclass in one module of this package, registered by its URL
+scheme in ``turnledger.store.backends.BACKENDS``. It owns three things and nothing else:
+
+- its URL: `Database.from_url` parses the part after ``scheme://`` and its query options,
+  raising `InvalidStoreURL` (one line, password removed) for anything unusable;
+- the `eventsourcing` recorders: `Database.open` configures the library's infrastructure
+  factory from the URL (plus the caller's compressor/cipher settings) and returns `Recorders`;
+- the SQL connection a projection keeps its tables in: `Database.connect_sql` returns a new
+  DB-API connection in autocommit mode with its `SqlDialect`, so a projection never looks at
+  a URL scheme or at the library's raw settings (the password among them).
+
+The event store itself (`turnledger.store.backend.EventStoreBackend`) is the same for every
+backend. Nothing here connects at import time.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import sqlite3
+import sys
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any, Self
+
+import attrs
+from eventsourcing.domain import EventSourcingError
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    Cipher,
+    Compressor,
+    InfrastructureFactory,
+    TrackingRecorder,
+)
+from eventsourcing.utils import Environment
+
+from turnledger.domain.errors import TurnledgerError
+from turnledger.store.codec import describe_error
+
+__all__ = [
+    "Database",
+    "InvalidStoreURL",
+    "Recorders",
+    "SqlConnection",
+    "SqlDialect",
+    "StoreUnavailable",
+    "database_errors",
+    "open_library_recorders",
+    "redact_url",
+    "url_number",
+    "url_options",
+]
+
+
+class InvalidStoreURL(TurnledgerError, ValueError):
+    """The store URL cannot be used: unknown scheme, bad option, or a path that cannot be
+    created. The message is one line with the reason (the CLI's exit 2)."""
+
+
+class StoreUnavailable(TurnledgerError):
+    """The database failed or cannot be reached (connection, lock timeout, closed backend)."""
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """Every library or driver error a database call may raise (translated at the boundary)."""
+    errors: list[type[BaseException]] = [EventSourcingError, sqlite3.Error, OSError]
+    psycopg = sys.modules.get("psycopg")  # only when PostgreSQL was used: no import here
+    if psycopg is not None:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+@attrs.frozen
+class SqlDialect:
+    """What differs between SQL databases for a projection: only SQL text, never control flow."""
+
+    name: str
+    placeholder: str
+    begin: str
+    """Starts a write transaction (SQLite takes the write lock up front: ``IMMEDIATE``)."""
+
+
+@attrs.frozen
+class SqlConnection:
+    """A DB-API connection in autocommit mode (explicit transactions) and its dialect."""
+
+    connection: Any
+    dialect: SqlDialect
+
+
+@attrs.frozen
+class Recorders:
+    """The library objects a backend opened: its factory, the recorders, and the compressor
+    and cipher the library's settings ask for (the mapper applies them)."""
+
+    factory: InfrastructureFactory[Any]
+    events: ApplicationRecorder
+    snapshots: AggregateRecorder
+    tracking: Callable[[], TrackingRecorder]
+    compressor: Compressor | None
+    cipher: Cipher | None
+    close: Callable[[], None] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        factory: InfrastructureFactory[Any],
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        tracking: Callable[[], TrackingRecorder],
+        close: Callable[[], None] | None = None,
+    ) -> Recorders:
+        """The recorders with the factory's compressor and cipher (COMPRESSOR_TOPIC,
+        CIPHER_TOPIC / CIPHER_KEY settings)."""
+        return cls(
+            factory, events, snapshots, tracking, factory.compressor(), factory.cipher(), close
+        )
+
+
+class Database(abc.ABC):
+    """One kind of database behind the event store (the port every backend implements)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = redact_url(url)
+        """The URL this database was opened with, password removed."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_url(cls, url: str, rest: str) -> Self:
+        """Parse ``url`` (``rest`` is the part after ``scheme://``); `InvalidStoreURL` if unusable.
+
+        Reads no file and opens no connection.
+        """
+
+    @abc.abstractmethod
+    def open(self, settings: dict[str, str]) -> Recorders:
+        """The library's recorders on this database; ``settings`` are the caller's library
+        settings (compressor, cipher), to be completed from the URL. Creates what is missing
+        (file, schema, tables). Raises `StoreUnavailable` or `InvalidStoreURL`."""
+
+    @abc.abstractmethod
+    def connect_sql(self) -> SqlConnection:
+        """A new connection to the SQL database the store lives in, for a projection's tables.
+
+        Raises what the driver raises (one of `database_errors`); the caller translates.
+        """
+
+
+def open_library_recorders(
+    database: Database,
+    factory_class: Callable[[Environment], InfrastructureFactory[Any]],
+    settings: dict[str, str],
+) -> Recorders:
+    """The recorders of a library factory built from ``settings`` (the SQL backends' `open`).
+
+    Raises `StoreUnavailable` naming the database when the library or the driver fails; a
+    half-built factory is closed first.
+    """
+    factory: InfrastructureFactory[Any] | None = None
+    try:
+        factory = factory_class(Environment("", settings))
+        recorders = Recorders.of(
+            factory,
+            factory.application_recorder(),
+            factory.aggregate_recorder(purpose="snapshots"),
+            factory.tracking_recorder,
+            factory.close,
+        )
+    except TurnledgerError:
+        raise
+    except database_errors() as error:
+        if factory is not None:
+            with contextlib.suppress(Exception):
+                factory.close()
+        raise StoreUnavailable(f"cannot open {database.url}: {describe_error(error)}") from error
+    return recorders
+
+
+# --- URLs ---------------------------------------------------------------------------------
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def url_options(url: str, query: str, allowed: Sequence[str]) -> dict[str, str]:
+    """The query options of ``url``; `InvalidStoreURL` for a malformed, unknown or repeated one."""
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise InvalidStoreURL(f"{redact_url(url)}: malformed query string {query!r}") from None
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in allowed:
+            raise InvalidStoreURL(
+                f"{redact_url(url)}: unknown option {key!r} (allowed: {', '.join(allowed)})"
+            )
+        if key in options:
+            raise InvalidStoreURL(f"{redact_url(url)}: option {key!r} given twice")
+        options[key] = value
+    return options
+
+
+def url_number(url: str, key: str, value: str, *, minimum: int) -> str:
+    """``value`` as the text of an integer >= ``minimum``; `InvalidStoreURL` otherwise."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise InvalidStoreURL(
+            f"{redact_url(url)}: option {key} must be an integer >= {minimum}, got {value!r}"
+        )
+    return str(number)

@@ -1,0 +1,194 @@
+"""``postgresql://user[:password]@host[:port]/dbname``: the library's PostgreSQL recorders.
+
+Query options: ``schema`` (created when missing; default ``public``), ``pool_size``,
+``max_overflow``, ``connect_timeout`` (seconds to get a connection, default 5),
+``lock_timeout`` (seconds). ``postgres://`` is accepted too. Projections keep their tables in
+the store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only
+when such a store is opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any, Final, Self
+
+import attrs
+
+from turnledger.store.backends.port import (
+    Database,
+    InvalidStoreURL,
+    Recorders,
+    SqlConnection,
+    SqlDialect,
+    StoreUnavailable,
+    open_library_recorders,
+    redact_url,
+    url_number,
+    url_options,
+)
+from turnledger.store.codec import describe_error
+
+__all__ = ["POSTGRES_DIALECT", "PostgresDatabase"]
+
+POSTGRES_DIALECT: Final = SqlDialect(name="postgresql", placeholder="%s", begin="BEGIN")
+
+_OPTIONS: Final = ("schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout")
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# URL option -> the library's setting, and the smallest value allowed.
+_POOL_OPTIONS: Final = (
+    ("pool_size", "POSTGRES_POOL_SIZE", 1),
+    ("max_overflow", "POSTGRES_MAX_OVERFLOW", 0),
+    ("lock_timeout", "POSTGRES_LOCK_TIMEOUT", 0),
+)
+
+
+@attrs.frozen
+class _Login:
+    """Where and as whom to connect (the password stays here, never in a message)."""
+
+    dbname: str
+    host: str
+    port: str
+    user: str
+    password: str = attrs.field(repr=False)
+    connect_timeout: str
+
+    def conninfo(self) -> str:
+        import psycopg.conninfo
+
+        params = {
+            name: value
+            for name, value in (
+                ("dbname", self.dbname), ("host", self.host), ("port", self.port),
+                ("user", self.user), ("password", self.password),
+            )
+            if value
+        }
+        return psycopg.conninfo.make_conninfo(
+            "", connect_timeout=self.connect_timeout, **params
+        )
+
+
+class PostgresDatabase(Database):
+    """One schema of one PostgreSQL database."""
+
+    def __init__(self, url: str, login: _Login, schema: str, pool: dict[str, str]) -> None:
+        super().__init__(url)
+        self.login = login
+        self.schema = schema
+        self.pool = pool
+        """The library's pool settings given in the URL (``POSTGRES_POOL_SIZE`` ...)."""
+
+    @classmethod
+    def from_url(cls, url: str, rest: str) -> Self:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port
+        except ValueError as error:
+            raise InvalidStoreURL(f"{redact_url(url)!r}: {error}") from None
+        dbname = urllib.parse.unquote(parts.path.lstrip("/"))
+        if not dbname or "/" in dbname:
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: name one database: postgresql://.../DBNAME"
+            )
+        options = url_options(url, parts.query, _OPTIONS)
+        schema = options.get("schema", "public")
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
+                f"got {schema!r}"
+            )
+        login = _Login(
+            dbname=dbname,
+            host=parts.hostname or "localhost",
+            port=str(port or 5432),
+            user=urllib.parse.unquote(parts.username or ""),
+            password=urllib.parse.unquote(parts.password or ""),
+            connect_timeout=url_number(
+                url, "connect_timeout", options.get("connect_timeout", "5"), minimum=1
+            ),
+        )
+        pool = {
+            setting: url_number(url, key, options[key], minimum=minimum)
+            for key, setting, minimum in _POOL_OPTIONS
+            if key in options
+        }
+        return cls(url, login, schema, pool)
+
+    def open(self, settings: dict[str, str]) -> Recorders:
+        try:
+            from eventsourcing.postgres import PostgresFactory
+        except ImportError as error:
+            raise InvalidStoreURL(
+                f"{self.url!r}: PostgreSQL needs psycopg: pip install 'turnledger[postgres]'"
+                f" ({error})"
+            ) from None
+        settings.update(
+            POSTGRES_DBNAME=self.login.dbname,
+            POSTGRES_HOST=self.login.host,
+            POSTGRES_PORT=self.login.port,
+            POSTGRES_USER=self.login.user,
+            POSTGRES_PASSWORD=self.login.password,
+            POSTGRES_SCHEMA=self.schema,
+            POSTGRES_CONNECT_TIMEOUT=self.login.connect_timeout,
+            CREATE_TABLE="y",
+            **self.pool,
+        )
+        with self._schema_setup_lock():
+            return open_library_recorders(self, PostgresFactory, settings)
+
+    @contextlib.contextmanager
+    def _schema_setup_lock(self) -> Iterator[None]:
+        """Create the schema and hold an advisory lock on it while the tables are set up.
+
+        One direct connection first: the library's pool would only say "couldn't get a
+        connection" where the driver says why (no such database, authentication failed). The
+        lock serialises the library's table setup (which replaces a function every time)
+        across processes opening the same store at once: without it PostgreSQL may answer
+        "tuple concurrently updated" to one of them.
+        """
+        import psycopg
+        from psycopg import sql
+
+        lock_key = "turnledger:setup:" + self.schema
+        try:
+            connection = psycopg.connect(self.login.conninfo(), autocommit=True)
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open {self.url}: {describe_error(error)}") from error
+        with connection:
+            try:
+                connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
+                found = connection.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+                ).fetchone()
+                if found is None:
+                    with contextlib.suppress(psycopg.errors.UniqueViolation):  # a racing opener
+                        connection.execute(
+                            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                                sql.Identifier(self.schema)
+                            )
+                        )
+            except psycopg.Error as error:
+                raise StoreUnavailable(
+                    f"cannot open {self.url}: {describe_error(error)}"
+                ) from error
+            try:
+                yield
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def connect_sql(self) -> SqlConnection:
+        import psycopg
+        from psycopg.sql import SQL, Identifier
+
+        connection: Any = psycopg.connect(self.login.conninfo(), autocommit=True)
+        try:
+            connection.execute(SQL("SET search_path TO {}").format(Identifier(self.schema)))
+        except BaseException:
+            connection.close()
+            raise
+        return SqlConnection(connection, POSTGRES_DIALECT)

@@ -1,0 +1,124 @@
+"""``sqlite:///path/to/file.db``: the library's SQLite recorders (WAL).
+
+The part after ``sqlite:///`` is the path: ``sqlite:///./x.db`` and ``sqlite:///x.db`` are
+relative to the working directory, ``sqlite:////abs/x.db`` is absolute. Missing parent
+directories are created. Query option: ``lock_timeout`` (seconds). Projections keep their
+tables in the same file.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from typing import Final, Self
+
+from eventsourcing.persistence import DatabaseError, InterfaceError, OperationalError
+
+from turnledger.store.backends.port import (
+    Database,
+    InvalidStoreURL,
+    Recorders,
+    SqlConnection,
+    SqlDialect,
+    StoreUnavailable,
+    open_library_recorders,
+    redact_url,
+    url_number,
+    url_options,
+)
+
+__all__ = ["SQLITE_DIALECT", "SQLiteDatabase"]
+
+SQLITE_DIALECT: Final = SqlDialect(name="sqlite", placeholder="?", begin="BEGIN IMMEDIATE")
+"""SQLite's SQL for projections (``BEGIN IMMEDIATE`` takes the write lock up front)."""
+
+_DEFAULT_LOCK_TIMEOUT: Final = 5.0  # seconds, the library's default too
+
+
+class SQLiteDatabase(Database):
+    """One SQLite file, named by an absolute path."""
+
+    def __init__(self, url: str, path: str, lock_timeout: str | None) -> None:
+        super().__init__(url)
+        self.path = path
+        self.lock_timeout = lock_timeout
+        """Seconds to wait for a lock (``lock_timeout`` option), None for the default."""
+
+    @classmethod
+    def from_url(cls, url: str, rest: str) -> Self:
+        if not rest.startswith("/"):
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: a SQLite URL is sqlite:///relative/path.db or "
+                "sqlite:////absolute/path.db"
+            )
+        raw, _, query = rest[1:].partition("?")
+        options = url_options(url, query, ("lock_timeout",))
+        path = urllib.parse.unquote(raw)
+        if not path or path.endswith("/"):
+            raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite URL names no file")
+        if path == ":memory:" or path.startswith("file:"):
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: use memory:// for an in-memory store, a file path otherwise"
+            )
+        timeout = options.get("lock_timeout")
+        if timeout is not None:
+            timeout = url_number(url, "lock_timeout", timeout, minimum=0)
+        return cls(url, os.path.abspath(path), timeout)
+
+    @property
+    def uri(self) -> str:
+        # A file: URI, so that '?' or '#' in a path cannot be read as URI syntax (the library
+        # opens with uri=True, and so does connect_sql).
+        return "file:" + urllib.parse.quote(self.path)
+
+    def open(self, settings: dict[str, str]) -> Recorders:
+        from eventsourcing.sqlite import SQLiteFactory
+
+        self._prepare_file()
+        settings.update(SQLITE_DBNAME=self.uri, CREATE_TABLE="y")
+        if self.lock_timeout is not None:
+            settings["SQLITE_LOCK_TIMEOUT"] = self.lock_timeout
+        try:
+            return open_library_recorders(self, SQLiteFactory, settings)
+        except StoreUnavailable as error:
+            cause = error.__cause__
+            if isinstance(cause, DatabaseError | sqlite3.DatabaseError) and not isinstance(
+                cause, OperationalError | InterfaceError | sqlite3.OperationalError
+            ):
+                # "file is not a database": the URL names something that is not a store.
+                raise InvalidStoreURL(
+                    f"{self.url!r}: {self.path} is not a SQLite database ({cause})"
+                ) from None
+            raise
+
+    def _prepare_file(self) -> None:
+        """Create the parent directories and the file now, so a bad path fails with its reason."""
+        parent = os.path.dirname(self.path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as error:
+            raise InvalidStoreURL(
+                f"{self.url!r}: cannot create directory {parent}: "
+                f"{error.strerror or type(error).__name__}"
+            ) from None
+        if os.path.isdir(self.path):
+            raise InvalidStoreURL(f"{self.url!r}: {self.path} is a directory")
+        try:
+            with open(self.path, "ab"):
+                pass
+        except OSError as error:
+            raise InvalidStoreURL(
+                f"{self.url!r}: cannot create {self.path}: "
+                f"{error.strerror or type(error).__name__}"
+            ) from None
+
+    def connect_sql(self) -> SqlConnection:
+        connection = sqlite3.connect(
+            self.uri,
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=float(self.lock_timeout or _DEFAULT_LOCK_TIMEOUT),
+        )
+        return SqlConnection(connection, SQLITE_DIALECT)

@@ -1,0 +1,160 @@
+"""The write path of a session, top to bottom: decide -> record -> snapshot when due -> notify.
+
+One command goes through `Pipeline.save` (in the spirit of eventsourcing's
+``Application.save``: ``_record``, ``_take_snapshots``, ``_notify``):
+
+1. **decide** — the pure decider runs the command on the session's state (`execute`: decide
+   a step, evolve it, decide the next); nothing is stored yet;
+2. **record** — the events go to the backend in ONE transaction, the first event's version
+   being the expected version (E3); a conflict or a failure reloads the state from the store;
+3. **snapshot when due** — every ``snapshot_interval`` events the compact state is saved
+   (a cache: a failure is logged, never raised);
+4. **notify** — after the commit: R34's log line for a legacy turn-limit trim, then the
+   store's subscribers get each `HistoryTrimmed` (R33).
+
+A `Position` is where one session stands (state, chain head, latest snapshot); the `Session`
+that owns it holds its lock around `save`. `load` rebuilds a position from the latest snapshot
+and the events after it, so a restore costs O(window).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from uuid import UUID
+
+import attrs
+
+from turnledger.domain.decider import Command, SessionState, evolve, execute
+from turnledger.domain.errors import SessionNotFound, TurnledgerError
+from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided, TrimReason
+from turnledger.store.backend import EventStoreBackend
+from turnledger.store.mapper import ZERO_CHAIN
+from turnledger.store.snapshots import decode_snapshot, encode_snapshot
+
+__all__ = ["Pipeline", "Position"]
+
+log = logging.getLogger("turnledger")
+
+Publish = Callable[[Sequence[HistoryTrimmed]], None]
+"""Delivers committed `HistoryTrimmed` notices to the store's subscribers."""
+
+
+@attrs.define
+class Position:
+    """Where one session stands: its state, the chain head of its last record, and the version
+    of its latest snapshot (0: none)."""
+
+    state: SessionState = attrs.field(factory=SessionState)
+    chain: bytes = ZERO_CHAIN
+    snapshot_version: int = 0
+
+    @property
+    def session_id(self) -> UUID:
+        assert self.state.session_id is not None, "the session has not been started"
+        return self.state.session_id
+
+    def move_to(self, other: Position) -> None:
+        """Stand where ``other`` stands (after a reload)."""
+        self.state, self.chain, self.snapshot_version = (
+            other.state, other.chain, other.snapshot_version
+        )
+
+
+class Pipeline:
+    """Loads sessions and saves their commands, for one store (see the module docstring)."""
+
+    def __init__(
+        self, backend: EventStoreBackend, *, snapshot_interval: int, publish: Publish
+    ) -> None:
+        self.backend = backend
+        self.snapshot_interval = snapshot_interval
+        self._publish = publish
+
+    def load(self, session_id: UUID) -> Position:
+        """The position of a recorded session: latest snapshot + later events (E5).
+
+        Raises `SessionNotFound`, `CorruptRecord`.
+        """
+        state, chain, snapshot_version = SessionState(), ZERO_CHAIN, 0
+        snapshot = self.backend.load_snapshot(session_id)
+        if snapshot is not None:
+            snapshot_version, payload = snapshot
+            state, chain = decode_snapshot(
+                payload, session_id=session_id, version=snapshot_version
+            )
+        for event, event_chain in self.backend.read_with_chain(
+            session_id, after_version=state.version
+        ):
+            evolve(state, event)
+            chain = event_chain
+        if state.version == 0:
+            raise SessionNotFound(f"no session {session_id} in this store")
+        return Position(state, chain, snapshot_version)
+
+    def save(self, position: Position, command: Command) -> list[DomainEvent]:
+        """Run ``command`` and record what it decided; the events recorded (maybe none).
+
+        On any failure nothing of the command is recorded and ``position`` is reloaded from
+        the store, so it never holds unrecorded events.
+        """
+        events = self.decide(position, command)
+        if events:
+            self._record(position, events)
+            self._take_snapshot(position)
+            self._notify(position, events)
+        return events
+
+    def decide(self, position: Position, command: Command) -> list[DomainEvent]:
+        """Apply ``command`` to the position's state in memory only; the events it produced."""
+        before = position.state.version
+        try:
+            return execute(position.state, command)
+        except BaseException:
+            if position.state.version != before:
+                self._reload(position)  # a later step failed after an earlier one was applied
+            raise
+
+    def _record(self, position: Position, events: Sequence[DomainEvent]) -> None:
+        try:
+            position.chain = self.backend.append(
+                position.session_id, events, prev_chain=position.chain
+            )
+        except BaseException:
+            self._reload(position)
+            raise
+
+    def _take_snapshot(self, position: Position) -> None:
+        state = position.state
+        if state.version - position.snapshot_version < self.snapshot_interval:
+            return
+        try:
+            payload = encode_snapshot(state, position.chain)
+            self.backend.save_snapshot(position.session_id, state.version, payload)
+        except TurnledgerError as error:  # a snapshot is a cache: losing one loses nothing
+            log.warning("snapshot of session %s at version %d failed: %s",
+                        position.session_id, state.version, error)
+            return
+        position.snapshot_version = state.version
+
+    def _notify(self, position: Position, events: Sequence[DomainEvent]) -> None:
+        if position.state.legacy:
+            for e in events:
+                if isinstance(e, TrimDecided) and e.reason is TrimReason.TURN_LIMIT:
+                    # R34: the legacy loop reports the turn limit in the logs only.
+                    log.warning(
+                        "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
+                        position.session_id, e.limit, e.dropped_messages, e.dropped_turns,
+                        e.kept_turns,
+                    )
+        notices = [e for e in events if isinstance(e, HistoryTrimmed)]
+        if notices:
+            self._publish(notices)
+
+    def _reload(self, position: Position) -> None:
+        session_id = position.state.session_id
+        if session_id is None or not self.backend.read(session_id, upto_version=1):
+            # Nothing of this session is recorded (a failed start): back to a blank state.
+            position.move_to(Position())
+            return
+        position.move_to(self.load(session_id))
