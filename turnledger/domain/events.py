@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import ClassVar, TypeAlias
+from typing import ClassVar
 from uuid import UUID
 
 import attrs
@@ -21,7 +21,6 @@ from turnledger.domain.messages import ConversationMessage
 
 __all__ = [
     "EVENT_TYPES",
-    "AnyEvent",
     "BreadcrumbInserted",
     "DomainEvent",
     "HistoryTrimmed",
@@ -241,19 +240,4 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = (
     OverflowRecovered,
     OverflowUnrecoverable,
     OrphansSwept,
-)
-
-AnyEvent: TypeAlias = (
-    SessionStarted
-    | MessageAppended
-    | RouteSelected
-    | TrimDecided
-    | BreadcrumbInserted
-    | HistoryTrimmed
-    | RequestPrepared
-    | RequestRejected
-    | OverflowReported
-    | OverflowRecovered
-    | OverflowUnrecoverable
-    | OrphansSwept
 )
