@@ -416,59 +416,86 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 def _add_transcript_commands(sub: _Subparsers) -> None:
     p = sub.add_parser("demo", help="run a scripted agent session and narrate every trim",
+                       description="Record a scripted agent session (tool loops, images, a "
+                       "turn-limit trim, a token-budget trim, a provider overflow) in the store "
+                       "and narrate each step, then print its stats.",
                        epilog=_IDS_HELP)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)")
+    p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)",
+                       description="Import a JSONL file of conversations, one per line, each as "
+                       "a new session; prints one session id per imported line. Exit 1 when a "
+                       "line was rejected (the other lines are imported).")
     p.add_argument("file", help="JSONL file: one conversation's message list per line")
-    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--format", required=True, choices=FORMATS,
+                   help="the provider format of the lines")
     p.add_argument("--profile", help="TOML profile for the imported sessions")
     _add_json(p)
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("export", help="a session's chat view as one JSONL line")
-    p.add_argument("session")
-    p.add_argument("--format", required=True, choices=FORMATS)
+    p = sub.add_parser("export", help="a session's chat view as one JSONL line",
+                       description="Print a session's chat view as one JSONL line in a "
+                       "provider format.")
+    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("--format", required=True, choices=FORMATS,
+                   help="the provider format to write")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("sessions", help="list sessions with counts")
+    p = sub.add_parser("sessions", help="list sessions with counts",
+                       description="List the sessions in the store with their event, message, "
+                       "trim and request counts and their route.")
     _add_json(p)
     p.set_defaults(func=cmd_sessions)
 
 
 def _add_audit_commands(sub: _Subparsers) -> None:
     p = sub.add_parser("replay", help="a session's timeline, or a view as of an event",
+                       description="Print a session's timeline (one line per event), or, with "
+                       "--at or --view, its chat or conversation view as of an event.",
                        epilog=_IDS_HELP)
-    p.add_argument("session")
+    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
     p.add_argument("--at", type=int, metavar="N", help="event position (1 = first event)")
-    p.add_argument("--view", choices=("chat", "conversation"))
+    p.add_argument("--view", choices=("chat", "conversation"),
+                   help="which view to rebuild (default: chat)")
     _add_json(p)
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("verify", help="audit: rebuild views, check invariants and hash chains",
+                       description="Audit the store: rebuild every view, check the invariants, "
+                       "hash chains and snapshots. Exit 1 when a violation is found.",
                        epilog=_IDS_HELP)
-    p.add_argument("session", nargs="?")
+    p.add_argument("session", nargs="?", help="check only this session (default: all)")
     _add_json(p)
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("what-if", help="replay a session under another profile (writes nothing)")
-    p.add_argument("session")
-    p.add_argument("--max-context-tokens", type=_non_negative_int, metavar="N")
-    p.add_argument("--context-compact-ratio", type=float, metavar="R")
-    p.add_argument("--max-history-messages", type=_non_negative_int, metavar="N")
+    p = sub.add_parser("what-if", help="replay a session under another profile (writes nothing)",
+                       description="Replay a session under its own profile with the given "
+                       "settings changed, and compare the requests; nothing is written.")
+    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("--max-context-tokens", type=_non_negative_int, metavar="N",
+                   help="absolute token budget (R12; 0 disables proactive token trimming)")
+    p.add_argument("--context-compact-ratio", type=float, metavar="R",
+                   help="budget as a share of the model's context window, in (0, 1] (R13)")
+    p.add_argument("--max-history-messages", type=_non_negative_int, metavar="N",
+                   help="turn limit in complete user turns (R28; 0 keeps only the last turn)")
     _add_json(p)
     p.set_defaults(func=cmd_what_if)
 
 
 def _add_analytics_commands(sub: _Subparsers) -> None:
-    p = sub.add_parser("stats", help="the analytics projections")
+    p = sub.add_parser("stats", help="the analytics projections",
+                       description="Bring the analytics tables up to date, then print per-session "
+                       "and per-route statistics and totals.")
     _add_json(p)
     p.set_defaults(func=cmd_stats)
 
-    p = sub.add_parser("projections", help="maintain the analytics tables")
+    p = sub.add_parser("projections", help="maintain the analytics tables",
+                       description="Maintain the analytics tables in the store's database.")
     psub = p.add_subparsers(dest="projections_command", metavar="ACTION", parser_class=_Parser)
     psub.required = True
-    run = psub.add_parser("run", help="bring the analytics tables up to date")
+    run = psub.add_parser("run", help="bring the analytics tables up to date",
+                          description="Apply the events not yet counted to the analytics "
+                          "tables; with --follow, keep applying new events until stopped.")
     run.add_argument("--follow", action="store_true", help="keep following new events")
     run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
     run.set_defaults(func=cmd_projections_run)
