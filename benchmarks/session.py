@@ -500,7 +500,7 @@ class PrepareCase:
             "mean_messages_sent": round(statistics.mean(self.sent), 1),
             "mean_estimated_tokens": round(statistics.mean(self.tokens)),
             "session_events": self.session.version,
-            "window_items": len(self.session.state.items),
+            "window_items": len(self.session.state.index.items),
             "build_s": round(self.build_s, 2),
         }
 

@@ -21,15 +21,13 @@ from turnledger.domain.messages import (
 )
 from turnledger.domain.trimming import (
     TrimResult,
-    cost_prefix_sums,
-    tokens_after_dropping,
     trim_conversation_to_recent_turns,
     trim_to_recent_turn_count,
     trim_to_recent_turns,
     turns_to_drop_for_budget,
     turns_to_drop_for_count,
 )
-from turnledger.domain.turns import segment
+from turnledger.domain.window import CHAT_ROWS, Window, WindowIndex
 
 S = ChatMessage.system
 U = ChatMessage.user
@@ -355,11 +353,8 @@ def test_r7_turns_to_drop_for_budget_finds_the_first_fit() -> None:
 def test_r7_tokens_after_dropping_matches_the_built_history() -> None:
     """The O(1) prefix-sum formula agrees with estimating the trimmed history."""
     history = [SYS, BC, U("a" * 40), S("late"), *TURN2, *TURN3]
-    seg = segment(history)
-    costs = [estimate_history_tokens([m]) for m in history]
-    prefix, system_prefix = cost_prefix_sums(history, costs)
+    index = WindowIndex.of(CHAT_ROWS, history)
+    starts = index.turns_from(0)
     for k in (1, 2):
         built = trim_to_recent_turn_count(history, 3 - k).history
-        assert estimate_history_tokens(built) == tokens_after_dropping(
-            seg, prefix, system_prefix, k
-        )
+        assert estimate_history_tokens(built) == index.tokens(Window(starts[k], breadcrumb=True))

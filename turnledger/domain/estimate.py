@@ -33,6 +33,7 @@ __all__ = [
     "IMAGE_TOKEN_ESTIMATE",
     "ImageMarker",
     "current_turn_start",
+    "current_turn_surcharge",
     "estimate_history_tokens",
     "image_count",
     "image_markers",
@@ -178,9 +179,20 @@ def message_tokens(message: ChatMessage, *, current_turn: bool) -> int:
         text_bytes, images = _scan_markers(message.content)
     else:
         # Tool output marker text is plain text (R22); system/assistant text is text (R23).
-        text_bytes = utf8_len(message.content)
-        images = len(message.attachments) if message.role == "tool" and current_turn else 0
-    return FRAMING_TOKENS + _ceil_quarter(text_bytes) + images * IMAGE_TOKEN_ESTIMATE
+        text_bytes, images = utf8_len(message.content), 0
+    tokens = FRAMING_TOKENS + _ceil_quarter(text_bytes) + images * IMAGE_TOKEN_ESTIMATE
+    return tokens + current_turn_surcharge(message) if current_turn else tokens
+
+
+def current_turn_surcharge(message: ChatMessage) -> int:
+    """What ``message`` costs more inside the current turn: its declared tool attachments (R22).
+
+    ``message_tokens(m, current_turn=True) == message_tokens(m, current_turn=False) +
+    current_turn_surcharge(m)``, so a caller can keep the two parts in separate sums.
+    """
+    if message.role == "tool":
+        return len(message.attachments) * IMAGE_TOKEN_ESTIMATE
+    return 0
 
 
 def current_turn_start(history: Sequence[ChatMessage]) -> int:

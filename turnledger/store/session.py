@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
+    Batch,
     Command,
     PreparedRequest,
     PrepareRequest,
@@ -29,7 +30,7 @@ from turnledger.domain.decider import (
     SweepOrphans,
     decide,
     evolve,
-    execute,
+    run,
 )
 from turnledger.domain.errors import (
     ConcurrencyConflict,
@@ -43,11 +44,9 @@ from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
     OverflowRecovered,
-    RequestPrepared,
     RequestRejected,
     RouteReason,
     TrimDecided,
-    TrimReason,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
@@ -147,7 +146,7 @@ class Session:
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
         """
-        return self._run(AppendMessage(message, _now()))
+        return self._run(AppendMessage(message, _now())).events
 
     def prepare_request(
         self,
@@ -170,27 +169,16 @@ class Session:
             if not isinstance(hook, str):
                 raise InvalidMessage(f"hooks[{i}] must be a str, got {type(hook).__name__}")
         with self._lock:
-            events = self._run(
+            batch = self._run(
                 PrepareRequest.from_texts(schemas, hook_texts, bool(final_summary), _now())
             )
-            last = events[-1]
+            last = batch.events[-1]
             if isinstance(last, RequestRejected):
                 raise ContextWindowExceeded(
                     last.detail, estimated_tokens=last.estimated_tokens, context_window=last.window
                 )
-            assert isinstance(last, RequestPrepared)
-            resolved = self._state.route
-            return PreparedRequest(
-                messages=self._state.chat_view(),
-                route=resolved.route,
-                capacity=resolved.capacity,
-                budget=resolved.budget,
-                estimated_tokens=last.estimated_tokens,
-                model_context_window=resolved.model_context_window,
-                window=resolved.window,
-                purpose=last.purpose,
-                digest=last.digest,
-            )
+            assert batch.request is not None
+            return batch.request
 
     def recover_from_overflow(self, error: BaseException | str) -> bool:
         """React to a provider overflow (R25-R26): True when trimmed (retry), else False.
@@ -200,7 +188,7 @@ class Session:
         """
         if not is_context_window_exceeded(error):
             return False
-        events = self._run(RecoverFromOverflow(_error_text(error), _now()))
+        events = self._run(RecoverFromOverflow(_error_text(error), _now())).events
         return any(isinstance(e, OverflowRecovered) for e in events)
 
     def select_route(self, route: Route, reason: str = "explicit") -> list[DomainEvent]:
@@ -212,7 +200,7 @@ class Session:
             raise InvalidProfile(f"reason must be one of {allowed}, got {reason!r}") from None
         if why is RouteReason.INITIAL:
             raise InvalidProfile("reason 'initial' is reserved for the session's first route")
-        return self._run(SelectRoute(route, why, _now()))
+        return self._run(SelectRoute(route, why, _now())).events
 
     # -- views --
 
@@ -236,17 +224,18 @@ class Session:
 
     # -- machinery --
 
-    def _run(self, command: Command) -> list[DomainEvent]:
+    def _run(self, command: Command) -> Batch:
         with self._lock:
             before = self._state.version
             try:
-                events = execute(self._state, command)
+                batch = run(self._state, command)
             except BaseException:
                 if self._state.version != before:
                     self._reload()  # a later step failed after an earlier one was applied
                 raise
+            events = batch.events
             if not events:
-                return []
+                return batch
             try:
                 self._chain = self._store.backend.append(
                     self._uuid, events, prev_chain=self._chain
@@ -255,7 +244,7 @@ class Session:
                 self._reload()
                 raise
             self._store._committed(self, events)
-            return events
+            return batch
 
     def _reload(self) -> None:
         uuid = self._state.session_id
@@ -429,14 +418,13 @@ class Store:
         return Session(self, state, chain, snapshot_version)
 
     def _committed(self, session: Session, events: Sequence[DomainEvent]) -> None:
-        if session.legacy:
-            for e in events:
-                if isinstance(e, TrimDecided) and e.reason is TrimReason.TURN_LIMIT:
-                    # R34: the legacy loop reports the turn limit in the logs only.
-                    log.warning(
-                        "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
-                        session.id, e.limit, e.dropped_messages, e.dropped_turns, e.kept_turns,
-                    )
+        for e in events:
+            if isinstance(e, TrimDecided) and not session.state.loop.announces(e.reason):
+                # R34: the legacy loop reports the turn limit in the logs only.
+                log.warning(
+                    "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
+                    session.id, e.limit, e.dropped_messages, e.dropped_turns, e.kept_turns,
+                )
         notices = [e for e in events if isinstance(e, HistoryTrimmed)]
         if notices:
             with self._lock:
