@@ -62,8 +62,10 @@ from turnledger.domain.messages import (
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.sweep import SweepResult, sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import (
+    DEFAULT_MAX_MESSAGE_ROWS,
     TrimResult,
     trim_conversation_to_recent_turns,
+    trim_to_recent_message_rows,
     trim_to_recent_turn_count,
     trim_to_recent_turns,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "BREADCRUMB_TEXT",
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_MAX_HISTORY_TURNS",
+    "DEFAULT_MAX_MESSAGE_ROWS",
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
     "IMAGE_TOKEN_ESTIMATE",
     "AssistantToolCalls",
@@ -133,6 +136,7 @@ __all__ = [
     "sweep_orphans",
     "to_chat_messages",
     "trim_conversation_to_recent_turns",
+    "trim_to_recent_message_rows",
     "trim_to_recent_turn_count",
     "trim_to_recent_turns",
     "truncate_tool_result",
