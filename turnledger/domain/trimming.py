@@ -36,7 +36,7 @@ from turnledger.domain.events import View
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.window import (
     CHAT_ROWS,
-    CONVERSATION_ROWS,
+    ONCE_CONVERSATION_ROWS,
     Rows,
     Window,
     WindowIndex,
@@ -233,7 +233,7 @@ def trim_conversation_to_recent_turns(
     _check_limit("max_turns", max_turns)
     return _trim(
         history,
-        CONVERSATION_ROWS,
+        ONCE_CONVERSATION_ROWS,
         lambda index, whole: window_for_count(index, whole, max_turns, breadcrumb=breadcrumb),
         View.CONVERSATION,
     )

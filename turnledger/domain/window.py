@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from functools import lru_cache, partial
+from functools import lru_cache
 from itertools import accumulate, compress, count
 from typing import Generic, TypeVar
 
 import attrs
 
-from turnledger.domain.estimate import BREADCRUMB_TOKENS, current_turn_surcharge, message_tokens
+from turnledger.domain.estimate import (
+    BREADCRUMB_TOKENS,
+    base_message_tokens,
+    current_turn_surcharge,
+)
 from turnledger.domain.events import View
 from turnledger.domain.messages import (
     Chat,
@@ -44,6 +48,7 @@ from turnledger.domain.turns import (
 __all__ = [
     "CHAT_ROWS",
     "CONVERSATION_ROWS",
+    "ONCE_CONVERSATION_ROWS",
     "Cut",
     "Rows",
     "Window",
@@ -86,40 +91,53 @@ def _one(_: ChatMessage) -> int:
     return 1
 
 
-def _item_base_tokens(item: ConversationMessage) -> int:
-    # Not through `chat_of`: the pure trims measure every item once, which only churns its cache.
-    return sum(message_tokens(m, current_turn=False) for m in to_chat_messages((item,)))
+def _fresh_chat(item: ConversationMessage) -> tuple[ChatMessage, ...]:
+    return tuple(to_chat_messages((item,)))
 
 
-def _item_surcharge(item: ConversationMessage) -> int:
-    return sum(current_turn_surcharge(m) for m in chat_of(item))
+def _conversation_rows(
+    chat: Callable[[ConversationMessage], tuple[ChatMessage, ...]],
+) -> Rows[ConversationMessage]:
+    """Structured rows whose provider-facing messages come from ``chat``."""
 
+    def base_tokens(item: ConversationMessage) -> int:
+        return sum(base_message_tokens(m) for m in chat(item))
 
-def _item_sent(item: ConversationMessage) -> int:
-    return len(chat_of(item))
+    def surcharge(item: ConversationMessage) -> int:
+        return sum(current_turn_surcharge(m) for m in chat(item))
+
+    def sent(item: ConversationMessage) -> int:
+        return len(chat(item))
+
+    return Rows(
+        is_system_item,
+        is_turn_start_item,
+        is_breadcrumb_item,
+        base_tokens,
+        surcharge,
+        sent,
+        Chat(ChatMessage.breadcrumb()),
+    )
 
 
 CHAT_ROWS: Rows[ChatMessage] = Rows(
     is_system_message,
     is_real_user_message,
     is_breadcrumb,
-    partial(message_tokens, current_turn=False),
+    base_message_tokens,
     current_turn_surcharge,
     _one,
     ChatMessage.breadcrumb(),
 )
 """Provider-facing history: one `ChatMessage` is one row and one sent message."""
 
-CONVERSATION_ROWS: Rows[ConversationMessage] = Rows(
-    is_system_item,
-    is_turn_start_item,
-    is_breadcrumb_item,
-    _item_base_tokens,
-    _item_surcharge,
-    _item_sent,
-    Chat(ChatMessage.breadcrumb()),
-)
-"""Structured history: a `ToolResults` of three results is one item but three sent messages."""
+CONVERSATION_ROWS: Rows[ConversationMessage] = _conversation_rows(chat_of)
+"""Structured history: a `ToolResults` of three results is one item but three sent messages.
+
+Measured through `chat_of`'s cache, as a session renders its items again for every request."""
+
+ONCE_CONVERSATION_ROWS: Rows[ConversationMessage] = _conversation_rows(_fresh_chat)
+"""`CONVERSATION_ROWS` for a history measured once (the pure trims): no cache to churn."""
 
 
 @attrs.frozen
@@ -264,8 +282,9 @@ class WindowIndex(Generic[T]):
 
     def cut(self, before: Window, after: Window, units: View) -> Cut:
         """The numbers of trimming ``before`` down to ``after`` (R10, R32)."""
-        turns_before = len(self.turns_from(before.start))
-        kept_turns = len(self.turns_from(after.start))
+        turns = len(self._turn_starts)
+        turns_before = turns - bisect_left(self._turn_starts, before.start)
+        kept_turns = turns - bisect_left(self._turn_starts, after.start)
         return Cut(
             before,
             after,
@@ -332,9 +351,9 @@ class WindowIndex(Generic[T]):
         self._tokens = self._tokens[cut:]
         self._system_tokens = self._system_tokens[cut:]
 
-    def _reindex(self, items: Iterable[T | None]) -> None:
-        """Rebuild every sum from ``items``; O(window), one pass per sum like the pure trims."""
-        base, self.items = self.base, list(items)
+    def _reindex(self, items: list[T | None]) -> None:
+        """Rebuild every sum from ``items`` (now owned by the index); O(window)."""
+        base, self.items = self.base, items
         # Local names: the pure trims index every message of a history through here.
         base_tokens, is_system, is_turn_start = (
             self.rows.base_tokens, self.rows.is_system, self.rows.is_turn_start
