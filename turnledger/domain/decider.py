@@ -345,7 +345,8 @@ def _trim(
 ) -> Cut:
     """Record one trim of ``view`` down to ``kept``: TrimDecided, then, when ``kept`` has a
     breadcrumb, BreadcrumbInserted and HistoryTrimmed (R31-R34)."""
-    cut = state.index.cut(state.window(view), kept, view)
+    # The conversation view counts history items, the chat view the messages sent (R32).
+    cut = state.index.cut(state.window(view), kept, sent=view is View.CHAT)
     batch.add(
         TrimDecided,
         view=view,

@@ -32,7 +32,6 @@ from typing import Final, Generic, TypeVar
 import attrs
 
 from turnledger.domain.budget import DEFAULT_MAX_HISTORY_TURNS
-from turnledger.domain.events import View
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.window import (
     CHAT_ROWS,
@@ -160,16 +159,19 @@ def _trim(
     history: Sequence[T],
     rows: Rows[T],
     pick: Callable[[WindowIndex[T], Window], Window | None],
-    units: View,
 ) -> TrimResult[T]:
-    """Trim ``history`` to the window ``pick`` chooses; the input itself when it chooses none."""
+    """Trim ``history`` to the window ``pick`` chooses; the input itself when it chooses none.
+
+    Dropped messages are counted as items: a `ChatMessage` history's items are its messages,
+    and a structured history counts `ConversationMessage` items (R10).
+    """
     index = WindowIndex.of(rows, history)
     whole = Window()
     kept = pick(index, whole)
     if kept is None:
         tokens = index.tokens(whole)
         return TrimResult(tuple(history), 0, 0, len(index.turns_from(0)), tokens, tokens, False)
-    cut = index.cut(whole, kept, units)
+    cut = index.cut(whole, kept)
     return TrimResult(
         tuple(index.render(kept)),
         cut.dropped_messages,
@@ -198,7 +200,6 @@ def trim_to_recent_turns(
         lambda index, whole: window_for_budget(
             index, whole, budget_tokens, breadcrumb=breadcrumb
         ),
-        View.CHAT,
     )
 
 
@@ -216,7 +217,6 @@ def trim_to_recent_turn_count(
         history,
         CHAT_ROWS,
         lambda index, whole: window_for_count(index, whole, max_turns, breadcrumb=breadcrumb),
-        View.CHAT,
     )
 
 
@@ -235,7 +235,6 @@ def trim_conversation_to_recent_turns(
         history,
         ONCE_CONVERSATION_ROWS,
         lambda index, whole: window_for_count(index, whole, max_turns, breadcrumb=breadcrumb),
-        View.CONVERSATION,
     )
 
 

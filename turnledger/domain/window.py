@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import accumulate, compress, count
-from typing import Generic, TypeVar
+from operator import is_not, mul
+from typing import Generic, TypeVar, cast
 
 import attrs
 
@@ -29,7 +30,6 @@ from turnledger.domain.estimate import (
     base_message_tokens,
     current_turn_surcharge,
 )
-from turnledger.domain.events import View
 from turnledger.domain.messages import (
     Chat,
     ChatMessage,
@@ -153,7 +153,7 @@ class Cut:
     """The numbers of one trim, from the window ``before`` to the window ``after`` (R10, R32).
 
     ``dropped_messages`` counts real messages only (not rescued systems, not a replaced
-    breadcrumb), in the units of the view (`WindowIndex.cut`).
+    breadcrumb), as items or as provider-facing messages (`WindowIndex.cut`).
     """
 
     before: Window
@@ -264,31 +264,36 @@ class WindowIndex(Generic[T]):
         surcharge = self.rows.surcharge
         return sum(surcharge(i) for i in self.items[start - self.base :] if i is not None)
 
-    def dropped(self, old: int, new: int, units: View) -> int:
-        """Real messages between the starts ``old`` and ``new`` (R32), in the units of a view.
+    def dropped(self, old: int, new: int, *, sent: bool = False) -> int:
+        """Real messages between the starts ``old`` and ``new`` (R32); O(what is dropped).
 
-        `View.CONVERSATION` counts history items, `View.CHAT` provider-facing messages (a
+        Counts items, or with ``sent`` the provider-facing messages they become (a
         `ToolResults` of two results is two). Systems (kept), breadcrumbs (replaced) and swept
-        items (gone) are not counted. O(what is dropped).
+        items (gone) are not counted.
         """
         rows = self.rows
-        first, last = max(old, self.base) - self.base, max(new, self.base) - self.base
-        real = [
-            item
-            for item in self.items[first:last]
-            if item is not None and not rows.is_system(item) and not rows.is_breadcrumb(item)
-        ]
-        return len(real) if units is View.CONVERSATION else sum(map(rows.sent, real))
+        first, last = max(old, self.base), max(new, self.base)
+        region = self.items[first - self.base : last - self.base]
+        present = cast("list[T]", list(filter(_is_present, region)))
+        if sent:
+            return sum(
+                rows.sent(i) for i in present if not rows.is_system(i) and not rows.is_breadcrumb(i)
+            )
+        systems = bisect_left(self._system_positions, last) - bisect_left(
+            self._system_positions, first
+        )
+        return len(present) - systems - sum(map(rows.is_breadcrumb, present))
 
-    def cut(self, before: Window, after: Window, units: View) -> Cut:
-        """The numbers of trimming ``before`` down to ``after`` (R10, R32)."""
+    def cut(self, before: Window, after: Window, *, sent: bool = False) -> Cut:
+        """The numbers of trimming ``before`` down to ``after`` (R10, R32); ``sent``: count
+        the dropped provider-facing messages rather than the dropped items (`dropped`)."""
         turns = len(self._turn_starts)
         turns_before = turns - bisect_left(self._turn_starts, before.start)
         kept_turns = turns - bisect_left(self._turn_starts, after.start)
         return Cut(
             before,
             after,
-            dropped_messages=self.dropped(before.start, after.start, units),
+            dropped_messages=self.dropped(before.start, after.start, sent=sent),
             dropped_turns=turns_before - kept_turns,
             kept_turns=kept_turns,
             tokens_before=self.tokens(before),
@@ -353,23 +358,30 @@ class WindowIndex(Generic[T]):
 
     def _reindex(self, items: list[T | None]) -> None:
         """Rebuild every sum from ``items`` (now owned by the index); O(window)."""
-        base, self.items = self.base, items
-        # Local names: the pure trims index every message of a history through here.
-        base_tokens, is_system, is_turn_start = (
-            self.rows.base_tokens, self.rows.is_system, self.rows.is_turn_start
-        )
-        tokens = [0 if i is None else base_tokens(i) for i in self.items]
-        system = [i is not None and is_system(i) for i in self.items]
+        base, rows, self.items = self.base, self.rows, items
+        # Per-item work through map and itertools: the pure trims index every message here.
+        gaps = not all(map(_is_present, items))
+        tokens = _column(rows.base_tokens, items, 0, gaps)
+        system = _column(rows.is_system, items, False, gaps)
         self._tokens = list(accumulate(tokens, initial=0))
-        self._system_tokens = list(
-            accumulate([t if s else 0 for t, s in zip(tokens, system)], initial=0)
-        )
+        self._system_tokens = list(accumulate(map(mul, tokens, system), initial=0))
         self._system_positions = list(compress(count(base), system))
-        self._turn_starts = [
-            p for p, i in enumerate(self.items, base) if i is not None and is_turn_start(i)
-        ]
+        turn_starts = _column(rows.is_turn_start, items, False, gaps)
+        self._turn_starts = list(compress(count(base), turn_starts))
         current = self._turn_starts[-1] if self._turn_starts else base
-        surcharge = self.rows.surcharge
         self._current_surcharge = sum(
-            surcharge(i) for i in self.items[current - base :] if i is not None
+            rows.surcharge(i) for i in items[current - base :] if i is not None
         )
+
+
+_is_present = partial(is_not, None)
+"""True for an item still in the views (a swept one is None)."""
+
+V = TypeVar("V")
+
+
+def _column(f: Callable[[T], V], items: list[T | None], gap: V, gaps: bool) -> list[V]:
+    """``f`` of every item, ``gap`` for a swept one (``gaps``: there may be some)."""
+    if gaps:
+        return [gap if item is None else f(item) for item in items]
+    return list(map(f, items))  # type: ignore[arg-type]  # no None among them
