@@ -343,8 +343,11 @@ def _trim(
     kept: Window,
     limit: int,
 ) -> Cut:
-    """Record one trim of ``view`` down to ``kept``: TrimDecided, then, when ``kept`` has a
-    breadcrumb, BreadcrumbInserted and HistoryTrimmed (R31-R34)."""
+    """Record one trim of ``view`` down to ``kept`` and return its numbers (R31-R34).
+
+    `TrimDecided`, then, when ``kept`` has a breadcrumb, `BreadcrumbInserted` and
+    `HistoryTrimmed`.
+    """
     # The conversation view counts history items, the chat view the messages sent (R32).
     cut = state.index.cut(state.window(view), kept, sent=view is View.CHAT)
     batch.add(

@@ -150,25 +150,17 @@ class Window:
 
 @attrs.frozen
 class Cut:
-    """The numbers of one trim, from the window ``before`` to the window ``after`` (R10, R32).
+    """The numbers of one trim from a kept window to a smaller one (R10, R32).
 
     ``dropped_messages`` counts real messages only (not rescued systems, not a replaced
     breadcrumb), as items or as provider-facing messages (`WindowIndex.cut`).
     """
 
-    before: Window
-    after: Window
     dropped_messages: int
     dropped_turns: int
     kept_turns: int
     tokens_before: int
     tokens_after: int
-
-
-# What one log item adds to the index's sums: (tokens, system tokens, real, sent, surcharge,
-# turn start, system). A plain tuple, because the pure trims build one per message.
-_Entry = tuple[int, int, int, int, int, bool, bool]
-_GAP: _Entry = (0, 0, 0, 0, 0, False, False)
 
 
 @attrs.define
@@ -285,14 +277,14 @@ class WindowIndex(Generic[T]):
         return len(present) - systems - sum(map(rows.is_breadcrumb, present))
 
     def cut(self, before: Window, after: Window, *, sent: bool = False) -> Cut:
-        """The numbers of trimming ``before`` down to ``after`` (R10, R32); ``sent``: count
-        the dropped provider-facing messages rather than the dropped items (`dropped`)."""
+        """The numbers of trimming ``before`` down to ``after`` (R10, R32).
+
+        ``sent``: count the dropped provider-facing messages rather than items (`dropped`).
+        """
         turns = len(self._turn_starts)
         turns_before = turns - bisect_left(self._turn_starts, before.start)
         kept_turns = turns - bisect_left(self._turn_starts, after.start)
         return Cut(
-            before,
-            after,
             dropped_messages=self.dropped(before.start, after.start, sent=sent),
             dropped_turns=turns_before - kept_turns,
             kept_turns=kept_turns,
