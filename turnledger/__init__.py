@@ -60,8 +60,10 @@ from turnledger.domain.messages import (
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.sweep import SweepResult, sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import (
+    DEFAULT_MAX_MESSAGE_ROWS,
     TrimResult,
     trim_conversation_to_recent_turns,
+    trim_to_recent_message_rows,
     trim_to_recent_turn_count,
     trim_to_recent_turns,
 )
@@ -78,6 +80,7 @@ __all__ = [
     "BREADCRUMB_TEXT",
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_MAX_HISTORY_TURNS",
+    "DEFAULT_MAX_MESSAGE_ROWS",
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
     "IMAGE_TOKEN_ESTIMATE",
     "Analytics",
@@ -142,6 +145,7 @@ __all__ = [
     "timeline",
     "to_chat_messages",
     "trim_conversation_to_recent_turns",
+    "trim_to_recent_message_rows",
     "trim_to_recent_turn_count",
     "trim_to_recent_turns",
     "truncate_tool_result",

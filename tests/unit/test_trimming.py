@@ -1,4 +1,4 @@
-"""Whole-turn trimming by examples (R3-R10, R31, R32, R34)."""
+"""Whole-turn trimming by examples (R3-R10, R31, R32, R34), and the row limit of R30."""
 
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from turnledger.domain.messages import (
     tool_envelope,
 )
 from turnledger.domain.trimming import (
+    DEFAULT_MAX_MESSAGE_ROWS,
     TrimResult,
-    cost_prefix_sums,
-    tokens_after_dropping,
     trim_conversation_to_recent_turns,
+    trim_to_recent_message_rows,
     trim_to_recent_turn_count,
     trim_to_recent_turns,
     turns_to_drop_for_budget,
     turns_to_drop_for_count,
 )
-from turnledger.domain.turns import segment
+from turnledger.domain.window import CHAT_ROWS, Window, WindowIndex
 
 S = ChatMessage.system
 U = ChatMessage.user
@@ -355,11 +355,57 @@ def test_r7_turns_to_drop_for_budget_finds_the_first_fit() -> None:
 def test_r7_tokens_after_dropping_matches_the_built_history() -> None:
     """The O(1) prefix-sum formula agrees with estimating the trimmed history."""
     history = [SYS, BC, U("a" * 40), S("late"), *TURN2, *TURN3]
-    seg = segment(history)
-    costs = [estimate_history_tokens([m]) for m in history]
-    prefix, system_prefix = cost_prefix_sums(history, costs)
+    index = WindowIndex.of(CHAT_ROWS, history)
+    starts = index.turns_from(0)
     for k in (1, 2):
         built = trim_to_recent_turn_count(history, 3 - k).history
-        assert estimate_history_tokens(built) == tokens_after_dropping(
-            seg, prefix, system_prefix, k
-        )
+        assert estimate_history_tokens(built) == index.tokens(Window(starts[k], breadcrumb=True))
+
+
+# --- R30: the channel sender cache counts message rows -------------------------------------------
+
+
+def _chat_turns(count: int) -> list[ChatMessage]:
+    return [m for i in range(count) for m in (U(f"q{i}"), A(f"a{i}"))]
+
+
+def test_r30_zero_means_the_default_row_limit_not_the_newest_turn() -> None:
+    """0 rows means the default, 50 rows; 0 turns keeps only the newest turn (R29)."""
+    history = [SYS, *_chat_turns(40)]
+    assert 50 == DEFAULT_MAX_MESSAGE_ROWS
+    assert tuple(history[-50:]) == trim_to_recent_message_rows(history, 0)
+    assert (SYS, BC, U("q39"), A("a39")) == trim_to_recent_turn_count(history, 0).history
+
+
+def test_r30_tool_rows_each_take_a_slot() -> None:
+    """A tool call and its result are two rows, and the cut may fall between them."""
+    call = A(assistant_envelope(None, (ToolCall("c1", "shell"),)))
+    result = T(tool_envelope("c1", "out"))
+    history = [SYS, U("first"), A("ok"), U("second"), call, result, A("done")]
+    assert (result, A("done")) == trim_to_recent_message_rows(history, 2)
+    assert (SYS, BC, U("second"), call, result, A("done")) == trim_to_recent_turn_count(
+        history, 1
+    ).history
+
+
+def test_r30_system_rows_count_and_are_not_kept_ahead() -> None:
+    """System rows take slots and are dropped like any row; the turn limit keeps them (R4, R9)."""
+    history = [SYS, U("first"), S("late"), A("ok"), U("second"), A("done")]
+    assert (S("late"), A("ok"), U("second"), A("done")) == trim_to_recent_message_rows(history, 4)
+    assert (SYS, S("late"), BC, U("second"), A("done")) == trim_to_recent_turn_count(
+        history, 1
+    ).history
+
+
+def test_r30_a_history_within_the_limit_is_unchanged() -> None:
+    """Fewer rows than the limit: the same rows, in order, breadcrumbs included."""
+    history = [SYS, BC, *TURN3]
+    assert tuple(history) == trim_to_recent_message_rows(history, 4)
+
+
+def test_r30_a_negative_row_limit_is_an_error() -> None:
+    """A negative limit is a ValueError, a non-int a TypeError, as for the turn limit."""
+    with pytest.raises(ValueError, match="max_rows"):
+        trim_to_recent_message_rows(HISTORY, -1)
+    with pytest.raises(TypeError, match="max_rows"):
+        trim_to_recent_message_rows(HISTORY, True)

@@ -32,7 +32,9 @@ __all__ = [
     "IMAGE_MARKER_PREFIX",
     "IMAGE_TOKEN_ESTIMATE",
     "ImageMarker",
+    "base_message_tokens",
     "current_turn_start",
+    "current_turn_surcharge",
     "estimate_history_tokens",
     "image_count",
     "image_markers",
@@ -174,13 +176,31 @@ def message_tokens(message: ChatMessage, *, current_turn: bool) -> int:
     ``current_turn`` says whether the message belongs to the current user turn; only tool
     messages depend on it (their attachments are charged in the current turn only, R22).
     """
-    if message.role == "user":
-        text_bytes, images = _scan_markers(message.content)
-    else:
+    tokens = base_message_tokens(message)
+    return tokens + current_turn_surcharge(message) if current_turn else tokens
+
+
+def base_message_tokens(message: ChatMessage) -> int:
+    """The estimate of one message outside the current turn (R20-R23).
+
+    What every message costs wherever it is: framing, text and the images of a user message.
+    """
+    if message.role != "user":
         # Tool output marker text is plain text (R22); system/assistant text is text (R23).
-        text_bytes = utf8_len(message.content)
-        images = len(message.attachments) if message.role == "tool" and current_turn else 0
+        return FRAMING_TOKENS + _ceil_quarter(utf8_len(message.content))
+    text_bytes, images = _scan_markers(message.content)
     return FRAMING_TOKENS + _ceil_quarter(text_bytes) + images * IMAGE_TOKEN_ESTIMATE
+
+
+def current_turn_surcharge(message: ChatMessage) -> int:
+    """What ``message`` costs more inside the current turn: its declared tool attachments (R22).
+
+    ``message_tokens(m, current_turn=True) == base_message_tokens(m) +
+    current_turn_surcharge(m)``, so a caller can keep the two parts in separate sums.
+    """
+    if message.role == "tool":
+        return len(message.attachments) * IMAGE_TOKEN_ESTIMATE
+    return 0
 
 
 def current_turn_start(history: Sequence[ChatMessage]) -> int:

@@ -1,6 +1,6 @@
-"""Whole-turn trimming (R3-R10, R31, R32): drop the oldest turns, never part of one.
+"""Whole-turn trimming (R3-R10, R28-R32): drop the oldest turns, never part of one.
 
-A trimmed history has one shape, whatever the limit and the representation::
+A trimmed history has one shape, whatever the limit and the representation (`Window`)::
 
     [leading system messages] [late system messages of the dropped region] [breadcrumb]
     [everything from the first kept turn start to the end]
@@ -16,51 +16,42 @@ A trimmed history has one shape, whatever the limit and the representation::
 
 When nothing has to be dropped the input comes back identical (R5, R10).
 
-The rules themselves, "how many turns to drop" and "what the result costs", are exposed as small
-functions (`turns_to_drop_for_budget`, `turns_to_drop_for_count`, `tokens_after_dropping`,
-`drop_oldest_turns`) so that the incremental session applies the very same rules with its own
-prefix sums, in O(log turns) per decision.
+This module says *how many* turns a limit drops (`turns_to_drop_for_budget`,
+`turns_to_drop_for_count`, and the windows they leave, `window_for_budget`, `window_for_count`);
+`turnledger.domain.window` says what the kept view is and costs. The pure trims below and the
+session both use the two, on an index of the history or on the session's own.
+
+The channel sender cache's limit (R30) is not a turn limit: `trim_to_recent_message_rows`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import accumulate
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import attrs
 
-from turnledger.domain.estimate import (
-    BREADCRUMB_TOKENS,
-    estimate_history_tokens,
-    message_costs,
-)
-from turnledger.domain.messages import (
-    Chat,
-    ChatMessage,
-    ConversationMessage,
-    is_breadcrumb,
-    to_chat_messages,
-)
-from turnledger.domain.turns import (
-    Segmentation,
-    is_breadcrumb_item,
-    is_system_item,
-    is_system_message,
-    segment,
-    segment_conversation,
+from turnledger.domain.budget import DEFAULT_MAX_HISTORY_TURNS
+from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.window import (
+    CHAT_ROWS,
+    ONCE_CONVERSATION_ROWS,
+    Rows,
+    Window,
+    WindowIndex,
 )
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_ROWS",
     "TrimResult",
-    "cost_prefix_sums",
-    "drop_oldest_turns",
-    "tokens_after_dropping",
     "trim_conversation_to_recent_turns",
+    "trim_to_recent_message_rows",
     "trim_to_recent_turn_count",
     "trim_to_recent_turns",
     "turns_to_drop_for_budget",
     "turns_to_drop_for_count",
+    "window_for_budget",
+    "window_for_count",
 ]
 
 T = TypeVar("T")
@@ -93,7 +84,7 @@ def _check_limit(name: str, value: int) -> None:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 
-# --- the rules, reusable with prefix sums --------------------------------------------------------
+# --- the rules: how many turns a limit drops, and the window that leaves -----------------------
 
 
 def turns_to_drop_for_count(turn_count: int, max_turns: int) -> int:
@@ -115,7 +106,7 @@ def turns_to_drop_for_budget(
 
     ``tokens_after(k)`` is the estimate of the history once its ``k`` oldest turns are dropped
     (``tokens_after(0)``: the untouched history); for ``k >= 1`` it must not increase with ``k``,
-    which `tokens_after_dropping` guarantees. Returns 0 when the budget is 0 (trimming disabled),
+    which `WindowIndex.tokens` guarantees. Returns 0 when the budget is 0 (trimming disabled),
     when there are fewer than two turns, or when the history already fits; otherwise the smallest
     ``k`` in ``1 .. turn_count - 1`` whose result fits, or ``turn_count - 1`` when none does (the
     newest turn is kept even over budget). Calls ``tokens_after`` O(log turn_count) times.
@@ -134,116 +125,61 @@ def turns_to_drop_for_budget(
     return lo
 
 
-def cost_prefix_sums(
-    history: Sequence[ChatMessage], costs: Sequence[int]
-) -> tuple[list[int], list[int]]:
-    """Prefix sums of ``costs`` over all messages and over system messages only.
+def window_for_count(
+    index: WindowIndex[T], window: Window, max_turns: int, *, breadcrumb: bool = True
+) -> Window | None:
+    """The window the turn limit leaves of ``window`` (R6, R8, R9, R29); None: nothing drops.
 
-    Both lists have ``len(history) + 1`` items, starting at 0: ``prefix[i] = sum(costs[:i])``.
-    They are the inputs of `tokens_after_dropping`.
+    ``breadcrumb=False``: the kept view gets no breadcrumb (the legacy loop, R34).
     """
-    prefix = list(accumulate(costs, initial=0))
-    system_prefix = list(
-        accumulate(
-            (c if m.role == "system" else 0 for m, c in zip(history, costs)),
-            initial=0,
-        )
-    )
-    return prefix, system_prefix
+    starts = index.turns_from(window.start)
+    dropped = turns_to_drop_for_count(len(starts), max_turns)
+    return Window(starts[dropped], breadcrumb) if dropped else None
 
 
-def tokens_after_dropping(
-    seg: Segmentation,
-    prefix: Sequence[int],
-    system_prefix: Sequence[int],
-    dropped_turns: int,
-    *,
-    breadcrumb_tokens: int = BREADCRUMB_TOKENS,
-) -> int:
-    """The estimate of the history once its ``dropped_turns`` oldest turns are dropped; O(1).
+def window_for_budget(
+    index: WindowIndex[T], window: Window, budget_tokens: int, *, breadcrumb: bool = True
+) -> Window | None:
+    """The window the token budget leaves of ``window`` (R6, R7, R12); None: nothing drops.
 
-    ``prefix`` / ``system_prefix`` come from `cost_prefix_sums` (or a session's running sums).
-    The result keeps the leading systems, the late systems of the dropped region, one breadcrumb
-    (``breadcrumb_tokens``; pass 0 when none is inserted) and the suffix from the first kept turn.
-    Exact, because the newest turn is always kept: the current turn (R22) does not move, so no
-    kept message changes cost.
+    The estimate of the result, breadcrumb included, is what must fit; O(log turns).
     """
-    total = prefix[-1]
-    if dropped_turns == 0:
-        return total
-    first_kept = seg.turn_starts[dropped_turns]
-    late_systems = system_prefix[first_kept] - system_prefix[seg.leading_end]
-    return (
-        prefix[seg.leading_end]
-        + late_systems
-        + breadcrumb_tokens
-        + (total - prefix[first_kept])
-    )
+    starts = index.turns_from(window.start)
 
+    def tokens_after(dropped: int) -> int:
+        return index.tokens(Window(starts[dropped], breadcrumb) if dropped else window)
 
-def drop_oldest_turns(
-    items: Sequence[T],
-    seg: Segmentation,
-    dropped_turns: int,
-    *,
-    is_system: Callable[[T], bool],
-    is_breadcrumb: Callable[[T], bool],
-    breadcrumb: T | None,
-) -> tuple[tuple[T, ...], int]:
-    """Build the trimmed history and count its dropped messages (R4, R9, R31, R32).
-
-    Returns ``(history, dropped_messages)``. ``dropped_turns`` must be in
-    ``1 .. seg.turn_count - 1``. Late system messages of the dropped region are kept; an earlier
-    breadcrumb there is removed and not counted; ``breadcrumb`` (None: insert none, as the legacy
-    loop does, R34) goes right before the first kept turn.
-    """
-    first_kept = seg.turn_starts[dropped_turns]
-    late_systems: list[T] = []
-    dropped = 0
-    for item in items[seg.leading_end : first_kept]:
-        if is_system(item):
-            late_systems.append(item)
-        elif not is_breadcrumb(item):
-            dropped += 1
-    marker = () if breadcrumb is None else (breadcrumb,)
-    kept = (*items[: seg.leading_end], *late_systems, *marker, *items[first_kept:])
-    return kept, dropped
+    dropped = turns_to_drop_for_budget(len(starts), tokens_after, budget_tokens)
+    return Window(starts[dropped], breadcrumb) if dropped else None
 
 
 # --- the three trimming functions (R7-R9) ---------------------------------------------------------
 
+def _trim(
+    history: Sequence[T],
+    rows: Rows[T],
+    pick: Callable[[WindowIndex[T], Window], Window | None],
+) -> TrimResult[T]:
+    """Trim ``history`` to the window ``pick`` chooses; the input itself when it chooses none.
 
-def _untouched(history: Sequence[T], turn_count: int, tokens: int) -> TrimResult[T]:
-    return TrimResult(tuple(history), 0, 0, turn_count, tokens, tokens, False)
-
-
-def _trim_chat(
-    history: Sequence[ChatMessage],
-    seg: Segmentation,
-    prefix: Sequence[int],
-    system_prefix: Sequence[int],
-    dropped_turns: int,
-    breadcrumb: bool,
-) -> TrimResult[ChatMessage]:
-    if dropped_turns == 0:
-        return _untouched(history, seg.turn_count, prefix[-1])
-    kept, dropped = drop_oldest_turns(
-        history,
-        seg,
-        dropped_turns,
-        is_system=is_system_message,
-        is_breadcrumb=is_breadcrumb,
-        breadcrumb=ChatMessage.breadcrumb() if breadcrumb else None,
-    )
-    after = tokens_after_dropping(
-        seg,
-        prefix,
-        system_prefix,
-        dropped_turns,
-        breadcrumb_tokens=BREADCRUMB_TOKENS if breadcrumb else 0,
-    )
+    Dropped messages are counted as items: a `ChatMessage` history's items are its messages,
+    and a structured history counts `ConversationMessage` items (R10).
+    """
+    index = WindowIndex.of(rows, history)
+    whole = Window()
+    kept = pick(index, whole)
+    if kept is None:
+        tokens = index.tokens(whole)
+        return TrimResult(tuple(history), 0, 0, len(index.turns_from(0)), tokens, tokens, False)
+    cut = index.cut(whole, kept)
     return TrimResult(
-        kept, dropped, dropped_turns, seg.turn_count - dropped_turns, prefix[-1], after, True
+        tuple(index.render(kept)),
+        cut.dropped_messages,
+        cut.dropped_turns,
+        cut.kept_turns,
+        cut.tokens_before,
+        cut.tokens_after,
+        True,
     )
 
 
@@ -258,15 +194,13 @@ def trim_to_recent_turns(
     Raises ValueError for a negative ``budget_tokens``.
     """
     _check_limit("budget_tokens", budget_tokens)
-    seg = segment(history)
-    prefix, system_prefix = cost_prefix_sums(history, message_costs(history))
-    crumb = BREADCRUMB_TOKENS if breadcrumb else 0
-    dropped_turns = turns_to_drop_for_budget(
-        seg.turn_count,
-        lambda k: tokens_after_dropping(seg, prefix, system_prefix, k, breadcrumb_tokens=crumb),
-        budget_tokens,
+    return _trim(
+        history,
+        CHAT_ROWS,
+        lambda index, whole: window_for_budget(
+            index, whole, budget_tokens, breadcrumb=breadcrumb
+        ),
     )
-    return _trim_chat(history, seg, prefix, system_prefix, dropped_turns, breadcrumb)
 
 
 def trim_to_recent_turn_count(
@@ -279,10 +213,11 @@ def trim_to_recent_turn_count(
     Raises ValueError for a negative ``max_turns``.
     """
     _check_limit("max_turns", max_turns)
-    seg = segment(history)
-    prefix, system_prefix = cost_prefix_sums(history, message_costs(history))
-    dropped_turns = turns_to_drop_for_count(seg.turn_count, max_turns)
-    return _trim_chat(history, seg, prefix, system_prefix, dropped_turns, breadcrumb)
+    return _trim(
+        history,
+        CHAT_ROWS,
+        lambda index, whole: window_for_count(index, whole, max_turns, breadcrumb=breadcrumb),
+    )
 
 
 def trim_conversation_to_recent_turns(
@@ -296,20 +231,31 @@ def trim_conversation_to_recent_turns(
     Raises ValueError for a negative ``max_turns``.
     """
     _check_limit("max_turns", max_turns)
-    seg = segment_conversation(history)
-    before = estimate_history_tokens(to_chat_messages(history))
-    dropped_turns = turns_to_drop_for_count(seg.turn_count, max_turns)
-    if dropped_turns == 0:
-        return _untouched(history, seg.turn_count, before)
-    kept, dropped = drop_oldest_turns(
+    return _trim(
         history,
-        seg,
-        dropped_turns,
-        is_system=is_system_item,
-        is_breadcrumb=is_breadcrumb_item,
-        breadcrumb=Chat(ChatMessage.breadcrumb()) if breadcrumb else None,
+        ONCE_CONVERSATION_ROWS,
+        lambda index, whole: window_for_count(index, whole, max_turns, breadcrumb=breadcrumb),
     )
-    after = estimate_history_tokens(to_chat_messages(kept))
-    return TrimResult(
-        kept, dropped, dropped_turns, seg.turn_count - dropped_turns, before, after, True
-    )
+
+
+# --- the channel sender cache (R30) ---------------------------------------------------------------
+
+DEFAULT_MAX_MESSAGE_ROWS: Final = DEFAULT_MAX_HISTORY_TURNS
+"""The row limit a channel sender cache uses when configured with 0 (R30): the setting's
+default, 50, counted here in message rows."""
+
+
+def trim_to_recent_message_rows(
+    history: Sequence[ChatMessage], max_rows: int
+) -> tuple[ChatMessage, ...]:
+    """Keep the newest ``max_rows`` message rows: the channel sender cache's limit (R30).
+
+    Not the turn limit (R28, R29): every row takes one slot whatever its role, so a user, an
+    assistant, a tool and a system row count alike, a tool result may be kept without its call,
+    and system rows are neither kept ahead (R4) nor rescued (R9). ``max_rows == 0`` means
+    `DEFAULT_MAX_MESSAGE_ROWS`, not "only the newest turn" (R29); no breadcrumb is inserted.
+    A history that fits comes back unchanged. Raises ValueError for a negative ``max_rows``.
+    """
+    _check_limit("max_rows", max_rows)
+    limit = max_rows or DEFAULT_MAX_MESSAGE_ROWS
+    return tuple(history[-limit:]) if len(history) > limit else tuple(history)

@@ -43,7 +43,6 @@ from turnledger.domain.events import (
     RequestPrepared,
     SessionStarted,
     TrimDecided,
-    TrimReason,
 )
 from turnledger.domain.messages import (
     ChatMessage,
@@ -199,7 +198,7 @@ class _Expected:
 
 
 def _expected_followers(state: SessionState, trim: TrimDecided) -> list[_Expected]:
-    if state.legacy and trim.reason is TrimReason.TURN_LIMIT:
+    if not state.loop.announces(trim.reason):
         return []  # R34: the legacy loop reports the turn limit in its logs only
     at = trim.originator_version
     return [_Expected(at + 1, BreadcrumbInserted, trim), _Expected(at + 2, HistoryTrimmed, trim)]

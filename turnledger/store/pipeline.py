@@ -3,8 +3,9 @@
 One command goes through `Pipeline.save` (in the spirit of eventsourcing's
 ``Application.save``: ``_record``, ``_take_snapshots``, ``_notify``):
 
-1. **decide** — the pure decider runs the command on the session's state (`execute`: decide
-   a step, evolve it, decide the next); nothing is stored yet;
+1. **decide** — the pure decider runs the command on the session's state (`run`: decide
+   a step, evolve it, decide the next) and returns the numbered `Batch` (with the prepared
+   request, rendered once); nothing is stored yet;
 2. **record** — the events go to the backend in ONE transaction, the first event's version
    being the expected version (E3); a conflict or a failure reloads the state from the store;
 3. **snapshot when due** — every ``snapshot_interval`` events the compact state is saved
@@ -25,9 +26,9 @@ from uuid import UUID
 
 import attrs
 
-from turnledger.domain.decider import Command, SessionState, evolve, execute
+from turnledger.domain.decider import Batch, Command, SessionState, evolve, run
 from turnledger.domain.errors import SessionNotFound, TurnledgerError
-from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided, TrimReason
+from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import decode_snapshot, encode_snapshot
@@ -92,24 +93,24 @@ class Pipeline:
             raise SessionNotFound(f"no session {session_id} in this store")
         return Position(state, chain, snapshot_version)
 
-    def save(self, position: Position, command: Command) -> list[DomainEvent]:
-        """Run ``command`` and record what it decided; the events recorded (maybe none).
+    def save(self, position: Position, command: Command) -> Batch:
+        """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
         On any failure nothing of the command is recorded and ``position`` is reloaded from
         the store, so it never holds unrecorded events.
         """
-        events = self.decide(position, command)
-        if events:
-            self._record(position, events)
+        batch = self.decide(position, command)
+        if batch.events:
+            self._record(position, batch.events)
             self._take_snapshot(position)
-            self._notify(position, events)
-        return events
+            self._notify(position, batch.events)
+        return batch
 
-    def decide(self, position: Position, command: Command) -> list[DomainEvent]:
-        """Apply ``command`` to the position's state in memory only; the events it produced."""
+    def decide(self, position: Position, command: Command) -> Batch:
+        """Apply ``command`` to the position's state in memory only; the batch it produced."""
         before = position.state.version
         try:
-            return execute(position.state, command)
+            return run(position.state, command)
         except BaseException:
             if position.state.version != before:
                 self._reload(position)  # a later step failed after an earlier one was applied
@@ -138,15 +139,15 @@ class Pipeline:
         position.snapshot_version = state.version
 
     def _notify(self, position: Position, events: Sequence[DomainEvent]) -> None:
-        if position.state.legacy:
-            for e in events:
-                if isinstance(e, TrimDecided) and e.reason is TrimReason.TURN_LIMIT:
-                    # R34: the legacy loop reports the turn limit in the logs only.
-                    log.warning(
-                        "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
-                        position.session_id, e.limit, e.dropped_messages, e.dropped_turns,
-                        e.kept_turns,
-                    )
+        loop = position.state.loop
+        for e in events:
+            if isinstance(e, TrimDecided) and not loop.announces(e.reason):
+                # R34: the legacy loop reports the turn limit in the logs only.
+                log.warning(
+                    "session %s: turn limit %d dropped %d messages (%d turns), %d turns kept",
+                    position.session_id, e.limit, e.dropped_messages, e.dropped_turns,
+                    e.kept_turns,
+                )
         notices = [e for e in events if isinstance(e, HistoryTrimmed)]
         if notices:
             self._publish(notices)

@@ -22,6 +22,7 @@ import attrs
 from turnledger.domain.budget import ProviderProfile, ResolvedRoute, Route, RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
+    Batch,
     Command,
     PreparedRequest,
     PrepareRequest,
@@ -42,7 +43,6 @@ from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
     OverflowRecovered,
-    RequestPrepared,
     RequestRejected,
     RouteReason,
 )
@@ -116,7 +116,7 @@ class SessionView:
             profile=state.profile,
             providers=state.providers,
             route=state.route,
-            window_size=len(state.items),
+            window_size=len(state.index.items),
             chat=tuple(state.chat_view()),
             conversation=tuple(state.conversation_view()),
             tokens=state.chat_tokens(),
@@ -190,7 +190,7 @@ class Session:
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
         """
-        return self._run(AppendMessage(message, _now()))
+        return self._run(AppendMessage(message, _now())).events
 
     def prepare_request(
         self,
@@ -213,28 +213,16 @@ class Session:
             if not isinstance(hook, str):
                 raise InvalidMessage(f"hooks[{i}] must be a str, got {type(hook).__name__}")
         with self._lock:
-            events = self._run(
+            batch = self._run(
                 PrepareRequest.from_texts(schemas, hook_texts, bool(final_summary), _now())
             )
-            last = events[-1]
+            last = batch.events[-1]
             if isinstance(last, RequestRejected):
                 raise ContextWindowExceeded(
                     last.detail, estimated_tokens=last.estimated_tokens, context_window=last.window
                 )
-            assert isinstance(last, RequestPrepared)
-            state = self._position.state
-            resolved = state.route
-            return PreparedRequest(
-                messages=state.chat_view(),
-                route=resolved.route,
-                capacity=resolved.capacity,
-                budget=resolved.budget,
-                estimated_tokens=last.estimated_tokens,
-                model_context_window=resolved.model_context_window,
-                window=resolved.window,
-                purpose=last.purpose,
-                digest=last.digest,
-            )
+            assert batch.request is not None, "a prepared request carries what it rendered"
+            return batch.request
 
     def recover_from_overflow(self, error: BaseException | str) -> bool:
         """React to a provider overflow (R25-R26): True when trimmed (retry), else False.
@@ -244,7 +232,7 @@ class Session:
         """
         if not is_context_window_exceeded(error):
             return False
-        events = self._run(RecoverFromOverflow(_error_text(error), _now()))
+        events = self._run(RecoverFromOverflow(_error_text(error), _now())).events
         return any(isinstance(e, OverflowRecovered) for e in events)
 
     def select_route(self, route: Route, reason: str = "explicit") -> list[DomainEvent]:
@@ -256,7 +244,7 @@ class Session:
             raise InvalidProfile(f"reason must be one of {allowed}, got {reason!r}") from None
         if why is RouteReason.INITIAL:
             raise InvalidProfile("reason 'initial' is reserved for the session's first route")
-        return self._run(SelectRoute(route, why, _now()))
+        return self._run(SelectRoute(route, why, _now())).events
 
     # -- views --
 
@@ -278,7 +266,7 @@ class Session:
         """
         return self._pipeline.backend.read(self._position.session_id, after_version=after_version)
 
-    def _run(self, command: Command) -> list[DomainEvent]:
+    def _run(self, command: Command) -> Batch:
         with self._lock:
             return self._pipeline.save(self._position, command)
 

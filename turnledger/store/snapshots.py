@@ -21,6 +21,7 @@ from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord
 from turnledger.domain.messages import ConversationMessage
+from turnledger.domain.window import Window
 from turnledger.store.codec import describe_error, make_converter
 
 __all__ = ["SNAPSHOT_FORMAT", "decode_snapshot", "encode_snapshot"]
@@ -65,14 +66,14 @@ def encode_snapshot(state: SessionState, chain: bytes) -> bytes:
         providers=state.providers,
         legacy=state.legacy,
         route=state.route.route,
-        leading=tuple(state.leading),
-        retained=tuple(state.retained),
-        base=state.base,
-        items=tuple(state.items),
-        conv_cursor=state.conv_cursor,
-        chat_cursor=state.chat_cursor,
-        conv_breadcrumb=state.conv_breadcrumb,
-        chat_breadcrumb=state.chat_breadcrumb,
+        leading=tuple(state.index.leading),
+        retained=tuple(state.index.retained),
+        base=state.index.base,
+        items=tuple(state.index.items),
+        conv_cursor=state.conversation.start,
+        chat_cursor=state.chat.start,
+        conv_breadcrumb=state.conversation.breadcrumb,
+        chat_breadcrumb=state.chat.breadcrumb,
     )
     return msgpack.packb(_converter().unstructure(snapshot), datetime=True)  # type: ignore[no-any-return]
 
@@ -95,18 +96,18 @@ def decode_snapshot(
             session_id=str(session_id),
             version=version,
         ) from error
-    state = SessionState()
-    state.session_id = snapshot.session_id
-    state.version = snapshot.version
-    state.profile = snapshot.profile
-    state.providers = snapshot.providers
-    state.legacy = snapshot.legacy
-    state.leading = list(snapshot.leading)
-    state.retained = list(snapshot.retained)
-    state.base = snapshot.base
-    state.conv_cursor = snapshot.conv_cursor
-    state.chat_cursor = snapshot.chat_cursor
-    state.restore_window(snapshot.route, snapshot.items)
-    state.conv_breadcrumb = snapshot.conv_breadcrumb
-    state.chat_breadcrumb = snapshot.chat_breadcrumb
+    state = SessionState.restored(
+        session_id=snapshot.session_id,
+        version=snapshot.version,
+        profile=snapshot.profile,
+        providers=snapshot.providers,
+        legacy=snapshot.legacy,
+        route=snapshot.route,
+        conversation=Window(snapshot.conv_cursor, snapshot.conv_breadcrumb),
+        chat=Window(snapshot.chat_cursor, snapshot.chat_breadcrumb),
+        leading=snapshot.leading,
+        retained=snapshot.retained,
+        base=snapshot.base,
+        items=snapshot.items,
+    )
     return state, snapshot.chain

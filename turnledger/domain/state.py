@@ -1,0 +1,189 @@
+"""The state of one session: the facts its events state, and the index they are kept in.
+
+A session's history is an append-only *log* of `ConversationMessage` items (positions 0, 1,
+2, ...). Its two views (E4) are windows on that log (`turnledger.domain.window`): the
+conversation view after the turn limit, the chat view after the token budget too. The state
+keeps the facts the events state (identity, version, profile, providers, loop, route, and
+each view's `Window`: where it starts and whether a breadcrumb precedes it) and a
+`WindowIndex` of the log from the earliest window on, which answers every question about a
+view in O(window) or better (ADR-0002, ADR-0006). It is evolved in place (ADR-0005).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from uuid import UUID
+
+import attrs
+
+from turnledger.domain.budget import (
+    ProviderProfile,
+    ResolvedRoute,
+    Route,
+    RuntimeProfile,
+    resolve_route,
+)
+from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.events import TrimReason, View
+from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.window import CONVERSATION_ROWS, Window, WindowIndex, chat_of
+
+__all__ = ["Loop", "SessionState"]
+
+
+class Loop(enum.Enum):
+    """The agent loop a session serves; the one place that says how the two differ (R34).
+
+    A structured agent keeps two windows (conversation and chat) and announces every trim. The
+    legacy loop (``agent::run`` in the seed) works on the provider-facing history alone: one
+    window, the chat one, and its turn-limit trims are reported in the logs only.
+    """
+
+    STRUCTURED = "structured"
+    LEGACY = "legacy"
+
+    @classmethod
+    def of(cls, legacy: bool) -> Loop:
+        return cls.LEGACY if legacy else cls.STRUCTURED
+
+    def window_of(self, view: View) -> View:
+        """The view whose window ``view`` reads: a legacy session has the chat window only."""
+        return View.CHAT if self is Loop.LEGACY else view
+
+    @property
+    def turn_limit_view(self) -> View:
+        """The view the turn limit trims (R8, R9, R28)."""
+        return self.window_of(View.CONVERSATION)
+
+    def announces(self, reason: TrimReason) -> bool:
+        """True when a trim for ``reason`` gets a breadcrumb and `HistoryTrimmed` (R31-R34).
+
+        False only for the legacy loop's turn limit, which is logged instead (R34).
+        """
+        return not (self is Loop.LEGACY and reason is TrimReason.TURN_LIMIT)
+
+
+def _new_index() -> WindowIndex[ConversationMessage]:
+    return WindowIndex(CONVERSATION_ROWS)
+
+
+@attrs.define
+class SessionState:
+    """One session's facts and the index of its log; evolved in place by `evolve` (ADR-0005).
+
+    ``conversation`` and ``chat`` are the windows of the two views (E4); a legacy session reads
+    ``chat`` for both (`Loop`). ``index`` holds the log from the earliest window on, the
+    leading system messages and the system messages retained from forgotten items.
+    """
+
+    session_id: UUID | None = None
+    version: int = 0
+    profile: RuntimeProfile = attrs.field(factory=RuntimeProfile)
+    providers: tuple[ProviderProfile, ...] = ()
+    legacy: bool = False
+    resolved: ResolvedRoute | None = None
+    conversation: Window = attrs.field(factory=Window)
+    chat: Window = attrs.field(factory=Window)
+    index: WindowIndex[ConversationMessage] = attrs.field(factory=_new_index)
+
+    @classmethod
+    def restored(
+        cls,
+        *,
+        session_id: UUID,
+        version: int,
+        profile: RuntimeProfile,
+        providers: tuple[ProviderProfile, ...],
+        legacy: bool,
+        route: Route,
+        conversation: Window,
+        chat: Window,
+        leading: Iterable[ConversationMessage],
+        retained: Iterable[ConversationMessage],
+        base: int,
+        items: Iterable[ConversationMessage | None],
+    ) -> SessionState:
+        """A state rebuilt from a snapshot: its facts, and its index from the kept messages.
+
+        ``items`` is the log from ``base`` (``None``: a swept item, R36); O(window).
+        """
+        index = WindowIndex(CONVERSATION_ROWS, list(leading), list(retained), base, list(items))
+        resolved = resolve_route(profile, providers, route)
+        return cls(
+            session_id, version, profile, providers, legacy, resolved, conversation, chat, index
+        )
+
+    # -- facts --
+
+    @property
+    def started(self) -> bool:
+        return self.session_id is not None
+
+    @property
+    def route(self) -> ResolvedRoute:
+        if self.resolved is None:
+            raise TurnledgerError("session has not been started")
+        return self.resolved
+
+    @property
+    def loop(self) -> Loop:
+        return Loop.of(self.legacy)
+
+    @property
+    def next_position(self) -> int:
+        """The log position of the next appended message."""
+        return self.index.next_position
+
+    def window(self, view: View) -> Window:
+        """The window ``view`` reads (`Loop.window_of`)."""
+        return self.chat if self.loop.window_of(view) is View.CHAT else self.conversation
+
+    # -- views --
+
+    def conversation_view(self) -> list[ConversationMessage]:
+        """The structured history after the turn limit, breadcrumb included (R28-R29, E4)."""
+        return self.index.render(self.window(View.CONVERSATION))
+
+    def chat_view(self) -> list[ChatMessage]:
+        """The provider-facing working history (R27a: equals the last prepared request)."""
+        return [m for item in self.index.render(self.chat) for m in chat_of(item)]
+
+    def chat_tokens(self) -> int:
+        """The estimate of `chat_view` (R20-R23); O(1)."""
+        return self.index.tokens(self.chat)
+
+    # -- changes, applied by `evolve` --
+
+    def record(self, item: ConversationMessage) -> None:
+        """Append ``item`` to the log; a leading system message moves both windows past it."""
+        if self.index.append(item):
+            self.conversation = self.chat = Window(self.index.base)
+
+    def trim(self, view: View, first_kept: int) -> None:
+        """Start ``view``'s window at ``first_kept``, without a breadcrumb yet (R3, R31).
+
+        The chat view never shows more than the conversation view, so a conversation trim
+        drags it along. A legacy session's single window moves both starts.
+        """
+        if self.loop.window_of(view) is View.CONVERSATION:
+            self.conversation = Window(first_kept)
+            if self.chat.start < first_kept:
+                self.chat = Window(first_kept)
+        else:
+            self.chat = Window(first_kept)
+            if self.loop is Loop.LEGACY:
+                self.conversation = attrs.evolve(self.conversation, start=first_kept)
+        earliest = min(self.window(View.CONVERSATION).start, self.chat.start)
+        self.index.forget_before(earliest)
+
+    def mark_breadcrumb(self, view: View) -> None:
+        """A breadcrumb now precedes ``view``'s kept turns, and the chat view's too (R31)."""
+        if self.loop.window_of(view) is View.CONVERSATION:
+            self.conversation = attrs.evolve(self.conversation, breadcrumb=True)
+        self.chat = attrs.evolve(self.chat, breadcrumb=True)
+
+    def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
+        """Replace swept items (``None``: removed from the views, still in the log, R36)."""
+        self.index.replace(changes)
+
