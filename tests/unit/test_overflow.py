@@ -11,7 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turnledger.domain.overflow import OVERFLOW_PATTERNS, is_context_window_exceeded
+from turnledger.domain.overflow import (
+    OVERFLOW_PATTERNS,
+    PROVIDER_OVERFLOW_PATTERNS,
+    is_context_window_exceeded,
+)
 
 R26_PHRASES = (
     "exceeds the context window",
@@ -198,11 +202,16 @@ def test_r26_property_phrase_anywhere_in_any_case_matches(
 
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
 def test_r26_property_result_ignores_ascii_case_and_wrapping(text: str) -> None:
-    """Upper-casing text, or wrapping it in an exception, never changes the answer."""
+    """Upper-casing text, or wrapping it in an exception, never changes the answer.
+
+    A text is an overflow exactly when it holds an R26 phrase or one of the providers' own
+    overflow phrases (issue 8: the seed's list extended, see docs/behaviour.md#r26).
+    """
     expected = is_context_window_exceeded(text)
     assert expected == is_context_window_exceeded(text.upper())
     assert expected == is_context_window_exceeded(RuntimeError(text))
-    assert expected == any(p in " ".join(text.split()).lower() for p in R26_PHRASES)
+    phrases = R26_PHRASES + PROVIDER_OVERFLOW_PATTERNS
+    assert expected == any(p in " ".join(text.split()).lower() for p in phrases)
 
 
 # --- provider table (issue 8 point 7) ----------------------------------------------------------

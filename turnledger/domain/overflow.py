@@ -42,7 +42,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["OVERFLOW_PATTERNS", "is_context_window_exceeded"]
+__all__ = ["OVERFLOW_PATTERNS", "PROVIDER_OVERFLOW_PATTERNS", "is_context_window_exceeded"]
 
 OVERFLOW_PATTERNS: Final[tuple[str, ...]] = (
     "exceeds the context window",
@@ -59,7 +59,7 @@ OVERFLOW_PATTERNS: Final[tuple[str, ...]] = (
 """The R26 phrases, lower case and with single spaces, as matched after normalisation."""
 
 # Phrases providers send that none of the R26 phrases covers, each with where it comes from.
-_PROVIDER_PHRASES: Final[tuple[str, ...]] = (
+PROVIDER_OVERFLOW_PATTERNS: Final[tuple[str, ...]] = (
     "context_length_exceeded",  # OpenAI / Azure / Groq error code, echoed in str(SDK error)
     "exceed_context_size_error",  # llama.cpp server error type
     "request_too_large",  # Anthropic 413 error type
@@ -113,7 +113,7 @@ def _normalise(text: str) -> str:
 def _matches(text: str) -> bool:
     normalised = _normalise(text)
     return any(pattern in normalised for pattern in OVERFLOW_PATTERNS) or any(
-        phrase in normalised for phrase in _PROVIDER_PHRASES
+        phrase in normalised for phrase in PROVIDER_OVERFLOW_PATTERNS
     )
 
 
