@@ -162,16 +162,17 @@ class SessionState:
         The chat view never shows more than the conversation view, so a conversation trim
         drags it along. A legacy session's single window moves both starts.
         """
+        kept = Window(first_kept)
         if self.loop.window_of(view) is View.CONVERSATION:
-            self.conversation = Window(first_kept)
+            self.conversation = kept
             if self.chat.start < first_kept:
-                self.chat = Window(first_kept)
+                self.chat = kept
         else:
-            self.chat = Window(first_kept)
+            self.chat = kept
             if self.loop is Loop.LEGACY:
                 self.conversation = Window(first_kept, self.conversation.breadcrumb)
-        earliest = min(self.window(View.CONVERSATION).start, self.chat.start)
-        self.index.forget_before(earliest)
+        # A legacy session's conversation start follows its chat start, so this is its window.
+        self.index.forget_before(min(self.conversation.start, self.chat.start))
 
     def mark_breadcrumb(self, view: View) -> None:
         """A breadcrumb now precedes ``view``'s kept turns, and the chat view's too (R31)."""
