@@ -9,20 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.strategies import chat_histories, conversation_histories
+from turnledger.domain import messages as msg
 from turnledger.domain.budget import Route, RuntimeProfile
 from turnledger.domain.decider import AppendMessage, Batch, SessionState, StartSession, run
 from turnledger.domain.estimate import estimate_history_tokens
 from turnledger.domain.events import MessageAppended, TrimReason, View
-from turnledger.domain.messages import (
-    AssistantToolCalls,
-    Chat,
-    ChatMessage,
-    ConversationMessage,
-    ToolCall,
-    ToolResult,
-    ToolResults,
-    to_chat_messages,
-)
+from turnledger.domain.messages import ChatMessage, ConversationMessage, to_chat_messages
 from turnledger.domain.state import Loop
 from turnledger.domain.window import CHAT_ROWS, CONVERSATION_ROWS, Window, WindowIndex
 
@@ -60,14 +52,14 @@ def test_r9_forgetting_the_dropped_log_changes_no_window(
 
 def test_r32_a_cut_counts_items_or_sent_messages() -> None:
     """Dropped items vs dropped provider-facing messages: a two-result ToolResults is 1 or 2."""
-    calls = AssistantToolCalls(None, (ToolCall("c1", "t"), ToolCall("c2", "t")))
-    results = ToolResults((ToolResult("c1", "x"), ToolResult("c2", "y")))
+    calls = msg.AssistantToolCalls(None, (msg.ToolCall("c1", "t"), msg.ToolCall("c2", "t")))
+    results = msg.ToolResults((msg.ToolResult("c1", "x"), msg.ToolResult("c2", "y")))
     history = [
-        Chat(ChatMessage.system("s")),
-        Chat(ChatMessage.user("a")),
+        msg.Chat(ChatMessage.system("s")),
+        msg.Chat(ChatMessage.user("a")),
         calls,
         results,
-        Chat(ChatMessage.user("b")),
+        msg.Chat(ChatMessage.user("b")),
     ]
     index = WindowIndex.of(CONVERSATION_ROWS, history)
     kept = Window(index.turns_from(0)[1], breadcrumb=True)

@@ -43,10 +43,6 @@ class Loop(enum.Enum):
     STRUCTURED = "structured"
     LEGACY = "legacy"
 
-    @classmethod
-    def of(cls, legacy: bool) -> Loop:
-        return cls.LEGACY if legacy else cls.STRUCTURED
-
     def window_of(self, view: View) -> View:
         """The view whose window ``view`` reads: a legacy session has the chat window only."""
         return View.CHAT if self is Loop.LEGACY else view
@@ -128,7 +124,7 @@ class SessionState:
 
     @property
     def loop(self) -> Loop:
-        return Loop.of(self.legacy)
+        return Loop.LEGACY if self.legacy else Loop.STRUCTURED
 
     @property
     def next_position(self) -> int:
@@ -166,22 +162,23 @@ class SessionState:
         The chat view never shows more than the conversation view, so a conversation trim
         drags it along. A legacy session's single window moves both starts.
         """
+        kept = Window(first_kept)
         if self.loop.window_of(view) is View.CONVERSATION:
-            self.conversation = Window(first_kept)
+            self.conversation = kept
             if self.chat.start < first_kept:
-                self.chat = Window(first_kept)
+                self.chat = kept
         else:
-            self.chat = Window(first_kept)
+            self.chat = kept
             if self.loop is Loop.LEGACY:
-                self.conversation = attrs.evolve(self.conversation, start=first_kept)
-        earliest = min(self.window(View.CONVERSATION).start, self.chat.start)
-        self.index.forget_before(earliest)
+                self.conversation = Window(first_kept, self.conversation.breadcrumb)
+        # A legacy session's conversation start follows its chat start, so this is its window.
+        self.index.forget_before(min(self.conversation.start, self.chat.start))
 
     def mark_breadcrumb(self, view: View) -> None:
         """A breadcrumb now precedes ``view``'s kept turns, and the chat view's too (R31)."""
         if self.loop.window_of(view) is View.CONVERSATION:
-            self.conversation = attrs.evolve(self.conversation, breadcrumb=True)
-        self.chat = attrs.evolve(self.chat, breadcrumb=True)
+            self.conversation = Window(self.conversation.start, breadcrumb=True)
+        self.chat = Window(self.chat.start, breadcrumb=True)
 
     def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
         """Replace swept items (``None``: removed from the views, still in the log, R36)."""

@@ -101,10 +101,10 @@ def _conversation_rows(
     """Structured rows whose provider-facing messages come from ``chat``."""
 
     def base_tokens(item: ConversationMessage) -> int:
-        return sum(base_message_tokens(m) for m in chat(item))
+        return sum(map(base_message_tokens, chat(item)))
 
     def surcharge(item: ConversationMessage) -> int:
-        return sum(current_turn_surcharge(m) for m in chat(item))
+        return sum(map(current_turn_surcharge, chat(item)))
 
     def sent(item: ConversationMessage) -> int:
         return len(chat(item))
@@ -226,11 +226,12 @@ class WindowIndex(Generic[T]):
         """The items of ``window``: head, rescued systems, breadcrumb, kept suffix (R4, R9, R31)."""
         start = max(window.start, self.base)
         late = self._system_positions[: bisect_left(self._system_positions, start)]
+        items, base = self.items, self.base
         kept = [*self.leading, *self.retained]
-        kept.extend(item for p in late if (item := self.items[p - self.base]) is not None)
+        kept += [item for p in late if (item := items[p - base]) is not None]
         if window.breadcrumb:
             kept.append(self.rows.breadcrumb)
-        kept.extend(item for item in self.items[start - self.base :] if item is not None)
+        kept += [item for item in items[start - base :] if item is not None]
         return kept
 
     def tokens(self, window: Window) -> int:
@@ -268,9 +269,8 @@ class WindowIndex(Generic[T]):
         region = self.items[first - self.base : last - self.base]
         present = cast("list[T]", list(filter(_is_present, region)))
         if sent:
-            return sum(
-                rows.sent(i) for i in present if not rows.is_system(i) and not rows.is_breadcrumb(i)
-            )
+            real = [i for i in present if not rows.is_system(i) and not rows.is_breadcrumb(i)]
+            return sum(map(rows.sent, real))
         systems = bisect_left(self._system_positions, last) - bisect_left(
             self._system_positions, first
         )
@@ -296,12 +296,12 @@ class WindowIndex(Generic[T]):
 
     def append(self, item: T) -> bool:
         """Add ``item`` at `next_position`; True when it joined the leading systems (R4)."""
-        if self.next_position == len(self.leading) and self.rows.is_system(item):
+        position = self.next_position
+        if position == len(self.leading) and self.rows.is_system(item):
             self.leading.append(item)
             self.head_tokens += self.rows.base_tokens(item)
             self.base += 1
             return True
-        position = self.next_position
         tokens = self.rows.base_tokens(item)
         self.items.append(item)
         self._tokens.append(self._tokens[-1] + tokens)
