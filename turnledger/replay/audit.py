@@ -55,7 +55,7 @@ from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.mapper import ChainProblem, ProblemKind, verify_chain
 from turnledger.store.session import parse_session_id
-from turnledger.store.snapshots import decode_snapshot
+from turnledger.store.snapshots import compare_snapshot
 
 __all__ = ["Rule", "VerifyReport", "Violation", "verify"]
 
@@ -450,26 +450,18 @@ class _SessionVerifier:
     # -- E5: the snapshot a restore starts from --
 
     def _check_snapshot(self, state: SessionState, chain: bytes, payload: bytes) -> None:
+        """The snapshot's whole state (profile, providers, route, legacy flag, chain, window)
+        must equal the state folded from the records at its version (ADR-0023)."""
         position = state.version
         try:
-            restored, restored_chain = decode_snapshot(
-                payload, session_id=self.session_id, version=position
-            )
+            differing = compare_snapshot(payload, state, chain)
         except CorruptRecord as error:
             self.report(position, Rule.SNAPSHOT, str(error))
             return
-        if restored_chain != chain:
+        if differing:
             self.report(
                 position,
                 Rule.SNAPSHOT,
-                "the snapshot's chain head is not the chain of the record at its version",
-            )
-        elif (
-            restored.chat_view() != state.chat_view()
-            or restored.conversation_view() != state.conversation_view()
-        ):
-            self.report(
-                position,
-                Rule.SNAPSHOT,
-                "the snapshot's views differ from the views folded from the records",
+                f"the snapshot differs from the state folded from the records in: "
+                f"{', '.join(differing)}",
             )
