@@ -225,13 +225,13 @@ def test_e5_verify_names_the_snapshot_field_that_differs_from_the_log(
 
 def edit_record(path: Path, session_id: UUID, version: int) -> None:
     """Change a message's bytes in place; the envelope still decodes."""
-    ((state,),) = sql(
-        path, "SELECT state FROM stored_events WHERE originator_id=? AND originator_version=?",
+    ((topic, state),) = sql(
+        path,
+        "SELECT topic, state FROM stored_events WHERE originator_id=? AND originator_version=?",
         session_id.hex, version,
     )
     chain, payload = msgpack.unpackb(state)
-    edited = payload.replace(b"result", b"RESULT")
-    assert edited != payload
+    edited = decodable_edit(topic, payload, session_id, version)
     sql(path, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
         msgpack.packb([chain, edited]), session_id.hex, version)
 
