@@ -16,7 +16,8 @@ For each session, from its raw records (E2, E4, E6, E11, R18, R31-R34, R37):
    neither (R31-R34); neither notice appears without its trim;
 6. the latest snapshot is not past the last record (a snapshot ahead of the records means the
    newest records were deleted: the chain alone cannot show that), its chain value is the
-   record's, and its views equal the views folded from the records at its version (a restore
+   record's, and its whole state (profile, providers, route, legacy flag, window) equals the
+   state folded from the records at its version (ADR-0023; a restore
    starts from it, E5);
 7. the final views hold at most one breadcrumb, right after the system messages (R31).
 
