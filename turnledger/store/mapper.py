@@ -213,13 +213,15 @@ class TurnledgerMapper(Mapper[UUID]):
                     f"version {expected} is {what} (the next record is version {version})",
                 )
             chain, payload = self.open_record(record)
+            # Decode first: an undecodable record is named by its own cause (unknown topic,
+            # invalid field) rather than by the chain it also breaks.
+            event = self.codec.decode_event(record.topic, payload, session_id, version)
             if chain != chain_digest(prev_chain, session_id, version, record.topic, payload):
                 raise UndecodableRecord(
                     session_id, version, record.topic,
                     "its hash chain does not match its bytes or its predecessor's "
                     "(edited, moved or re-chained); `turnledger verify` tells which",
                 )
-            event = self.codec.decode_event(record.topic, payload, session_id, version)
             decoded.append((event, chain))
             prev_chain, expected = chain, expected + 1
         return decoded
