@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
 from turnledger.replay.formats import FORMATS
@@ -23,6 +23,7 @@ from turnledger.store.session import DEFAULT_STORE_URL
 __all__ = ["main"]
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+T = TypeVar("T")
 RULES_DOC = "docs/behaviour.md"
 """Where the rule ids the output cites (R1-R40, E1-E12) are explained, one anchor per id."""
 
@@ -188,24 +189,58 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _salvaging(args: argparse.Namespace, read: Callable[[Any], T]) -> tuple[T, bool]:
+    """``read(backend)`` on the store; on a damaged SQLite store, on what can be salvaged.
+
+    The second value is True when the store was damaged: each unreadable row or region is
+    reported on stderr (the caller exits 1).
+    """
+    from turnledger.store.salvage import salvage_sqlite
+
+    try:
+        with _open(args) as store:
+            return read(store.backend), False
+    except Exception as error:
+        path = _damaged_path(args, error)
+        if path is None:
+            raise
+        print(f"turnledger: damaged store: {_one_line(error)}; reading what can be salvaged",
+              file=sys.stderr)
+        salvage = salvage_sqlite(path)
+    try:
+        for damage in salvage.damage:
+            print(f"turnledger: skipped: session {damage.session_id} version {damage.version}: "
+                  f"{damage.detail}", file=sys.stderr)
+        return read(salvage.backend), True
+    finally:
+        salvage.backend.close()
+
+
+def _damaged_path(args: argparse.Namespace, error: BaseException) -> str | None:
+    """The SQLite file behind ``--store`` when ``error`` says its bytes are damaged."""
+    from turnledger.store.salvage import damaged_sqlite_path, is_damage
+
+    return damaged_sqlite_path(args.store) if is_damage(error) else None
+
+
 def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.timeline import session_summaries
 
-    with _open(args) as store:
-        rows = session_summaries(store.backend)
+    rows, damaged = _salvaging(args, session_summaries)
+    status = EXIT_CHECK_FAILED if damaged else EXIT_OK
     if args.json:
         _dump_json(rows, out)
-        return EXIT_OK
+        return status
     if not rows:
         print("no sessions", file=out)
-        return EXIT_OK
+        return status
     _table(
         [[r["session_id"], r["started_at"], r["legacy"], r["events"], r["messages"],
           r["trims"], r["requests"], r["route"]] for r in rows],
         ["session", "started", "legacy", "events", "messages", "trims", "requests", "route"],
         out,
     )
-    return EXIT_OK
+    return status
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
@@ -246,12 +281,20 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.replay.audit import verify
+    from turnledger.replay.audit import verify, verify_salvaged
 
     progress = _Progress("verifying")
-    with _open(args) as store:
-        ids = [args.session] if args.session else None
-        report = verify(store.backend, ids, progress=progress)
+    ids = [args.session] if args.session else None
+    try:
+        store = _open(args)
+    except TurnledgerError as error:  # a file too damaged to open: verify what can be read
+        path = _damaged_path(args, error)
+        if path is None:
+            raise
+        report = verify_salvaged(path, error, ids, progress=progress)
+    else:
+        with store:
+            report = verify(store.backend, ids, progress=progress)
     progress.close()
     if args.json:
         print(report.to_json(), file=out)
@@ -268,23 +311,25 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
 
 
-def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
+def _statistics(backend: Any) -> tuple[Any, Any, Any]:
     from turnledger.projections.analytics import Analytics
 
     progress = _Progress("catching up")
-    with _open(args) as store:
-        analytics = Analytics(store.backend)
-        try:
-            analytics.catch_up(progress=progress)
-            progress.close()
-            sessions, routes, totals = (
-                analytics.session_stats(), analytics.route_stats(), analytics.totals()
-            )
-        finally:
-            analytics.close()
+    analytics = Analytics(backend)
+    try:
+        analytics.catch_up(progress=progress)
+        progress.close()
+        return analytics.session_stats(), analytics.route_stats(), analytics.totals()
+    finally:
+        analytics.close()
+
+
+def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
+    (sessions, routes, totals), damaged = _salvaging(args, _statistics)
+    status = EXIT_CHECK_FAILED if damaged else EXIT_OK
     if args.json:
         _dump_json({"sessions": sessions, "routes": routes, "totals": totals}, out)
-        return EXIT_OK
+        return status
     print("per session", file=out)
     _print_session_stats(sessions, out)
     print("\nper route", file=out)
@@ -299,7 +344,7 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     )
     print("\ntotals: " + ", ".join(f"{k} {_cell(v)}" for k, v in sorted(totals.items())),
           file=out)
-    return EXIT_OK
+    return status
 
 
 def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:

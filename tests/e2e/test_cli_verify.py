@@ -10,7 +10,12 @@ holding ``4.2M`` (the ``du`` output).
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -139,3 +144,113 @@ def test_e2_verify_names_session_and_position_of_a_row_edited_in_postgresql(
     assert f"session {victim} position {TOOL_RESULTS_VERSION}:" in result.stdout
     [violation] = _violations(postgres_cli)
     assert (victim, TOOL_RESULTS_VERSION) == (violation["session_id"], violation["position"])
+
+
+# --- issue 9 point 6: a damaged SQLite file is audited, never a traceback (ADR-0025) -----------
+
+
+def _damaged_report(cli: Cli, *commands: str) -> dict[str, subprocess.CompletedProcess[str]]:
+    """``verify --json``, ``sessions`` and ``stats`` on the damaged store, by command."""
+    return {name: cli.run(*name.split()) for name in commands}
+
+
+def _no_traceback_exit_1(results: dict[str, subprocess.CompletedProcess[str]]) -> list[str]:
+    """The commands that did not exit 1, or printed a traceback."""
+    return [
+        name for name, r in results.items()
+        if r.returncode != 1 or "Traceback" in r.stderr + r.stdout
+    ]
+
+
+def _verify_findings(result: subprocess.CompletedProcess[str]) -> set[tuple[str, int]]:
+    report = json.loads(result.stdout)
+    return {(v["session_id"], v["position"]) for v in report["violations"]}
+
+
+def test_e11_a_bad_originator_id_is_reported_by_verify_sessions_and_stats(
+    sqlite_cli: Cli,
+) -> None:
+    """One bad character in a SessionStarted originator_id: exit 1 and findings, no traceback."""
+    ids = sqlite_cli.import_fixture("openai")
+    victim = UUID(ids[1]).hex
+    damaged = victim[:-1] + "X"
+    sqlite_cli.target.query(
+        "UPDATE stored_events SET originator_id = ? WHERE originator_id = ? "
+        "AND originator_version = 1", damaged, victim,
+    )
+
+    results = _damaged_report(sqlite_cli, "verify --json", "sessions", "stats")
+
+    assert [] == _no_traceback_exit_1(results), [describe(r) for r in results.values()]
+    assert (damaged, 1) in _verify_findings(results["verify --json"])
+    assert damaged in results["sessions"].stderr
+    assert ids[0] in results["sessions"].stdout  # the other sessions are still listed
+
+
+def test_e11_an_undecodable_topic_is_reported_per_session(sqlite_cli: Cli) -> None:
+    """A topic that is not UTF-8: verify names its session and version, the others are audited."""
+    ids = sqlite_cli.import_fixture("openai")
+    victim = ids[1]
+    sqlite_cli.target.query(
+        "UPDATE stored_events SET topic = CAST(X'ff00' AS TEXT) WHERE originator_id = ? "
+        "AND originator_version = 3", UUID(victim).hex,
+    )
+
+    results = _damaged_report(sqlite_cli, "verify --json", "sessions", "stats")
+    report = json.loads(results["verify --json"].stdout)
+
+    assert [] == _no_traceback_exit_1(results), [describe(r) for r in results.values()]
+    assert (victim, 3) in _verify_findings(results["verify --json"])
+    assert len(ids) == report["sessions_checked"]
+
+
+def _checkpoint(path: Path) -> None:
+    """Move the WAL into the database file, so damaging the file damages the records."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+
+
+def _big_store(cli: Cli) -> tuple[Path, list[str]]:
+    """A store spanning many pages: the demo plus the imported fixture, checkpointed."""
+    cli.demo()
+    ids = cli.import_fixture("openai")
+    path = cli.target.sqlite_path
+    assert path is not None
+    _checkpoint(path)
+    return path, ids
+
+
+def test_e11_a_corrupted_page_is_reported_and_the_rest_is_audited(sqlite_cli: Cli) -> None:
+    """A page of stored_events overwritten with zeros: exit 1, a finding, the rest audited.
+
+    (``stats`` is not run: it was brought up to date by the demo and reads no damaged row.)
+    """
+    path, ids = _big_store(sqlite_cli)
+    page_size = 4096
+    with path.open("r+b") as file:  # page 5: a leaf of stored_events in this layout
+        file.seek(page_size * 4)
+        file.write(bytes(64))
+
+    results = _damaged_report(sqlite_cli, "verify --json", "sessions")
+    report = json.loads(results["verify --json"].stdout)
+
+    assert [] == _no_traceback_exit_1(results), [describe(r) for r in results.values()]
+    assert ("(store)", 0) in _verify_findings(results["verify --json"])
+    assert report["sessions_checked"] >= len(ids) - 1
+
+
+def test_e11_a_truncated_file_is_corrupt_not_a_bad_url_and_is_salvaged(sqlite_cli: Cli) -> None:
+    """A file cut to two thirds: exit 1 (not 2), the truncation named, the readable part audited."""
+    path, _ = _big_store(sqlite_cli)
+    size = path.stat().st_size
+    os.truncate(path, size * 2 // 3)
+
+    results = _damaged_report(sqlite_cli, "verify --json", "verify", "sessions", "stats")
+    report = json.loads(results["verify --json"].stdout)
+
+    assert [] == _no_traceback_exit_1(results), [describe(r) for r in results.values()]
+    assert any("truncated" in v["detail"] for v in report["violations"])
+    assert (report["sessions_checked"] > 0, report["events_checked"] > 0) == (True, True)

@@ -16,7 +16,8 @@ For each session, from its raw records (E2, E4, E6, E11, R18, R31-R34, R37):
    neither (R31-R34); neither notice appears without its trim;
 6. the latest snapshot is not past the last record (a snapshot ahead of the records means the
    newest records were deleted: the chain alone cannot show that), its chain value is the
-   record's, and its views equal the views folded from the records at its version (a restore
+   record's, and its whole state (profile, providers, route, legacy flag, window) equals the
+   state folded from the records at its version (ADR-0023; a restore
    starts from it, E5);
 7. the final views hold at most one breadcrumb, right after the system messages (R31).
 
@@ -53,11 +54,13 @@ from turnledger.domain.messages import (
 from turnledger.domain.sweep import SweepResult, sweep_orphans
 from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
+from turnledger.store.backends.sqlite import SQLiteDatabase
 from turnledger.store.mapper import ChainProblem, ProblemKind, verify_chain
+from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
 from turnledger.store.session import parse_session_id
-from turnledger.store.snapshots import decode_snapshot
+from turnledger.store.snapshots import compare_snapshot
 
-__all__ = ["Rule", "VerifyReport", "Violation", "verify"]
+__all__ = ["Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
 
 Progress = Callable[[int, int | None], None]
 """``progress(done_events, total_events_or_None)``, called as sessions are checked."""
@@ -138,11 +141,64 @@ def verify(
 ) -> VerifyReport:
     """Audit every session of ``backend`` (or the given ones); see the module docstring.
 
-    Never raises for what it finds in the data: damaged records are violations. Raises
-    `SessionNotFound` for a given id that is not a UUID or has no records, `StoreUnavailable`
-    when the database fails.
+    Never raises for what it finds in the data: damaged records are violations. When the
+    library cannot even list or read a SQLite store (a damaged column or page), what can be
+    read is salvaged (`turnledger.store.salvage`) and verified, and each unreadable row or
+    region is a violation too. Raises `SessionNotFound` for a given id that is not a UUID or
+    has no records, `StoreUnavailable` when the database fails.
     """
     began = time.perf_counter()
+    try:
+        return _verify(backend, session_ids, progress, began)
+    except Exception as error:
+        path = _sqlite_path(backend)
+        if path is None or not is_damage(error):
+            raise
+        return verify_salvaged(path, error, session_ids, progress)
+
+
+def verify_salvaged(
+    path: str,
+    error: BaseException,
+    session_ids: Iterable[UUID | str] | None = None,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Verify what `salvage_sqlite` can read of the damaged SQLite file at ``path``.
+
+    ``error`` is why the store could not be read whole; it is the first violation, followed by
+    one per unreadable row or region, then the findings on the salvaged sessions.
+    """
+    began = time.perf_counter()
+    salvage = salvage_sqlite(path)
+    try:
+        report = _verify(salvage.backend, session_ids, progress, began)
+    finally:
+        salvage.backend.close()
+    found = [
+        Violation(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
+                  f"the store cannot be read whole ({_one_line(error)}); verified what could "
+                  "be salvaged"),
+        *(Violation(d.session_id, d.version, Rule.CORRUPT_RECORD, d.detail)
+          for d in salvage.damage),
+    ]
+    return attrs.evolve(report, violations=(*found, *report.violations))
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _sqlite_path(backend: EventStoreBackend) -> str | None:
+    database = backend.database
+    return database.path if isinstance(database, SQLiteDatabase) else None
+
+
+def _verify(
+    backend: EventStoreBackend,
+    session_ids: Iterable[UUID | str] | None,
+    progress: Progress | None,
+    began: float,
+) -> VerifyReport:
     if session_ids is None:
         ids = list(backend.session_ids())
         total: int | None = backend.max_notification_id()
@@ -450,26 +506,18 @@ class _SessionVerifier:
     # -- E5: the snapshot a restore starts from --
 
     def _check_snapshot(self, state: SessionState, chain: bytes, payload: bytes) -> None:
+        """The snapshot's whole state (profile, providers, route, legacy flag, chain, window)
+        must equal the state folded from the records at its version (ADR-0023)."""
         position = state.version
         try:
-            restored, restored_chain = decode_snapshot(
-                payload, session_id=self.session_id, version=position
-            )
+            differing = compare_snapshot(payload, state, chain)
         except CorruptRecord as error:
             self.report(position, Rule.SNAPSHOT, str(error))
             return
-        if restored_chain != chain:
+        if differing:
             self.report(
                 position,
                 Rule.SNAPSHOT,
-                "the snapshot's chain head is not the chain of the record at its version",
-            )
-        elif (
-            restored.chat_view() != state.chat_view()
-            or restored.conversation_view() != state.conversation_view()
-        ):
-            self.report(
-                position,
-                Rule.SNAPSHOT,
-                "the snapshot's views differ from the views folded from the records",
+                f"the snapshot differs from the state folded from the records in: "
+                f"{', '.join(differing)}",
             )

@@ -36,7 +36,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
 
-from turnledger.domain.errors import ConcurrencyConflict, TurnledgerError
+from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord, TurnledgerError
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.store.backends import BACKENDS
 from turnledger.store.backends.memory import drop_memory_store
@@ -60,6 +60,7 @@ from turnledger.store.mapper import (
 
 __all__ = [
     "SNAPSHOT_TOPIC",
+    "AnchorMismatch",
     "EventStoreBackend",
     "InvalidAppend",
     "InvalidStoreURL",
@@ -85,6 +86,11 @@ T = TypeVar("T")
 class InvalidAppend(TurnledgerError, ValueError):
     """The events of an append do not continue the session's stream (a caller bug: versions
     that skip or repeat, another session's event, a chain head that is not the stored one)."""
+
+
+class AnchorMismatch(CorruptRecord):
+    """The record a checked read starts from is absent or does not carry the expected chain
+    (a snapshot ahead of the log or not taken from it); the caller reads from version 1."""
 
 
 def retry_on_conflict(fn: Callable[[], T], attempts: int = 5) -> T:
@@ -261,27 +267,80 @@ class EventStoreBackend:
         return latest[0].originator_version, chain
 
     def read(
-        self, session_id: UUID, *, after_version: int = 0, upto_version: int | None = None
+        self,
+        session_id: UUID,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        prev_chain: bytes | None = None,
     ) -> list[DomainEvent]:
         """The session's events with ``after_version < version <= upto_version``, in order.
 
-        An unknown session gives ``[]``. Raises `CorruptRecord` naming the session and the
-        version of the first record that cannot be decoded (E11).
+        Checked like `read_with_chain`. An unknown session gives ``[]``. Raises `CorruptRecord`
+        naming the session and the version of the first record that is missing, edited or
+        cannot be decoded (E11).
         """
         return [event for event, _ in self.read_with_chain(
-            session_id, after_version=after_version, upto_version=upto_version
+            session_id, after_version=after_version, upto_version=upto_version,
+            prev_chain=prev_chain,
         )]
 
     def read_with_chain(
-        self, session_id: UUID, *, after_version: int = 0, upto_version: int | None = None
+        self,
+        session_id: UUID,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        prev_chain: bytes | None = None,
     ) -> list[tuple[DomainEvent, bytes]]:
-        """Like `read`, with each record's stored chain value (the last one is the head).
+        """Like `read`, with each record's chain value (the last one is the head).
 
-        The chain values are read, not verified: auditing is `verify`'s job (ADR-0004).
+        What is read is checked (ADR-0024): versions follow each other from ``after_version
+        + 1`` without a gap, and each record's chain is recomputed from its predecessor's. The
+        chain starts from `ZERO_CHAIN` when ``after_version`` is 0; otherwise from the chain
+        of the record at ``after_version``, which must equal ``prev_chain`` when one is given
+        (a snapshot's chain) — else `AnchorMismatch`. Raises `CorruptRecord` naming the
+        session and the version of the first record that is missing, edited or undecodable.
         """
-        records = self._select(session_id, after_version, upto_version)
-        decode = self.mapper.decode_record
-        return [decode(record) for record in records]
+        if after_version <= 0:
+            if prev_chain not in (None, ZERO_CHAIN):
+                raise AnchorMismatch(
+                    f"session {session_id}: the chain before version 1 is all zeros",
+                    session_id=str(session_id), version=0,
+                )
+            records = self._select(session_id, 0, upto_version)
+            return self.mapper.decode_chained(records, 1, ZERO_CHAIN)
+        records = self._select(session_id, after_version - 1, upto_version)
+        anchor_chain = self._anchor(session_id, after_version, records, prev_chain)
+        if anchor_chain is None:
+            return []
+        return self.mapper.decode_chained(records[1:], after_version + 1, anchor_chain)
+
+    def _anchor(
+        self,
+        session_id: UUID,
+        version: int,
+        records: Sequence[StoredEvent],
+        expected: bytes | None,
+    ) -> bytes | None:
+        """The stored chain of the record at ``version`` (``records[0]``), checked against
+        ``expected``; None when the session ends before ``version`` and nothing is expected."""
+        if not records or records[0].originator_version != version:
+            if expected is None and not records:
+                return None
+            raise AnchorMismatch(
+                f"session {session_id}: there is no record at version {version} to continue "
+                "from (deleted, or the session ends before it)",
+                session_id=str(session_id), version=version,
+            )
+        chain, _ = self.mapper.open_record(records[0])
+        if expected is not None and chain != expected:
+            raise AnchorMismatch(
+                f"session {session_id}: the record at version {version} does not carry the "
+                "expected chain value",
+                session_id=str(session_id), version=version,
+            )
+        return chain
 
     def read_records(
         self, session_id: UUID, *, after_version: int = 0, upto_version: int | None = None

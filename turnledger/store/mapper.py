@@ -191,6 +191,41 @@ class TurnledgerMapper(Mapper[UUID]):
         )
         return event, chain
 
+    def decode_chained(
+        self, records: Iterable[StoredEvent], first_version: int, prev_chain: bytes
+    ) -> list[tuple[DomainEvent, bytes]]:
+        """(event, chain) of records that must continue a chain, checking as it decodes.
+
+        The records must carry versions ``first_version``, ``first_version + 1``, … without a
+        gap, and each one's stored chain must be `chain_digest` of ``prev_chain`` (then of its
+        predecessor's) and its own content (ADR-0004, ADR-0024). Raises `CorruptRecord` naming
+        the session and the version of the first record that is missing, edited or undecodable.
+        """
+        decoded: list[tuple[DomainEvent, bytes]] = []
+        expected = first_version
+        for record in records:
+            version = record.originator_version
+            session_id = _as_uuid(record)
+            if version != expected:
+                what = "repeated" if version < expected else "missing"
+                raise UndecodableRecord(
+                    session_id, expected, record.topic,
+                    f"version {expected} is {what} (the next record is version {version})",
+                )
+            chain, payload = self.open_record(record)
+            # Decode first: an undecodable record is named by its own cause (unknown topic,
+            # invalid field) rather than by the chain it also breaks.
+            event = self.codec.decode_event(record.topic, payload, session_id, version)
+            if chain != chain_digest(prev_chain, session_id, version, record.topic, payload):
+                raise UndecodableRecord(
+                    session_id, version, record.topic,
+                    "its hash chain does not match its bytes or its predecessor's "
+                    "(edited, moved or re-chained); `turnledger verify` tells which",
+                )
+            decoded.append((event, chain))
+            prev_chain, expected = chain, expected + 1
+        return decoded
+
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEvent:
         """The event of a record (the library's Mapper API); see `decode_record`."""
         return self.decode_record(stored_event)[0]

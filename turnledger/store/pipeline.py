@@ -27,11 +27,11 @@ from uuid import UUID
 import attrs
 
 from turnledger.domain.decider import Batch, Command, SessionState, evolve, run
-from turnledger.domain.errors import SessionNotFound, TurnledgerError
+from turnledger.domain.errors import CorruptRecord, SessionNotFound, TurnledgerError
 from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
-from turnledger.store.backend import EventStoreBackend
+from turnledger.store.backend import AnchorMismatch, EventStoreBackend
 from turnledger.store.mapper import ZERO_CHAIN
-from turnledger.store.snapshots import decode_snapshot, encode_snapshot
+from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
 
 __all__ = ["Pipeline", "Position"]
 
@@ -75,23 +75,46 @@ class Pipeline:
     def load(self, session_id: UUID) -> Position:
         """The position of a recorded session: latest snapshot + later events (E5).
 
-        Raises `SessionNotFound`, `CorruptRecord`.
+        The snapshot is used only when its digest holds and the record at its version carries
+        its chain value (ADR-0023); otherwise a warning is logged and the session is replayed
+        from its first event — a snapshot is a cache, nothing is lost. Every record read is
+        checked (ADR-0024). Raises `SessionNotFound`, `CorruptRecord` (a damaged record).
         """
-        state, chain, snapshot_version = SessionState(), ZERO_CHAIN, 0
-        snapshot = self.backend.load_snapshot(session_id)
-        if snapshot is not None:
-            snapshot_version, payload = snapshot
-            state, chain = decode_snapshot(
-                payload, session_id=session_id, version=snapshot_version
-            )
+        try:
+            position = self._load_from_snapshot(session_id)
+        except (SnapshotMismatch, AnchorMismatch) as error:
+            log.warning("session %s: snapshot not used, replaying every event: %s",
+                        session_id, error)
+            position = None
+        if position is None:
+            position = Position()
+            self._catch_up(position, session_id, ZERO_CHAIN)
+        if position.state.version == 0:
+            raise SessionNotFound(f"no session {session_id} in this store")
+        return position
+
+    def _load_from_snapshot(self, session_id: UUID) -> Position | None:
+        """The position from the latest snapshot and the events after it; None: no snapshot."""
+        try:
+            snapshot = self.backend.load_snapshot(session_id)
+        except CorruptRecord as error:  # unsealing failed: the snapshot bytes are damaged
+            raise SnapshotMismatch(str(error), session_id=str(session_id)) from error
+        if snapshot is None:
+            return None
+        version, payload = snapshot
+        state, chain = decode_snapshot(payload, session_id=session_id, version=version)
+        position = Position(state, chain, version)
+        self._catch_up(position, session_id, chain)
+        return position
+
+    def _catch_up(self, position: Position, session_id: UUID, anchor: bytes) -> None:
+        """Evolve ``position`` with the checked events after its version."""
+        state = position.state
         for event, event_chain in self.backend.read_with_chain(
-            session_id, after_version=state.version
+            session_id, after_version=state.version, prev_chain=anchor
         ):
             evolve(state, event)
-            chain = event_chain
-        if state.version == 0:
-            raise SessionNotFound(f"no session {session_id} in this store")
-        return Position(state, chain, snapshot_version)
+            position.chain = event_chain
 
     def save(self, position: Position, command: Command) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
