@@ -214,13 +214,45 @@ class EventStoreBackend:
         try:
             with self._translate("append", session_id, first):
                 self.recorder.insert_events(stored)
-        except ConcurrencyConflict as conflict:
+        except (ConcurrencyConflict, StoreUnavailable) as failure:
+            # In doubt: the commit may have landed although the insert failed (a connection
+            # lost after COMMIT, a driver retry that then hit the primary key).
+            return self._settle_in_doubt(session_id, first, last, head, failure)
+        return head
+
+    def _settle_in_doubt(
+        self, session_id: UUID, first: int, last: int, head: bytes, failure: TurnledgerError
+    ) -> bytes:
+        """Find out whether THIS batch was stored after its insert failed (E3, ADR-0020).
+
+        The chain value of a record covers its bytes and every record before it, so a record
+        at ``last`` whose chain is ``head`` is this very batch: success, ``head`` is returned.
+        Another record at these versions is a real `ConcurrencyConflict`; nothing there means
+        nothing of the batch was stored (the failure is raised); when the store cannot be
+        read, `StoreUnavailable` says that the outcome is unknown.
+        """
+        try:
+            if isinstance(failure, StoreUnavailable):
+                self.database.settle()  # a dying transaction may still commit: wait for it
+            with self._translate("check the append", session_id, first):
+                found = self.recorder.select_events(session_id, gt=first - 1, lte=last)
+        except StoreUnavailable as error:
+            raise StoreUnavailable(
+                f"session {session_id}: cannot tell whether versions {first} to {last} were "
+                f"recorded ({failure}; then: {error}); reload before writing again"
+            ) from error
+        if (found and found[-1].originator_version == last
+                and self.mapper.open_record(found[-1])[0] == head):
+            log.warning("session %s: versions %d to %d were recorded although the append "
+                        "failed (%s)", session_id, first, last, failure)
+            return head
+        if found or isinstance(failure, ConcurrencyConflict):
             raise ConcurrencyConflict(
                 f"session {session_id}: versions {first} to {last} conflict with events "
                 "another writer recorded first; nothing of this batch was stored; reload "
                 "and retry"
-            ) from conflict.__cause__
-        return head
+            ) from failure.__cause__
+        raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
 
     def _check_batch(self, session_id: UUID, events: Sequence[DomainEvent]) -> int:
         first = events[0].originator_version
@@ -449,7 +481,7 @@ class EventStoreBackend:
             ) from error
         except database_errors() as error:
             raise StoreUnavailable(
-                f"cannot {action} in {self.url}: {describe_error(error)}"
+                f"cannot {action} in {self.url}: {self.database.describe_failure(error)}"
             ) from error
 
 

@@ -1,0 +1,122 @@
+"""The write path cannot lie (issue 9: in-doubt commits, unsaved state, bounded waits, backoff).
+
+- In-doubt commits (E3): a PostgreSQL connection cut right after the server committed
+  (tests/tcp_proxy.py) is reported as success, stored once, never retried into a duplicate;
+  a real conflict between two store objects still raises `ConcurrencyConflict`.
+- Unsaved state: when an append and the reload after it both fail, the session serves only
+  what is stored, and the next append after the store heals is stored.
+- Bounded waits: connect, lock and statement timeouts end in `StoreUnavailable` naming the
+  limit, within twice the configured value plus a fixed slack (the requirement itself).
+- `retry_on_conflict` backs off: writers racing on one session never give up with defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from tests.backends import pg_execute, require_postgres
+from tests.tcp_proxy import CommitCuttingProxy, commit_cutting_proxy
+from turnledger.domain.errors import ConcurrencyConflict
+from turnledger.domain.events import DomainEvent, MessageAppended
+from turnledger.domain.messages import Chat, ChatMessage
+from turnledger.store.backend import retry_on_conflict
+from turnledger.store.session import open_store
+
+IN_DOUBT_APPENDS = 5
+"""In-doubt commits per test (each costs the proxy's wait, 0.2 s)."""
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema name (created by the store on first open), dropped after."""
+    require_postgres()
+    schema = f"tl_test_{uuid.uuid4().hex[:16]}"
+    yield schema
+    pg_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def proxy() -> Iterator[CommitCuttingProxy]:
+    """A loopback proxy to the test PostgreSQL server that can cut a connection after COMMIT."""
+    require_postgres()
+    with commit_cutting_proxy() as running:
+        yield running
+
+
+def _proxied_url(proxy: CommitCuttingProxy, schema: str) -> str:
+    return f"postgresql://postgres@127.0.0.1:{proxy.port}/test?schema={schema}&pool_size=2"
+
+
+def _contents(events: Sequence[DomainEvent]) -> list[str]:
+    """The texts of the plain messages among ``events``."""
+    return [
+        e.message.message.content
+        for e in events
+        if isinstance(e, MessageAppended) and isinstance(e.message, Chat)
+    ]
+
+
+def _stored_contents(url: str, session_id: str) -> list[str]:
+    with open_store(url) as store:
+        return _contents(store.events_of(session_id))
+
+
+@pytest.mark.postgres
+def test_e3_in_doubt_commit_is_reported_as_success_and_stored_once(
+    proxy: CommitCuttingProxy, pg_schema: str
+) -> None:
+    """An append whose COMMIT reached the server but whose answer was lost succeeds, once."""
+    url = _proxied_url(proxy, pg_schema)
+    with open_store(url) as store:
+        session = store.start_session()
+        outcomes = []
+        for i in range(IN_DOUBT_APPENDS):
+            proxy.arm(1)
+            try:
+                session.append(ChatMessage.assistant(f"answer {i}"))
+                outcomes.append("ok")
+            except Exception as error:
+                outcomes.append(type(error).__name__)
+        expected_contents = [f"answer {i}" for i in range(IN_DOUBT_APPENDS)]
+        assert (IN_DOUBT_APPENDS, ["ok"] * IN_DOUBT_APPENDS) == (proxy.cuts, outcomes)
+        assert expected_contents == _contents(session.events())
+        assert expected_contents == [m.content for m in session.chat_view()]
+        assert session.version == store.backend.head(uuid.UUID(session.id))[0]
+    assert expected_contents == _stored_contents(url, session.id)
+
+
+@pytest.mark.postgres
+def test_e3_in_doubt_commit_under_retry_on_conflict_is_not_duplicated(
+    proxy: CommitCuttingProxy, pg_schema: str
+) -> None:
+    """retry_on_conflict never stores an in-doubt message a second time."""
+    url = _proxied_url(proxy, pg_schema)
+    with open_store(url) as store:
+        session = store.start_session()
+        for i in range(IN_DOUBT_APPENDS):
+            proxy.arm(1)
+            retry_on_conflict(functools.partial(session.append, ChatMessage.user(f"question {i}")))
+    assert [f"question {i}" for i in range(IN_DOUBT_APPENDS)] == _stored_contents(
+        url, session.id
+    )
+
+
+@pytest.mark.postgres
+def test_e3_real_conflict_between_two_stores_still_raises(pg_schema: str) -> None:
+    """Two store objects on one session: the loser gets ConcurrencyConflict, stored once."""
+    url = f"postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}&pool_size=1"
+    with open_store(url) as first, open_store(url) as second:
+        mine = first.start_session()
+        theirs = second.restore(mine.id)
+        theirs.append(ChatMessage.user("theirs"))
+        with pytest.raises(ConcurrencyConflict) as raised:
+            mine.append(ChatMessage.user("mine"))
+        assert "another writer" in str(raised.value)
+        assert ["theirs"] == [m.content for m in mine.chat_view()]
+        mine.append(ChatMessage.user("mine"))
+    assert ["theirs", "mine"] == _stored_contents(url, mine.id)
+
