@@ -12,18 +12,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
 from collections.abc import Iterator, Sequence
 
 import pytest
 
-from tests.backends import pg_execute, require_postgres
+from tests.backends import PG_CONNINFO, PG_URL, pg_execute, require_postgres
 from tests.tcp_proxy import CommitCuttingProxy, commit_cutting_proxy
 from turnledger.domain.errors import ConcurrencyConflict
 from turnledger.domain.events import DomainEvent, MessageAppended
 from turnledger.domain.messages import Chat, ChatMessage
-from turnledger.store.backend import retry_on_conflict
+from turnledger.store.backend import StoreUnavailable, retry_on_conflict
 from turnledger.store.session import open_store
 
 IN_DOUBT_APPENDS = 5
@@ -120,3 +121,39 @@ def test_e3_real_conflict_between_two_stores_still_raises(pg_schema: str) -> Non
         mine.append(ChatMessage.user("mine"))
     assert ["theirs", "mine"] == _stored_contents(url, mine.id)
 
+
+
+@contextlib.contextmanager
+def _table_locked(schema: str) -> Iterator[None]:
+    """Hold an ACCESS EXCLUSIVE lock on the schema's events table (blocks reads and writes)."""
+    import psycopg
+
+    with psycopg.connect(PG_CONNINFO) as blocker:  # a transaction: the lock lasts until exit
+        blocker.execute(f'LOCK TABLE "{schema}".stored_events IN ACCESS EXCLUSIVE MODE')
+        yield
+        blocker.rollback()
+
+
+@pytest.mark.postgres
+def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(pg_schema: str) -> None:
+    """A failed append whose reload fails too leaves no unsaved message in views or version."""
+    url = f"{PG_URL}?schema={pg_schema}&pool_size=1&lock_timeout=1"
+    with open_store(url) as store:
+        session = store.start_session()
+        session.append(ChatMessage.user("hello"))
+        stored_version = session.version
+        with _table_locked(pg_schema):
+            with pytest.raises(StoreUnavailable):
+                session.append(ChatMessage.user("unsaved"))
+            with pytest.raises(StoreUnavailable):
+                session.chat_view()
+            with pytest.raises(StoreUnavailable):
+                _ = session.version
+        assert (["hello"], stored_version) == (
+            [m.content for m in session.chat_view()], session.version
+        )
+        session.append(ChatMessage.user("after"))
+        assert (["hello", "after"], stored_version + 1) == (
+            [m.content for m in session.chat_view()], session.version
+        )
+    assert ["hello", "after"] == _stored_contents(url, session.id)

@@ -16,6 +16,12 @@ One command goes through `Pipeline.save` (in the spirit of eventsourcing's
 A `Position` is where one session stands (state, chain head, latest snapshot); the `Session`
 that owns it holds its lock around `save`. `load` rebuilds a position from the latest snapshot
 and the events after it, so a restore costs O(window).
+
+The state is evolved in place (copying the large window index per command would make an
+append O(window)); so when a command fails after its events were applied in memory, the
+position is reloaded from the store. When that reload fails too, the position is marked
+*stale* and `current` reloads it before its next use — a reader or writer never sees events
+that are not stored (ADR-0022).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class Position:
     state: SessionState = attrs.field(factory=SessionState)
     chain: bytes = ZERO_CHAIN
     snapshot_version: int = 0
+    stale: bool = False
+    """The state may hold events that are not stored: reload before any use (`current`)."""
 
     @property
     def session_id(self) -> UUID:
@@ -57,8 +65,8 @@ class Position:
 
     def move_to(self, other: Position) -> None:
         """Stand where ``other`` stands (after a reload)."""
-        self.state, self.chain, self.snapshot_version = (
-            other.state, other.chain, other.snapshot_version
+        self.state, self.chain, self.snapshot_version, self.stale = (
+            other.state, other.chain, other.snapshot_version, other.stale
         )
 
 
@@ -93,12 +101,21 @@ class Pipeline:
             raise SessionNotFound(f"no session {session_id} in this store")
         return Position(state, chain, snapshot_version)
 
+    def current(self, position: Position) -> Position:
+        """``position``, reloaded first when it is stale; raises what the reload raises
+        (`StoreUnavailable` while the store cannot be read: nothing unstored is served)."""
+        if position.stale:
+            self._reload(position)
+        return position
+
     def save(self, position: Position, command: Command) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
         On any failure nothing of the command is recorded and ``position`` is reloaded from
-        the store, so it never holds unrecorded events.
+        the store (or marked stale when the store cannot be read), so it never serves
+        unrecorded events.
         """
+        self.current(position)
         batch = self.decide(position, command)
         if batch.events:
             self._record(position, batch.events)
@@ -113,7 +130,7 @@ class Pipeline:
             return run(position.state, command)
         except BaseException:
             if position.state.version != before:
-                self._reload(position)  # a later step failed after an earlier one was applied
+                self._reload_after(position)  # a later step failed after an earlier one applied
             raise
 
     def _record(self, position: Position, events: Sequence[DomainEvent]) -> None:
@@ -122,7 +139,7 @@ class Pipeline:
                 position.session_id, events, prev_chain=position.chain
             )
         except BaseException:
-            self._reload(position)
+            self._reload_after(position)
             raise
 
     def _take_snapshot(self, position: Position) -> None:
@@ -152,7 +169,18 @@ class Pipeline:
         if notices:
             self._publish(notices)
 
+    def _reload_after(self, position: Position) -> None:
+        """Reload after a failed command; when the store cannot be read either, the position
+        stays stale (`current` retries) and the command's own error is the one raised."""
+        try:
+            self._reload(position)
+        except TurnledgerError as error:
+            log.warning("session %s: cannot reload after a failed command (%s); it will be "
+                        "reloaded before its next use", position.state.session_id, error)
+
     def _reload(self, position: Position) -> None:
+        """Stand where the store says; the position stays stale when this raises."""
+        position.stale = True
         session_id = position.state.session_id
         if session_id is None or not self.backend.read(session_id, upto_version=1):
             # Nothing of this session is recorded (a failed start): back to a blank state.
