@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
-from tests.backends import PG_CONNINFO, PG_URL, pg_execute, require_postgres
+from tests.backends import (
+    PG_CONNINFO,
+    PG_URL,
+    SHARED_BACKENDS,
+    fresh_target,
+    pg_execute,
+    require_postgres,
+)
 from tests.tcp_proxy import CommitCuttingProxy, commit_cutting_proxy
 from turnledger.domain.errors import ConcurrencyConflict
 from turnledger.domain.events import DomainEvent, MessageAppended
@@ -157,3 +166,47 @@ def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(pg_schema:
             [m.content for m in session.chat_view()], session.version
         )
     assert ["hello", "after"] == _stored_contents(url, session.id)
+
+
+CONTENDING_WRITERS = 8
+"""Writers on ONE session, as in the issue's scenario (8 writers x 200 appends)."""
+CONTENDING_APPENDS = 25
+"""Appends per writer here (the benchmark runs the full 200: benchmarks/contention.py)."""
+
+
+def _contend(url: str, session_id: str, writer: int, gave_up: list[int]) -> None:
+    """One writer: its own store object, every append through retry_on_conflict's defaults."""
+    with open_store(url) as store:
+        session = store.restore(session_id)
+        for seq in range(CONTENDING_APPENDS):
+            try:
+                retry_on_conflict(
+                    functools.partial(session.append, ChatMessage.user(f"w{writer} #{seq}"))
+                )
+            except ConcurrencyConflict:
+                gave_up.append(seq)
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_e3_writers_racing_on_one_session_never_give_up_with_defaults(
+    kind: str, tmp_path: Path
+) -> None:
+    """8 writers on one session: with retry_on_conflict's defaults, no append gives up."""
+    with fresh_target(kind, tmp_path) as target:
+        url = target.url.replace("pool_size=2", "pool_size=1")
+        with open_store(url) as store:
+            session_id = store.start_session().id
+        gave_up: list[int] = []
+        writers = [
+            threading.Thread(target=_contend, args=(url, session_id, w, gave_up))
+            for w in range(CONTENDING_WRITERS)
+        ]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        stored = _stored_contents(url, session_id)
+        expected = sorted(
+            f"w{w} #{seq}" for w in range(CONTENDING_WRITERS) for seq in range(CONTENDING_APPENDS)
+        )
+        assert ([], expected) == (gave_up, sorted(stored))
