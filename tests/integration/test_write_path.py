@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import socket
+import sqlite3
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,32 +136,35 @@ def test_e3_real_conflict_between_two_stores_still_raises(pg_schema: str) -> Non
 
 
 
-@contextlib.contextmanager
-def _table_locked(schema: str) -> Iterator[None]:
-    """Hold an ACCESS EXCLUSIVE lock on the schema's events table (blocks reads and writes)."""
+@pytest.mark.postgres
+def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed append whose reload fails too leaves no unsaved message in views or version."""
     import psycopg
 
-    with psycopg.connect(PG_CONNINFO) as blocker:  # a transaction: the lock lasts until exit
-        blocker.execute(f'LOCK TABLE "{schema}".stored_events IN ACCESS EXCLUSIVE MODE')
-        yield
-        blocker.rollback()
-
-
-@pytest.mark.postgres
-def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(pg_schema: str) -> None:
-    """A failed append whose reload fails too leaves no unsaved message in views or version."""
     url = f"{PG_URL}?schema={pg_schema}&pool_size=1&lock_timeout=1"
-    with open_store(url) as store:
+    with open_store(url) as store, psycopg.connect(PG_CONNINFO) as blocker:
         session = store.start_session()
         session.append(ChatMessage.user("hello"))
         stored_version = session.version
-        with _table_locked(pg_schema):
-            with pytest.raises(StoreUnavailable):
-                session.append(ChatMessage.user("unsaved"))
-            with pytest.raises(StoreUnavailable):
-                session.chat_view()
-            with pytest.raises(StoreUnavailable):
-                _ = session.version
+        insert = store.backend.recorder.insert_events
+
+        def lock_then_insert(*args: Any, **kwargs: Any) -> Any:
+            # The store becomes unreachable after the command was decided in memory: a lock
+            # that blocks reads and writes, held until the blocker rolls back.
+            blocker.execute(f'LOCK TABLE "{pg_schema}".stored_events IN ACCESS EXCLUSIVE MODE')
+            return insert(*args, **kwargs)
+
+        monkeypatch.setattr(store.backend.recorder, "insert_events", lock_then_insert)
+        with pytest.raises(StoreUnavailable):
+            session.append(ChatMessage.user("unsaved"))
+        with pytest.raises(StoreUnavailable):
+            session.chat_view()
+        with pytest.raises(StoreUnavailable):
+            _ = session.version
+        blocker.rollback()
+        monkeypatch.setattr(store.backend.recorder, "insert_events", insert)
         assert (["hello"], stored_version) == (
             [m.content for m in session.chat_view()], session.version
         )
@@ -210,3 +217,90 @@ def test_e3_writers_racing_on_one_session_never_give_up_with_defaults(
             f"w{w} #{seq}" for w in range(CONTENDING_WRITERS) for seq in range(CONTENDING_APPENDS)
         )
         assert ([], expected) == (gave_up, sorted(stored))
+
+
+SLACK = 1.5
+"""Seconds allowed on top of twice a configured timeout (process and driver overheads)."""
+
+
+def _failure_after(
+    action: Callable[[], object], limit: float
+) -> tuple[str, bool]:
+    """Run ``action``, which must raise StoreUnavailable; (its message, within 2x + slack)."""
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as raised:
+        action()
+    return str(raised.value), time.monotonic() - started <= 2 * limit + SLACK
+
+
+@contextlib.contextmanager
+def _pg_locked(schema: str, mode: str) -> Iterator[None]:
+    """Hold a ``mode`` lock on the schema's events table; the server drops it after 10 s of
+    idling in the transaction even if the test hangs (so a test fails instead)."""
+    import psycopg
+
+    with psycopg.connect(PG_CONNINFO) as blocker:
+        blocker.execute("SET idle_in_transaction_session_timeout = '10s'")
+        blocker.execute(f'LOCK TABLE "{schema}".stored_events IN {mode} MODE')
+        yield
+        with contextlib.suppress(psycopg.Error):
+            blocker.rollback()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("options", "mode", "limit", "seconds"),
+    [
+        ("lock_timeout=1", "EXCLUSIVE", "lock_timeout=1 s", 1.0),  # blocks the insert only
+        ("lock_timeout=1", "ACCESS EXCLUSIVE", "lock_timeout=1 s", 1.0),  # blocks reads too
+        ("statement_timeout=0.3", "ACCESS EXCLUSIVE", "statement_timeout=0.3 s", 0.3),
+    ],
+)
+def test_e3_postgres_lock_and_statement_timeouts_bound_an_append(
+    pg_schema: str, options: str, mode: str, limit: str, seconds: float
+) -> None:
+    """A held lock fails an append within 2x the configured timeout, naming the limit."""
+    url = f"{PG_URL}?schema={pg_schema}&pool_size=1&{options}"
+    with open_store(url) as store:
+        session = store.start_session()
+        session.append(ChatMessage.user("hello"))
+        with _pg_locked(pg_schema, mode):
+            message, in_time = _failure_after(
+                lambda: session.append(ChatMessage.user("blocked")), seconds
+            )
+        assert (True, True) == (f"{limit} exceeded" in message, in_time), message
+        session.append(ChatMessage.user("after"))
+    assert ["hello", "after"] == _stored_contents(url, session.id)
+
+
+@pytest.mark.postgres
+def test_e3_postgres_connect_timeout_bounds_opening_a_store() -> None:
+    """A server that accepts TCP but never answers fails the open within 2x connect_timeout."""
+    require_postgres()
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as silent:  # never accepts
+        url = f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/test?connect_timeout=2"
+        message, in_time = _failure_after(lambda: open_store(url), 2.0)
+    assert (True, True) == ("connect_timeout=2 s exceeded" in message, in_time), message
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.5])
+def test_e3_sqlite_lock_timeout_bounds_an_append(tmp_path: Path, seconds: float) -> None:
+    """A SQLite write lock held elsewhere fails an append within 2x lock_timeout (0: at once)."""
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}?lock_timeout={seconds:g}"
+    with open_store(url) as store:
+        session = store.start_session()
+        blocker = sqlite3.connect(path, isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")  # the write lock, until ROLLBACK
+            message, in_time = _failure_after(
+                lambda: session.append(ChatMessage.user("blocked")), seconds
+            )
+            blocker.execute("ROLLBACK")
+        finally:
+            blocker.close()
+        assert (True, True) == (f"lock_timeout={seconds:g} s exceeded" in message, in_time), (
+            message
+        )
+        session.append(ChatMessage.user("after"))
+    assert ["after"] == _stored_contents(url, session.id)

@@ -280,6 +280,10 @@ class EventStoreBackend:
         nothing of the batch was stored (the failure is raised); when the store cannot be
         read, `StoreUnavailable` says that the outcome is unknown.
         """
+        if self.database.limits.exceeded(failure) is not None:
+            # The server refused the statement (lock or statement timeout) or no connection
+            # was had (connect timeout): the transaction cannot commit.
+            raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
         try:
             if isinstance(failure, StoreUnavailable):
                 self.database.settle()  # a dying transaction may still commit: wait for it

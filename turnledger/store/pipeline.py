@@ -33,9 +33,9 @@ from uuid import UUID
 import attrs
 
 from turnledger.domain.decider import Batch, Command, SessionState, evolve, run
-from turnledger.domain.errors import SessionNotFound, TurnledgerError
+from turnledger.domain.errors import ConcurrencyConflict, SessionNotFound, TurnledgerError
 from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
-from turnledger.store.backend import EventStoreBackend
+from turnledger.store.backend import EventStoreBackend, StoreUnavailable
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import decode_snapshot, encode_snapshot
 
@@ -57,6 +57,8 @@ class Position:
     snapshot_version: int = 0
     stale: bool = False
     """The state may hold events that are not stored: reload before any use (`current`)."""
+    behind: bool = False
+    """The state is stored but another writer recorded more: catch up before any use."""
 
     @property
     def session_id(self) -> UUID:
@@ -65,9 +67,10 @@ class Position:
 
     def move_to(self, other: Position) -> None:
         """Stand where ``other`` stands (after a reload)."""
-        self.state, self.chain, self.snapshot_version, self.stale = (
-            other.state, other.chain, other.snapshot_version, other.stale
+        self.state, self.chain, self.snapshot_version = (
+            other.state, other.chain, other.snapshot_version
         )
+        self.stale, self.behind = other.stale, other.behind
 
 
 class Pipeline:
@@ -102,26 +105,50 @@ class Pipeline:
         return Position(state, chain, snapshot_version)
 
     def current(self, position: Position) -> Position:
-        """``position``, reloaded first when it is stale; raises what the reload raises
-        (`StoreUnavailable` while the store cannot be read: nothing unstored is served)."""
+        """``position``, reloaded first when it is stale, caught up when it is behind; raises
+        what the reload raises (`StoreUnavailable` while the store cannot be read: nothing
+        unstored is served)."""
         if position.stale:
             self._reload(position)
+        elif position.behind:
+            for event, chain in self.backend.read_with_chain(
+                position.session_id, after_version=position.state.version
+            ):
+                evolve(position.state, event)
+                position.chain = chain
+            position.behind = False
         return position
 
-    def save(self, position: Position, command: Command) -> Batch:
+    def save(self, position: Position, command: Command, *, check_head: bool = True) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
-        On any failure nothing of the command is recorded and ``position`` is reloaded from
-        the store (or marked stale when the store cannot be read), so it never serves
-        unrecorded events.
+        A session another writer has moved on raises `ConcurrencyConflict` before anything
+        is decided (unless ``check_head`` is False: a command that may record nothing); it
+        catches up before its next use, so a retry decides on the newest state. On any
+        failure nothing of the command is recorded and ``position`` is marked to be reloaded
+        before its next use, so it never serves unrecorded events.
         """
         self.current(position)
+        if check_head and position.state.session_id is not None:
+            self._check_head(position)
         batch = self.decide(position, command)
         if batch.events:
             self._record(position, batch.events)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         return batch
+
+    def _check_head(self, position: Position) -> None:
+        """`ConcurrencyConflict` when the store holds events after the position (E3)."""
+        version = position.state.version
+        stored, _ = self.backend.head(position.session_id)
+        if stored > version:
+            position.behind = True
+            raise ConcurrencyConflict(
+                f"session {position.session_id}: versions {version + 1} to {stored} were "
+                f"recorded by another writer (this session object was at version {version}); "
+                "it catches up before its next use; retry"
+            )
 
     def decide(self, position: Position, command: Command) -> Batch:
         """Apply ``command`` to the position's state in memory only; the batch it produced."""
@@ -138,6 +165,13 @@ class Pipeline:
             position.chain = self.backend.append(
                 position.session_id, events, prev_chain=position.chain
             )
+        except (StoreUnavailable, ConcurrencyConflict):
+            # Reload before the next use, not now: after a database failure a second wait on
+            # the same lock or timeout would double what the caller waits (ADR-0021); after a
+            # conflict the caller may back off first, and a state loaded before that sleep
+            # would be stale again when it retries (ADR-0022).
+            position.stale = True
+            raise
         except BaseException:
             self._reload_after(position)
             raise

@@ -112,7 +112,7 @@ class Limits:
 
 
 def _limit(name: str, seconds: float) -> str:
-    return f"{name}={seconds:g} s" if seconds else name
+    return f"{name}={seconds:g} s"
 
 
 @attrs.frozen
@@ -168,6 +168,8 @@ class Database(abc.ABC):
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
         """The URL this database was opened with, password removed."""
+        self.limits = Limits()
+        """The waits this database bounds (a backend sets them from its URL)."""
 
     @classmethod
     @abc.abstractmethod
@@ -185,7 +187,7 @@ class Database(abc.ABC):
 
     def describe_failure(self, error: BaseException) -> str:
         """One line for a database error, naming the timeout it ran into (if any)."""
-        return describe_error(error)
+        return self.limits.explain(error)
 
     def settle(self) -> None:
         """Wait until no write transaction is still in flight on this database.
@@ -231,7 +233,9 @@ def open_library_recorders(
         if factory is not None:
             with contextlib.suppress(Exception):
                 factory.close()
-        raise StoreUnavailable(f"cannot open {database.url}: {describe_error(error)}") from error
+        raise StoreUnavailable(
+            f"cannot open {database.url}: {database.describe_failure(error)}"
+        ) from error
     return recorders
 
 

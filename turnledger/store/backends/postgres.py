@@ -38,7 +38,6 @@ from turnledger.store.backends.port import (
     url_options,
     url_seconds,
 )
-from turnledger.store.codec import describe_error
 
 __all__ = ["POSTGRES_DIALECT", "PostgresDatabase"]
 
@@ -100,7 +99,7 @@ class PostgresDatabase(Database):
         self.pool = pool
         """The library's pool settings given in the URL (``POSTGRES_POOL_SIZE`` ...)."""
         self.limits = limits or Limits(connect=float(login.connect_timeout))
-        """The timeouts every connection obeys (seconds; 0: no limit)."""
+        # The timeouts every connection obeys (seconds; 0: no limit).
         self._events_table = "stored_events"
 
     @classmethod
@@ -201,9 +200,6 @@ class PostgresDatabase(Database):
                 f"cannot wait for writers in {self.url}: {self.describe_failure(error)}"
             ) from error
 
-    def describe_failure(self, error: BaseException) -> str:
-        return self.limits.explain(error)
-
     @contextlib.contextmanager
     def _schema_setup_lock(self) -> Iterator[None]:
         """Create the schema and hold an advisory lock on it while the tables are set up.
@@ -221,7 +217,9 @@ class PostgresDatabase(Database):
         try:
             connection = psycopg.connect(self.login.conninfo(), autocommit=True)
         except psycopg.Error as error:
-            raise StoreUnavailable(f"cannot open {self.url}: {describe_error(error)}") from error
+            raise StoreUnavailable(
+                f"cannot open {self.url}: {self.describe_failure(error)}"
+            ) from error
         with connection:
             try:
                 connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
@@ -237,7 +235,7 @@ class PostgresDatabase(Database):
                         )
             except psycopg.Error as error:
                 raise StoreUnavailable(
-                    f"cannot open {self.url}: {describe_error(error)}"
+                    f"cannot open {self.url}: {self.describe_failure(error)}"
                 ) from error
             try:
                 yield
