@@ -145,6 +145,9 @@ def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(
 
     url = f"{PG_URL}?schema={pg_schema}&pool_size=1&lock_timeout=1"
     with open_store(url) as store, psycopg.connect(PG_CONNINFO) as blocker:
+        # The server ends the blocker's transaction after 10 s idle: a hang becomes a failure.
+        blocker.execute("SET idle_in_transaction_session_timeout = '10s'")
+        blocker.commit()
         session = store.start_session()
         session.append(ChatMessage.user("hello"))
         stored_version = session.version
