@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Self, TypeVar
@@ -59,6 +61,9 @@ from turnledger.store.mapper import (
 )
 
 __all__ = [
+    "RETRY_BASE_DELAY",
+    "RETRY_BUDGET_SECONDS",
+    "RETRY_MAX_DELAY",
     "SNAPSHOT_TOPIC",
     "AnchorMismatch",
     "EventStoreBackend",
@@ -93,24 +98,68 @@ class AnchorMismatch(CorruptRecord):
     (a snapshot ahead of the log or not taken from it); the caller reads from version 1."""
 
 
-def retry_on_conflict(fn: Callable[[], T], attempts: int = 5) -> T:
-    """Call ``fn()``; call it again when it raises `ConcurrencyConflict`, up to ``attempts``
-    calls in all (E3: the loser of a race reloads and retries).
+RETRY_BUDGET_SECONDS: Final = 30.0
+"""`retry_on_conflict`'s default time budget: no new attempt starts after it."""
+RETRY_BASE_DELAY: Final = 0.002
+"""`retry_on_conflict`'s default first backoff cap (seconds); it doubles per lost attempt."""
+RETRY_MAX_DELAY: Final = 0.25
+"""`retry_on_conflict`'s default largest backoff cap (seconds)."""
+
+
+def retry_on_conflict(
+    fn: Callable[[], T],
+    attempts: int | None = None,
+    *,
+    budget_seconds: float | None = RETRY_BUDGET_SECONDS,
+    base_delay: float = RETRY_BASE_DELAY,
+    max_delay: float = RETRY_MAX_DELAY,
+) -> T:
+    """Call ``fn()``; call it again after a `ConcurrencyConflict`, backing off (E3, ADR-0022).
+
+    The loser of a race reloads and retries; racing again at once mostly loses again, so
+    before attempt ``n + 1`` it sleeps a random time between 0 and
+    ``min(max_delay, base_delay * 2 ** (n - 1))`` (exponential backoff with full jitter).
+    It stops when ``attempts`` calls were made (None, the default: no count limit) or when
+    the next attempt would start more than ``budget_seconds`` after the first (default 30 s;
+    None: no time limit) — then the last `ConcurrencyConflict` propagates. Defaults: 2 ms
+    first cap, 250 ms largest cap.
 
     ``fn`` must reload the session state itself on each call (a `Session` does so after a
-    conflict). The last `ConcurrencyConflict` propagates when every attempt lost. Raises
-    ``ValueError`` when ``attempts`` < 1.
+    conflict). Raises ``ValueError`` for ``attempts`` < 1, a negative budget or delay, and
+    for ``attempts`` and ``budget_seconds`` both None (no bound at all).
     """
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, got {attempts}")
-    for attempt in range(1, attempts + 1):
+    _check_retry_bounds(attempts, budget_seconds, base_delay, max_delay)
+    started = time.monotonic()
+    attempt = 1
+    while True:
         try:
             return fn()
         except ConcurrencyConflict:
-            if attempt == attempts:
+            if attempts is not None and attempt >= attempts:
                 raise
-            log.debug("conflict, retrying (attempt %d of %d)", attempt + 1, attempts)
-    raise AssertionError("unreachable")  # pragma: no cover
+            delay = random.uniform(0, min(max_delay, base_delay * 2 ** min(attempt - 1, 60)))
+            if budget_seconds is not None and (
+                time.monotonic() + delay - started > budget_seconds
+            ):
+                raise
+            log.debug("conflict, retrying in %.3f s (attempt %d)", delay, attempt + 1)
+            time.sleep(delay)
+            attempt += 1
+
+
+def _check_retry_bounds(
+    attempts: int | None, budget_seconds: float | None, base_delay: float, max_delay: float
+) -> None:
+    if attempts is not None and attempts < 1:
+        raise ValueError(f"attempts must be at least 1, got {attempts}")
+    if budget_seconds is not None and not budget_seconds >= 0:
+        raise ValueError(f"budget_seconds must be >= 0 or None, got {budget_seconds}")
+    if attempts is None and budget_seconds is None:
+        raise ValueError("retry_on_conflict needs a bound: attempts, budget_seconds or both")
+    if not (base_delay >= 0 and max_delay >= 0):
+        raise ValueError(
+            f"base_delay and max_delay must be >= 0, got {base_delay} and {max_delay}"
+        )
 
 
 # --- the backend --------------------------------------------------------------------------
@@ -220,13 +269,49 @@ class EventStoreBackend:
         try:
             with self._translate("append", session_id, first):
                 self.recorder.insert_events(stored)
-        except ConcurrencyConflict as conflict:
+        except (ConcurrencyConflict, StoreUnavailable) as failure:
+            # In doubt: the commit may have landed although the insert failed (a connection
+            # lost after COMMIT, a driver retry that then hit the primary key).
+            return self._settle_in_doubt(session_id, first, last, head, failure)
+        return head
+
+    def _settle_in_doubt(
+        self, session_id: UUID, first: int, last: int, head: bytes, failure: TurnledgerError
+    ) -> bytes:
+        """Find out whether THIS batch was stored after its insert failed (E3, ADR-0020).
+
+        The chain value of a record covers its bytes and every record before it, so a record
+        at ``last`` whose chain is ``head`` is this very batch: success, ``head`` is returned.
+        Another record at these versions is a real `ConcurrencyConflict`; nothing there means
+        nothing of the batch was stored (the failure is raised); when the store cannot be
+        read, `StoreUnavailable` says that the outcome is unknown.
+        """
+        if self.database.limits.exceeded(failure) is not None:
+            # The server refused the statement (lock or statement timeout) or no connection
+            # was had (connect timeout): the transaction cannot commit.
+            raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
+        try:
+            if isinstance(failure, StoreUnavailable):
+                self.database.settle()  # a dying transaction may still commit: wait for it
+            with self._translate("check the append", session_id, first):
+                found = self.recorder.select_events(session_id, gt=first - 1, lte=last)
+        except StoreUnavailable as error:
+            raise StoreUnavailable(
+                f"session {session_id}: cannot tell whether versions {first} to {last} were "
+                f"recorded ({failure}; then: {error}); reload before writing again"
+            ) from error
+        if (found and found[-1].originator_version == last
+                and self.mapper.open_record(found[-1])[0] == head):
+            log.warning("session %s: versions %d to %d were recorded although the append "
+                        "failed (%s)", session_id, first, last, failure)
+            return head
+        if found or isinstance(failure, ConcurrencyConflict):
             raise ConcurrencyConflict(
                 f"session {session_id}: versions {first} to {last} conflict with events "
                 "another writer recorded first; nothing of this batch was stored; reload "
                 "and retry"
-            ) from conflict.__cause__
-        return head
+            ) from failure.__cause__
+        raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
 
     def _check_batch(self, session_id: UUID, events: Sequence[DomainEvent]) -> int:
         first = events[0].originator_version
@@ -508,7 +593,7 @@ class EventStoreBackend:
             ) from error
         except database_errors() as error:
             raise StoreUnavailable(
-                f"cannot {action} in {self.url}: {describe_error(error)}"
+                f"cannot {action} in {self.url}: {self.database.describe_failure(error)}"
             ) from error
 
 

@@ -16,6 +16,12 @@ One command goes through `Pipeline.save` (in the spirit of eventsourcing's
 A `Position` is where one session stands (state, chain head, latest snapshot); the `Session`
 that owns it holds its lock around `save`. `load` rebuilds a position from the latest snapshot
 and the events after it, so a restore costs O(window).
+
+The state is evolved in place (copying the large window index per command would make an
+append O(window)); so when a command fails after its events were applied in memory, the
+position is reloaded from the store. When that reload fails too, the position is marked
+*stale* and `current` reloads it before its next use — a reader or writer never sees events
+that are not stored (ADR-0022).
 """
 
 from __future__ import annotations
@@ -27,9 +33,14 @@ from uuid import UUID
 import attrs
 
 from turnledger.domain.decider import Batch, Command, SessionState, evolve, run
-from turnledger.domain.errors import CorruptRecord, SessionNotFound, TurnledgerError
+from turnledger.domain.errors import (
+    ConcurrencyConflict,
+    CorruptRecord,
+    SessionNotFound,
+    TurnledgerError,
+)
 from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
-from turnledger.store.backend import AnchorMismatch, EventStoreBackend
+from turnledger.store.backend import AnchorMismatch, EventStoreBackend, StoreUnavailable
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
 
@@ -49,6 +60,10 @@ class Position:
     state: SessionState = attrs.field(factory=SessionState)
     chain: bytes = ZERO_CHAIN
     snapshot_version: int = 0
+    stale: bool = False
+    """The state may hold events that are not stored: reload before any use (`current`)."""
+    behind: bool = False
+    """The state is stored but another writer recorded more: catch up before any use."""
 
     @property
     def session_id(self) -> UUID:
@@ -60,6 +75,7 @@ class Position:
         self.state, self.chain, self.snapshot_version = (
             other.state, other.chain, other.snapshot_version
         )
+        self.stale, self.behind = other.stale, other.behind
 
 
 class Pipeline:
@@ -116,18 +132,47 @@ class Pipeline:
             evolve(state, event)
             position.chain = event_chain
 
-    def save(self, position: Position, command: Command) -> Batch:
+    def current(self, position: Position) -> Position:
+        """``position``, reloaded first when it is stale, caught up when it is behind; raises
+        what the reload raises (`StoreUnavailable` while the store cannot be read: nothing
+        unstored is served)."""
+        if position.stale:
+            self._reload(position)
+        elif position.behind:
+            self._catch_up(position, position.session_id, position.chain)
+            position.behind = False
+        return position
+
+    def save(self, position: Position, command: Command, *, check_head: bool = True) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
-        On any failure nothing of the command is recorded and ``position`` is reloaded from
-        the store, so it never holds unrecorded events.
+        A session another writer has moved on raises `ConcurrencyConflict` before anything
+        is decided (unless ``check_head`` is False: a command that may record nothing); it
+        catches up before its next use, so a retry decides on the newest state. On any
+        failure nothing of the command is recorded and ``position`` is marked to be reloaded
+        before its next use, so it never serves unrecorded events.
         """
+        self.current(position)
+        if check_head and position.state.session_id is not None:
+            self._check_head(position)
         batch = self.decide(position, command)
         if batch.events:
             self._record(position, batch.events)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         return batch
+
+    def _check_head(self, position: Position) -> None:
+        """`ConcurrencyConflict` when the store holds events after the position (E3)."""
+        version = position.state.version
+        stored, _ = self.backend.head(position.session_id)
+        if stored > version:
+            position.behind = True
+            raise ConcurrencyConflict(
+                f"session {position.session_id}: versions {version + 1} to {stored} were "
+                f"recorded by another writer (this session object was at version {version}); "
+                "it catches up before its next use; retry"
+            )
 
     def decide(self, position: Position, command: Command) -> Batch:
         """Apply ``command`` to the position's state in memory only; the batch it produced."""
@@ -136,7 +181,7 @@ class Pipeline:
             return run(position.state, command)
         except BaseException:
             if position.state.version != before:
-                self._reload(position)  # a later step failed after an earlier one was applied
+                self._reload_after(position)  # a later step failed after an earlier one applied
             raise
 
     def _record(self, position: Position, events: Sequence[DomainEvent]) -> None:
@@ -144,8 +189,15 @@ class Pipeline:
             position.chain = self.backend.append(
                 position.session_id, events, prev_chain=position.chain
             )
+        except (StoreUnavailable, ConcurrencyConflict):
+            # Reload before the next use, not now: after a database failure a second wait on
+            # the same lock or timeout would double what the caller waits (ADR-0021); after a
+            # conflict the caller may back off first, and a state loaded before that sleep
+            # would be stale again when it retries (ADR-0022).
+            position.stale = True
+            raise
         except BaseException:
-            self._reload(position)
+            self._reload_after(position)
             raise
 
     def _take_snapshot(self, position: Position) -> None:
@@ -175,7 +227,18 @@ class Pipeline:
         if notices:
             self._publish(notices)
 
+    def _reload_after(self, position: Position) -> None:
+        """Reload after a failed command; when the store cannot be read either, the position
+        stays stale (`current` retries) and the command's own error is the one raised."""
+        try:
+            self._reload(position)
+        except TurnledgerError as error:
+            log.warning("session %s: cannot reload after a failed command (%s); it will be "
+                        "reloaded before its next use", position.state.session_id, error)
+
     def _reload(self, position: Position) -> None:
+        """Stand where the store says; the position stays stale when this raises."""
+        position.stale = True
         session_id = position.state.session_id
         if session_id is None or not self.backend.read(session_id, upto_version=1):
             # Nothing of this session is recorded (a failed start): back to a blank state.

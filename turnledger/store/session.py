@@ -159,25 +159,31 @@ class Session:
     @property
     def version(self) -> int:
         """The number of events recorded for this session so far."""
-        return self._position.state.version
+        return self._stored_state().version
 
     @property
     def legacy(self) -> bool:
-        return self._position.state.legacy
+        return self._stored_state().legacy
 
     @property
     def profile(self) -> RuntimeProfile:
-        return self._position.state.profile
+        return self._stored_state().profile
 
     @property
     def route(self) -> Route:
-        return self._position.state.route.route
+        return self._stored_state().route.route
 
     @property
     def state(self) -> SessionView:
         """A read-only picture of the session now (for replay and diagnostics)."""
         with self._lock:
-            return SessionView.of(self._position.state)
+            return SessionView.of(self._stored_state())
+
+    def _stored_state(self) -> SessionState:
+        """The state, reloaded first when a failed write left it stale (so only what is
+        stored is ever served); `StoreUnavailable` while the store cannot be read."""
+        with self._lock:
+            return self._pipeline.current(self._position).state
 
     # -- commands --
 
@@ -251,12 +257,12 @@ class Session:
     def chat_view(self) -> list[ChatMessage]:
         """The provider-facing working history (after `prepare_request`: what was sent)."""
         with self._lock:
-            return self._position.state.chat_view()
+            return self._stored_state().chat_view()
 
     def conversation_view(self) -> list[ConversationMessage]:
         """The structured history after the turn limit (R28-R29)."""
         with self._lock:
-            return self._position.state.conversation_view()
+            return self._stored_state().conversation_view()
 
     def events(self, *, after_version: int = 0) -> list[DomainEvent]:
         """The events recorded for this session, in order (reads the store).
@@ -355,7 +361,8 @@ class Store:
         messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        self._pipeline.save(position, SweepOrphans(_now()))
+        # check_head=False: a sweep that records nothing must not fail on a newer head.
+        self._pipeline.save(position, SweepOrphans(_now()), check_head=False)
         return Session(self._pipeline, position)
 
     def read_state(self, session_id: str | UUID) -> SessionView:

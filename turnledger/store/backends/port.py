@@ -43,6 +43,7 @@ from turnledger.store.codec import describe_error
 __all__ = [
     "Database",
     "InvalidStoreURL",
+    "Limits",
     "Recorders",
     "SqlConnection",
     "SqlDialect",
@@ -52,6 +53,7 @@ __all__ = [
     "redact_url",
     "url_number",
     "url_options",
+    "url_seconds",
 ]
 
 
@@ -71,6 +73,46 @@ def database_errors() -> tuple[type[BaseException], ...]:
     if psycopg is not None:
         errors.append(psycopg.Error)
     return tuple(errors)
+
+
+@attrs.frozen
+class Limits:
+    """The waits a database bounds, in seconds (0: no limit), and how to name one that ran out.
+
+    ``connect``: to open a connection or get one from the pool; ``lock``: to wait for a lock;
+    ``statement``: for one statement (ADR-0021).
+    """
+
+    connect: float = 0.0
+    lock: float = 0.0
+    statement: float = 0.0
+
+    def exceeded(self, error: BaseException) -> str | None:
+        """The limit (``"lock_timeout=1 s"``) that ``error`` or one of its causes reports."""
+        seen: BaseException | None = error
+        while seen is not None:
+            state = getattr(seen, "sqlstate", None)
+            text = str(seen).lower()
+            if state == "55P03" or (isinstance(seen, sqlite3.OperationalError) and (
+                "locked" in text or "busy" in text
+            )):
+                return _limit("lock_timeout", self.lock)
+            if state == "57014":
+                return _limit("statement_timeout", self.statement)
+            if type(seen).__name__ == "PoolTimeout" or "timeout expired" in text:
+                return _limit("connect_timeout", self.connect)
+            seen = seen.__cause__ or seen.__context__
+        return None
+
+    def explain(self, error: BaseException) -> str:
+        """One line: the error, led by the limit it ran into when it did."""
+        text = describe_error(error)
+        limit = self.exceeded(error)
+        return f"{limit} exceeded: {text}" if limit else text
+
+
+def _limit(name: str, seconds: float) -> str:
+    return f"{name}={seconds:g} s"
 
 
 @attrs.frozen
@@ -126,6 +168,8 @@ class Database(abc.ABC):
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)
         """The URL this database was opened with, password removed."""
+        self.limits = Limits()
+        """The waits this database bounds (a backend sets them from its URL)."""
 
     @classmethod
     @abc.abstractmethod
@@ -140,6 +184,20 @@ class Database(abc.ABC):
         """The library's recorders on this database; ``settings`` are the caller's library
         settings (compressor, cipher), to be completed from the URL. Creates what is missing
         (file, schema, tables). Raises `StoreUnavailable` or `InvalidStoreURL`."""
+
+    def describe_failure(self, error: BaseException) -> str:
+        """One line for a database error, naming the timeout it ran into (if any)."""
+        return self.limits.explain(error)
+
+    def settle(self) -> None:
+        """Wait until no write transaction is still in flight on this database.
+
+        After a connection was lost during a commit, the server may still be finishing that
+        transaction; the event store calls this before it checks whether the batch landed.
+        A database whose commits are synchronous with the call (SQLite, memory) has nothing
+        to wait for. Raises `StoreUnavailable` when the wait fails or times out.
+        """
+        return
 
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
@@ -175,7 +233,9 @@ def open_library_recorders(
         if factory is not None:
             with contextlib.suppress(Exception):
                 factory.close()
-        raise StoreUnavailable(f"cannot open {database.url}: {describe_error(error)}") from error
+        raise StoreUnavailable(
+            f"cannot open {database.url}: {database.describe_failure(error)}"
+        ) from error
     return recorders
 
 
@@ -222,3 +282,16 @@ def url_number(url: str, key: str, value: str, *, minimum: int) -> str:
             f"{redact_url(url)}: option {key} must be an integer >= {minimum}, got {value!r}"
         )
     return str(number)
+
+
+def url_seconds(url: str, key: str, value: str) -> float:
+    """``value`` as a number of seconds >= 0 (decimals allowed); `InvalidStoreURL` otherwise."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < 10**6:  # also refuses nan and inf
+        raise InvalidStoreURL(
+            f"{redact_url(url)}: option {key} must be a number of seconds >= 0, got {value!r}"
+        )
+    return seconds

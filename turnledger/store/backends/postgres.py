@@ -1,15 +1,22 @@
 """``postgresql://user[:password]@host[:port]/dbname``: the library's PostgreSQL recorders.
 
 Query options: ``schema`` (created when missing; default ``public``), ``pool_size``,
-``max_overflow``, ``connect_timeout`` (seconds to get a connection, default 5),
-``lock_timeout`` (seconds). ``postgres://`` is accepted too. Projections keep their tables in
-the store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only
-when such a store is opened.
+``max_overflow``, ``connect_timeout`` (whole seconds to connect or to get a connection from the
+pool, default 5), ``lock_timeout`` and ``statement_timeout`` (seconds, decimals allowed; 0 or
+absent: no limit). ``postgres://`` is accepted too. Projections keep their tables in the
+store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only when such
+a store is opened.
+
+Bounded waits (ADR-0021): the timeouts are set on every connection of the pool (so they bind
+reads as well as the insert), and the library's recorders are used without their retry loop
+(ten attempts 0.2 s apart, which multiplied every timeout): a timeout fails at once with
+`StoreUnavailable` naming the limit; only a connection found dead is retried, on a new one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import urllib.parse
 from collections.abc import Iterator
@@ -20,6 +27,7 @@ import attrs
 from turnledger.store.backends.port import (
     Database,
     InvalidStoreURL,
+    Limits,
     Recorders,
     SqlConnection,
     SqlDialect,
@@ -28,20 +36,21 @@ from turnledger.store.backends.port import (
     redact_url,
     url_number,
     url_options,
+    url_seconds,
 )
-from turnledger.store.codec import describe_error
 
 __all__ = ["POSTGRES_DIALECT", "PostgresDatabase"]
 
 POSTGRES_DIALECT: Final = SqlDialect(name="postgresql", placeholder="%s", begin="BEGIN")
 
-_OPTIONS: Final = ("schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout")
+_OPTIONS: Final = (
+    "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout"
+)
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # URL option -> the library's setting, and the smallest value allowed.
 _POOL_OPTIONS: Final = (
     ("pool_size", "POSTGRES_POOL_SIZE", 1),
     ("max_overflow", "POSTGRES_MAX_OVERFLOW", 0),
-    ("lock_timeout", "POSTGRES_LOCK_TIMEOUT", 0),
 )
 
 
@@ -72,15 +81,26 @@ class _Login:
         )
 
 
+
 class PostgresDatabase(Database):
     """One schema of one PostgreSQL database."""
 
-    def __init__(self, url: str, login: _Login, schema: str, pool: dict[str, str]) -> None:
+    def __init__(
+        self,
+        url: str,
+        login: _Login,
+        schema: str,
+        pool: dict[str, str],
+        limits: Limits | None = None,
+    ) -> None:
         super().__init__(url)
         self.login = login
         self.schema = schema
         self.pool = pool
         """The library's pool settings given in the URL (``POSTGRES_POOL_SIZE`` ...)."""
+        self.limits = limits or Limits(connect=float(login.connect_timeout))
+        # The timeouts every connection obeys (seconds; 0: no limit).
+        self._events_table = "stored_events"
 
     @classmethod
     def from_url(cls, url: str, rest: str) -> Self:
@@ -116,11 +136,18 @@ class PostgresDatabase(Database):
             for key, setting, minimum in _POOL_OPTIONS
             if key in options
         }
-        return cls(url, login, schema, pool)
+        limits = Limits(
+            connect=float(login.connect_timeout),
+            lock=url_seconds(url, "lock_timeout", options.get("lock_timeout", "0")),
+            statement=url_seconds(
+                url, "statement_timeout", options.get("statement_timeout", "0")
+            ),
+        )
+        return cls(url, login, schema, pool, limits)
 
     def open(self, settings: dict[str, str]) -> Recorders:
         try:
-            from eventsourcing.postgres import PostgresFactory
+            from turnledger.store.backends.pg_recorders import bounded_factory
         except ImportError as error:
             raise InvalidStoreURL(
                 f"{self.url!r}: PostgreSQL needs psycopg: pip install 'turnledger[postgres]'"
@@ -134,11 +161,44 @@ class PostgresDatabase(Database):
             POSTGRES_PASSWORD=self.login.password,
             POSTGRES_SCHEMA=self.schema,
             POSTGRES_CONNECT_TIMEOUT=self.login.connect_timeout,
+            POSTGRES_LOCK_TIMEOUT=str(math.ceil(self.limits.lock)),  # the DDL's; see below
             CREATE_TABLE="y",
             **self.pool,
         )
         with self._schema_setup_lock():
-            return open_library_recorders(self, PostgresFactory, settings)
+            recorders = open_library_recorders(self, bounded_factory(self.limits), settings)
+        self._events_table = getattr(recorders.events, "events_table_name", "stored_events")
+        return recorders
+
+    def settle(self) -> None:
+        """Wait (up to the lock or connect timeout) for writers still holding the events table.
+
+        A SHARE lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it
+        is granted once a transaction whose connection was lost has committed or rolled back.
+        """
+        import psycopg
+        from psycopg import sql
+
+        wait = self.limits.lock or self.limits.connect
+        try:
+            with (
+                psycopg.connect(self.login.conninfo(), autocommit=True) as connection,
+                connection.transaction(),
+            ):
+                connection.execute(
+                    sql.SQL("SET LOCAL lock_timeout = {}").format(
+                        sql.Literal(f"{int(wait * 1000)}ms")
+                    )
+                )
+                connection.execute(
+                    sql.SQL("LOCK TABLE {}.{} IN SHARE MODE").format(
+                        sql.Identifier(self.schema), sql.Identifier(self._events_table)
+                    )
+                )
+        except psycopg.Error as error:
+            raise StoreUnavailable(
+                f"cannot wait for writers in {self.url}: {self.describe_failure(error)}"
+            ) from error
 
     @contextlib.contextmanager
     def _schema_setup_lock(self) -> Iterator[None]:
@@ -157,7 +217,9 @@ class PostgresDatabase(Database):
         try:
             connection = psycopg.connect(self.login.conninfo(), autocommit=True)
         except psycopg.Error as error:
-            raise StoreUnavailable(f"cannot open {self.url}: {describe_error(error)}") from error
+            raise StoreUnavailable(
+                f"cannot open {self.url}: {self.describe_failure(error)}"
+            ) from error
         with connection:
             try:
                 connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
@@ -173,7 +235,7 @@ class PostgresDatabase(Database):
                         )
             except psycopg.Error as error:
                 raise StoreUnavailable(
-                    f"cannot open {self.url}: {describe_error(error)}"
+                    f"cannot open {self.url}: {self.describe_failure(error)}"
                 ) from error
             try:
                 yield

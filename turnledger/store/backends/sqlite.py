@@ -2,8 +2,9 @@
 
 The part after ``sqlite:///`` is the path: ``sqlite:///./x.db`` and ``sqlite:///x.db`` are
 relative to the working directory, ``sqlite:////abs/x.db`` is absolute. Missing parent
-directories are created. Query option: ``lock_timeout`` (seconds). Projections keep their
-tables in the same file.
+directories are created. Query option: ``lock_timeout`` (seconds to wait for the file's
+lock, decimals allowed, default 5; 0: do not wait). Projections keep their tables in the same
+file.
 """
 
 from __future__ import annotations
@@ -11,22 +12,27 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
-from typing import Final, Self
+from typing import TYPE_CHECKING, Final, Self, cast
 
 from eventsourcing.persistence import DatabaseError, InterfaceError, OperationalError
 
 from turnledger.store.backends.port import (
     Database,
     InvalidStoreURL,
+    Limits,
     Recorders,
     SqlConnection,
     SqlDialect,
     StoreUnavailable,
     open_library_recorders,
     redact_url,
-    url_number,
     url_options,
+    url_seconds,
 )
+
+if TYPE_CHECKING:
+    from eventsourcing.sqlite import SQLiteFactory
+    from eventsourcing.utils import Environment
 
 __all__ = ["SQLITE_DIALECT", "SQLiteDatabase"]
 
@@ -39,11 +45,14 @@ _DEFAULT_LOCK_TIMEOUT: Final = 5.0  # seconds, the library's default too
 class SQLiteDatabase(Database):
     """One SQLite file, named by an absolute path."""
 
-    def __init__(self, url: str, path: str, lock_timeout: str | None) -> None:
+    def __init__(self, url: str, path: str, lock_timeout: float | None) -> None:
         super().__init__(url)
         self.path = path
         self.lock_timeout = lock_timeout
         """Seconds to wait for a lock (``lock_timeout`` option), None for the default."""
+        self.limits = Limits(
+            lock=_DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+        )
 
     @classmethod
     def from_url(cls, url: str, rest: str) -> Self:
@@ -62,9 +71,8 @@ class SQLiteDatabase(Database):
                 f"{redact_url(url)!r}: use memory:// for an in-memory store, a file path otherwise"
             )
         timeout = options.get("lock_timeout")
-        if timeout is not None:
-            timeout = url_number(url, "lock_timeout", timeout, minimum=0)
-        return cls(url, os.path.abspath(path), timeout)
+        seconds = None if timeout is None else url_seconds(url, "lock_timeout", timeout)
+        return cls(url, os.path.abspath(path), seconds)
 
     @property
     def uri(self) -> str:
@@ -77,10 +85,18 @@ class SQLiteDatabase(Database):
 
         self._prepare_file()
         settings.update(SQLITE_DBNAME=self.uri, CREATE_TABLE="y")
-        if self.lock_timeout is not None:
-            settings["SQLITE_LOCK_TIMEOUT"] = self.lock_timeout
+        lock = self.limits.lock
+
+        def factory(env: Environment) -> SQLiteFactory:
+            built = SQLiteFactory(env)
+            # The library reads the setting as an int and treats 0 as "5 s"; its pool passes
+            # the value to sqlite3.connect(timeout=...), which takes any float: 0 must mean
+            # "do not wait" (a busy timeout under a millisecond is none at all).
+            built.datastore.pool.lock_timeout = cast(int, max(lock, 1e-9))
+            return built
+
         try:
-            return open_library_recorders(self, SQLiteFactory, settings)
+            return open_library_recorders(self, factory, settings)
         except StoreUnavailable as error:
             cause = error.__cause__
             if isinstance(cause, DatabaseError | sqlite3.DatabaseError) and not isinstance(
@@ -119,6 +135,6 @@ class SQLiteDatabase(Database):
             uri=True,
             isolation_level=None,
             check_same_thread=False,
-            timeout=float(self.lock_timeout or _DEFAULT_LOCK_TIMEOUT),
+            timeout=self.limits.lock,
         )
         return SqlConnection(connection, SQLITE_DIALECT)

@@ -1,0 +1,119 @@
+"""The library's PostgreSQL recorders with bounded waits (ADR-0021); imported with psycopg.
+
+The library decorates every recorder method with ``retry((InterfaceError, OperationalError),
+max_attempts=10, wait=0.2)``: a lock or statement timeout was tried ten times (a 1 s lock
+timeout failed after 11.8 s), and an insert whose COMMIT was answered by a lost connection was
+run again and hit the primary key. Here the insert runs once (the event store settles an
+in-doubt insert itself, ADR-0020); reads are retried only when the connection was found dead,
+at most twice, on a new connection. Every connection of the pool carries the URL's lock and
+statement timeouts (so reads obey them too) and libpq's connect timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from eventsourcing.persistence import InterfaceError, OperationalError
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+    PostgresFactory,
+    PostgresTrackingRecorder,
+)
+from eventsourcing.utils import Environment
+
+from turnledger.store.backends.port import Limits
+
+__all__ = ["bounded_factory", "connection_lost"]
+
+_RECONNECTS = 2
+"""Extra attempts of a read whose connection was found dead (one per pooled connection lost)."""
+_LOST_STATES = frozenset({"57P01", "57P02", "57P03"})  # admin/crash shutdown, cannot connect now
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` (a library error) says the connection died, not that a limit ran out."""
+    cause = error.__cause__
+    if isinstance(cause, psycopg_pool.PoolTimeout) or not isinstance(cause, psycopg.Error):
+        return False
+    state = cause.sqlstate
+    if state is None:
+        return isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError) and (
+            "timeout" not in str(cause).lower()
+        )
+    return state.startswith("08") or state in _LOST_STATES
+
+
+def _reconnecting(method: Any) -> Callable[..., Any]:
+    """The library's ``method`` without its retry loop, retried only on a dead connection."""
+    inner: Callable[..., Any] = method.__wrapped__
+
+    @functools.wraps(inner)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(_RECONNECTS + 1):
+            try:
+                return inner(*args, **kwargs)
+            except (InterfaceError, OperationalError) as error:
+                if attempt == _RECONNECTS or not connection_lost(error):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return call
+
+
+class _ApplicationRecorder(PostgresApplicationRecorder):
+    insert_events = PostgresApplicationRecorder.insert_events.__wrapped__
+    select_events = _reconnecting(PostgresAggregateRecorder.select_events)
+    select_notifications = _reconnecting(PostgresApplicationRecorder.select_notifications)
+    max_notification_id = _reconnecting(PostgresApplicationRecorder.max_notification_id)
+
+    def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        # The library's "SET LOCAL lock_timeout = '<int>s'" would replace the connection's
+        # own (millisecond) setting inside the insert: drop it, keep the LOCK TABLE.
+        self.lock_table_statements = [
+            s for s in self.lock_table_statements if "lock_timeout" not in repr(s)
+        ]
+
+
+class _AggregateRecorder(PostgresAggregateRecorder):
+    insert_events = PostgresAggregateRecorder.insert_events.__wrapped__
+    select_events = _reconnecting(PostgresAggregateRecorder.select_events)
+
+
+class _TrackingRecorder(PostgresTrackingRecorder):
+    insert_tracking = _reconnecting(PostgresTrackingRecorder.insert_tracking)
+    max_tracking_id = _reconnecting(PostgresTrackingRecorder.max_tracking_id)
+    has_tracking_id = _reconnecting(PostgresTrackingRecorder.has_tracking_id)
+
+
+class _BoundedFactory(PostgresFactory):
+    aggregate_recorder_class = _AggregateRecorder
+    application_recorder_class = _ApplicationRecorder
+    tracking_recorder_class = _TrackingRecorder
+
+
+def bounded_factory(limits: Limits) -> Callable[[Environment], PostgresFactory]:
+    """A factory builder whose pool's connections obey ``limits``."""
+
+    def build(env: Environment) -> PostgresFactory:
+        factory = _BoundedFactory(env)
+        kwargs = factory.datastore.pool.kwargs
+        assert isinstance(kwargs, dict), "the library passes its connection settings as a dict"
+        kwargs["connect_timeout"] = max(int(limits.connect), 1)
+        options = [
+            f"-c {name}={int(seconds * 1000)}ms"
+            for name, seconds in (("lock_timeout", limits.lock),
+                                  ("statement_timeout", limits.statement))
+            if seconds
+        ]
+        if options:
+            kwargs["options"] = " ".join(options)
+        return factory
+
+    return build
