@@ -13,6 +13,16 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from turnledger.domain.blocks import (
+    DocumentBlock,
+    ImageBlock,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    ServerToolResult,
+    ServerToolUse,
+    TextBlock,
+    ThinkingBlock,
+)
 from turnledger.domain.messages import (
     BREADCRUMB_TEXT,
     TOOL_RESULTS_PREFIX,
@@ -30,6 +40,7 @@ __all__ = [
     "IMAGE_MARKERS",
     "chat_histories",
     "conversation_histories",
+    "every_block_type_history",
     "message_texts",
 ]
 
@@ -146,3 +157,59 @@ def chat_histories(
 ) -> st.SearchStrategy[list[ChatMessage]]:
     """The provider-facing form of `conversation_histories` (assistant/tool JSON envelopes)."""
     return conversation_histories(min_turns=min_turns, max_turns=max_turns).map(to_chat_messages)
+
+
+# --- provider content blocks (issue 8) ---------------------------------------------------------
+
+
+EPHEMERAL = '{"cache_control":{"type":"ephemeral"}}'
+
+
+def every_block_type_history() -> list[ConversationMessage]:
+    """One structured history holding every block type and provider field turnledger keeps."""
+    call = ToolCall("toolu_1", "read", '{"path":"/a"}', extra='{"caller":{"type":"direct"}}')
+    server = ServerToolUse("srvtoolu_1", "web_search", '{"query":"x"}')
+    return [
+        Chat(ChatMessage.from_blocks("system", [TextBlock("sys", extra=EPHEMERAL)])),
+        Chat(
+            ChatMessage.from_blocks(
+                "user",
+                [
+                    TextBlock("look"),
+                    ImageBlock("https://example.com/a.png"),
+                    ImageBlock(media_type="image/png", data="iVBORw0KGgo="),
+                    DocumentBlock('{"data":"JVBERi0=","media_type":"application/pdf","type":"base64"}'),
+                ],
+            )
+        ),
+        AssistantToolCalls.from_blocks(
+            [
+                ThinkingBlock("let me think", "sig=="),
+                RedactedThinkingBlock("ENCRYPTED"),
+                server,
+                ServerToolResult("web_search_tool_result", "srvtoolu_1", '[{"title":"t"}]'),
+                TextBlock("reading", extra='{"citations":[]}'),
+                call,
+            ],
+            extra='{"refusal":null}',
+        ),
+        ToolResults(
+            (
+                ToolResult.from_blocks(
+                    "toolu_1",
+                    [TextBlock("file"), ImageBlock("https://example.com/b.png"),
+                     DocumentBlock('{"data":"doc","type":"text"}')],
+                    "read",
+                    is_error=False,
+                    extra=EPHEMERAL,
+                ),
+            )
+        ),
+        Chat(
+            ChatMessage.from_blocks(
+                "assistant",
+                [TextBlock("done"), OpaqueBlock('{"type":"future_block","x":1}')],
+                extra='{"annotations":[]}',
+            )
+        ),
+    ]

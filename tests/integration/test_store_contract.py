@@ -308,10 +308,16 @@ def test_e10_version_1_encoding_is_unchanged_while_classes_are_at_version_1(name
     if type(event).class_version != 1:
         pytest.skip(f"{type(event).__name__} is at version {type(event).class_version}")
     backend = open_backend("memory://")
-    stored, _ = backend.mapper.to_stored_events(
-        list(V1_EVENTS.values())[: event.originator_version], ZERO_CHAIN
-    )
-    assert load_fixture(name) == stored[-1]
+    earlier = list(V1_EVENTS.values())[: event.originator_version]
+    stored, _ = backend.mapper.to_stored_events(earlier, ZERO_CHAIN)
+    if all(type(e).class_version == 1 for e in earlier):
+        assert load_fixture(name) == stored[-1]
+    else:
+        # An earlier record's class moved on (issue 8: MessageAppended v2), so the chain value
+        # this record carries differs; its own payload must still be the fixture's bytes.
+        assert msgpack.unpackb(load_fixture(name).state)[1] == msgpack.unpackb(
+            stored[-1].state
+        )[1]
 
 
 @attrs.frozen
