@@ -59,6 +59,8 @@ from turnledger.domain.messages import (
     ConversationMessage,
     ToolResults,
     as_conversation_message,
+    chat_tool_call_id,
+    classify_appended,
     parse_tool_envelope,
 )
 from turnledger.domain.state import SessionState
@@ -320,7 +322,8 @@ def _decide_route(state: SessionState, command: SelectRoute, batch: Batch) -> No
 
 
 def _decide_append(state: SessionState, command: AppendMessage, batch: Batch) -> None:
-    item = as_conversation_message(command.message)
+    # The structure (text, tool calls, tool results) is decided here, once, and recorded.
+    item = classify_appended(command.message)
     if isinstance(item, Chat) and item.message.synthetic:
         raise InvalidMessage("the breadcrumb is inserted by turnledger, not appended")
     limit = state.profile.max_tool_result_chars if command.truncate else 0
@@ -534,7 +537,7 @@ def _longest_tool_text(item: ConversationMessage) -> int | None:
         case ToolResults(results=results):
             return max(len(r.content) for r in results)
         case Chat(message=m) if m.role == "tool":
-            parsed = parse_tool_envelope(m.content)
+            parsed = parse_tool_envelope(m.content) if chat_tool_call_id(m) else None
             return len(parsed[1]) if parsed else len(m.content)
     return None
 
