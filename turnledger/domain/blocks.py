@@ -38,6 +38,7 @@ __all__ = [
     "ThinkingBlock",
     "block_text",
     "canonical_json",
+    "canonical_text",
     "extra_fields",
     "extra_text",
 ]
@@ -66,6 +67,24 @@ def extra_fields(extra: str) -> dict[str, Any]:
     return value
 
 
+def canonical_text(text: str) -> str:
+    """A JSON text in canonical form (`canonical_json`); ``""`` stays ``""``.
+
+    The converter of every field that holds JSON text, so equal JSON gives equal values.
+    Raises `InvalidMessage` for a text that is not JSON.
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    try:
+        return canonical_json(json.loads(text))
+    except (ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"not JSON text: {text[:60]!r}") from exc
+
+
+def _json_field(default: str = "") -> Any:
+    return attrs.field(default=default, kw_only=True, converter=canonical_text)
+
+
 def _check_str(owner: str, **fields: object) -> None:
     for name, value in fields.items():
         if not isinstance(value, str):
@@ -83,7 +102,7 @@ class TextBlock:
     """A text block (OpenAI ``text``/``input_text``/``output_text``, Anthropic ``text``)."""
 
     text: str
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("text_block", text=self.text)
@@ -101,7 +120,7 @@ class ImageBlock:
     url: str = ""
     media_type: str = attrs.field(default="", kw_only=True)
     data: str = attrs.field(default="", kw_only=True)
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("image_block", url=self.url, media_type=self.media_type, data=self.data)
@@ -118,8 +137,8 @@ class ImageBlock:
 class DocumentBlock:
     """A document (a PDF, a text file, ...); ``source`` is the JSON text of its source."""
 
-    source: str
-    extra: str = attrs.field(default="", kw_only=True)
+    source: str = attrs.field(converter=canonical_text)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("document_block", source=self.source)
@@ -132,7 +151,7 @@ class ThinkingBlock:
 
     thinking: str
     signature: str = ""
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("thinking_block", thinking=self.thinking, signature=self.signature)
@@ -144,7 +163,7 @@ class RedactedThinkingBlock:
     """Thinking the provider encrypted (``data``), sent back as it came."""
 
     data: str
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("redacted_thinking_block", data=self.data)
@@ -160,8 +179,8 @@ class ServerToolUse:
 
     id: str
     name: str
-    input: str = "{}"
-    extra: str = attrs.field(default="", kw_only=True)
+    input: str = attrs.field(default="{}", converter=canonical_text)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("server_tool_use", id=self.id, name=self.name, input=self.input)
@@ -177,8 +196,8 @@ class ServerToolResult:
 
     type: str
     tool_use_id: str
-    content: str
-    extra: str = attrs.field(default="", kw_only=True)
+    content: str = attrs.field(converter=canonical_text)
+    extra: str = _json_field()
 
     def __attrs_post_init__(self) -> None:
         _check_str("server_tool_result", type=self.type, tool_use_id=self.tool_use_id,
@@ -190,7 +209,7 @@ class ServerToolResult:
 class OpaqueBlock:
     """A block of a type turnledger does not know: ``json`` is its canonical JSON text."""
 
-    json: str
+    json: str = attrs.field(converter=canonical_text)
 
     def __attrs_post_init__(self) -> None:
         _check_str("opaque_block", json=self.json)

@@ -19,6 +19,7 @@ from turnledger.domain.blocks import (
     ImageBlock,
     TextBlock,
     block_text,
+    canonical_text,
 )
 from turnledger.domain.errors import InvalidMessage
 
@@ -115,7 +116,7 @@ class ChatMessage:
     blocks: tuple[ContentBlock, ...] = attrs.field(
         default=(), kw_only=True, converter=_to_blocks
     )
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
     envelope: bool | None = attrs.field(default=None, kw_only=True, eq=False)
     item: AssistantToolCalls | ToolResult | None = attrs.field(
         default=None, kw_only=True, eq=False
@@ -239,7 +240,7 @@ class ToolCall:
     id: str
     name: str
     arguments: str = "{}"
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
     """Provider fields of the call turnledger does not interpret (e.g. Anthropic ``caller``)."""
 
     def __attrs_post_init__(self) -> None:
@@ -269,7 +270,7 @@ class ToolResult:
         default=(), kw_only=True, converter=_to_blocks
     )
     is_error: bool | None = attrs.field(default=None, kw_only=True)
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
 
     def __attrs_post_init__(self) -> None:
         _require_str("tool_result.tool_call_id", self.tool_call_id)
@@ -354,7 +355,7 @@ class AssistantToolCalls:
     blocks: tuple[AssistantBlock, ...] = attrs.field(
         default=(), kw_only=True, converter=_to_assistant_blocks
     )
-    extra: str = attrs.field(default="", kw_only=True)
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
 
     @classmethod
     def from_blocks(
