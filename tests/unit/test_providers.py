@@ -12,7 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import every_block_type_history, provider_histories
-from turnledger.domain.messages import ConversationMessage, to_chat_messages
+from turnledger.domain.blocks import ThinkingBlock
+from turnledger.domain.budget import Route
+from turnledger.domain.decider import PreparedRequest, request_digest
+from turnledger.domain.messages import ChatMessage, ConversationMessage, to_chat_messages
 from turnledger.providers import (
     TranscriptError,
     from_anthropic,
@@ -114,3 +117,23 @@ def test_e11_bad_input_names_the_message_and_field(fmt: str, raw: Any, expected:
     with pytest.raises(TranscriptError) as caught:
         importer(raw)
     assert expected == str(caught.value)
+
+
+def test_e6_prepared_request_gives_each_provider_body() -> None:
+    """PreparedRequest.to_openai_chat/.to_anthropic/.to_openai_responses convert its messages."""
+    messages = to_chat_messages(every_block_type_history())
+    request = PreparedRequest(messages, Route("p", "m"), None, 1000, 10, None, window=1000)
+    assert to_openai_chat(messages) == request.to_openai_chat()
+    assert to_anthropic(messages) == request.to_anthropic()
+    assert to_openai_responses(messages) == request.to_openai_responses()
+
+
+def test_e6_digest_covers_blocks_and_keeps_old_digests() -> None:
+    """A plain message digests as before issue 8; a thinking signature changes the digest."""
+    # SHA-256 of [["user","hi",[],false]], the digest the code before issue 8 recorded.
+    before = "c4b28590e83fdcfb18b11182f5cfc73510d1e373e8208689c4057140db622204"
+    assert before == request_digest([ChatMessage.user("hi")])
+    assert before == request_digest([ChatMessage("user", "hi", envelope=False)])
+    signed = [ChatMessage.from_blocks("assistant", [ThinkingBlock("t", "sig-1")])]
+    resigned = [ChatMessage.from_blocks("assistant", [ThinkingBlock("t", "sig-2")])]
+    assert request_digest(signed) != request_digest(resigned)

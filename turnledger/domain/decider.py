@@ -54,14 +54,22 @@ from turnledger.domain.events import (
     View,
 )
 from turnledger.domain.messages import (
+    AssistantToolCalls,
     Chat,
     ChatMessage,
     ConversationMessage,
+    ToolResult,
     ToolResults,
     as_conversation_message,
     chat_tool_call_id,
     classify_appended,
     parse_tool_envelope,
+)
+from turnledger.domain.providers import (
+    block_json,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
 )
 from turnledger.domain.state import SessionState
 from turnledger.domain.sweep import sweep_conversation_orphans
@@ -199,16 +207,49 @@ class PreparedRequest:
     purpose: Purpose = attrs.field(default=Purpose.TURN, kw_only=True)
     digest: str = attrs.field(default="", kw_only=True)
 
+    def to_openai_chat(self) -> list[dict[str, Any]]:
+        """The ``messages`` of an OpenAI Chat Completions request (`turnledger.providers`)."""
+        return to_openai_chat(self.messages)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The ``system`` and ``messages`` of an Anthropic Messages request."""
+        return to_anthropic(self.messages)
+
+    def to_openai_responses(self) -> list[dict[str, Any]]:
+        """The ``input`` items of an OpenAI Responses request."""
+        return to_openai_responses(self.messages)
+
 
 # --- request accounting (one place) ---------------------------------------------------------
 
 def request_digest(messages: Iterable[ChatMessage]) -> str:
     """SHA-256 of the exact messages of a request (E6), stable across versions and platforms."""
     canonical = [
-        [m.role, m.content, list(m.attachments), m.synthetic] for m in messages
+        [m.role, m.content, list(m.attachments), m.synthetic, *_provider_fields(m)]
+        for m in messages
     ]
     raw = json.dumps(canonical, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(raw).hexdigest()
+
+
+def _provider_fields(message: ChatMessage) -> list[Any]:
+    """What a message sends beyond its text (blocks, provider fields), for the digest.
+
+    Empty for a message without any, so a digest recorded before issue 8 still matches.
+    """
+    item = message.item
+    fields: list[Any] = []
+    if message.blocks or message.extra:
+        fields.append([message.extra, [block_json(b) for b in message.blocks]])
+    if isinstance(item, AssistantToolCalls) and (
+        item.blocks or item.extra or item.reasoning_content is not None
+        or any(c.extra for c in item.tool_calls)
+    ):
+        fields.append([item.extra, [block_json(b) for b in item.blocks], item.reasoning_content,
+                       [c.extra for c in item.tool_calls]])
+    elif isinstance(item, ToolResult) and (item.blocks or item.extra or item.is_error is not None):
+        fields.append([item.extra, [block_json(b) for b in item.blocks], item.is_error])
+    return fields
 
 
 def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple[int, int]:

@@ -45,7 +45,7 @@ from turnledger.domain.messages import (
     parse_assistant_envelope,
     parse_tool_envelope,
 )
-from turnledger.providers import TranscriptError
+from turnledger.domain.providers import TranscriptError
 
 __all__ = [
     "FORMATS",
