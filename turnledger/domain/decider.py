@@ -84,6 +84,7 @@ __all__ = [
     "Command",
     "EnforceTokenBudget",
     "EnforceTurnLimit",
+    "ImportConversation",
     "PrepareRequest",
     "PreparedRequest",
     "RecoverFromOverflow",
@@ -164,6 +165,25 @@ class PrepareRequest:
 
 
 @attrs.frozen
+class ImportConversation:
+    """Start a session and record a whole conversation, as one batch (issue 8: import).
+
+    The events are saved in one transaction, so a conversation is imported whole or not at all.
+    By default the messages are recorded as given: no truncation (R38), no turn limit (R27a);
+    the profile applies when a request is prepared. ``as_live=True`` records them as a live
+    runtime would have: each append truncates and enforces the turn limit.
+    """
+
+    start: StartSession
+    messages: tuple[ConversationMessage | ChatMessage, ...]
+    as_live: bool = False
+
+    @property
+    def now(self) -> datetime:
+        return self.start.now
+
+
+@attrs.frozen
 class RecoverFromOverflow:
     error: str
     now: datetime
@@ -183,6 +203,7 @@ class SweepOrphans:
 
 Command = (
     StartSession
+    | ImportConversation
     | AppendMessage
     | EnforceTurnLimit
     | EnforceTokenBudget
@@ -325,6 +346,8 @@ class Batch:
 
 
 def _batch_for(state: SessionState, command: Command) -> Batch:
+    if isinstance(command, ImportConversation):
+        command = command.start
     session_id = command.session_id if isinstance(command, StartSession) else state.session_id
     return Batch(session_id, state.version, command.now)
 
@@ -549,6 +572,8 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:
             _decide_route(state, command, batch)
         case SweepOrphans():
             _decide_sweep(state, command, batch)
+        case ImportConversation():
+            raise TypeError("ImportConversation is run as its steps (`run`), not decided alone")
         case _:
             raise TypeError(f"unknown command {type(command).__name__}")
 
@@ -588,6 +613,12 @@ def _longest_tool_text(item: ConversationMessage) -> int | None:
 def _steps(command: Command) -> list[Command]:
     """The steps of one command, each decided after the previous one was evolved."""
     match command:
+        case ImportConversation(start=start, messages=messages, as_live=live):
+            steps: list[Command] = [start]
+            for message in messages:
+                append = AppendMessage(message, start.now, truncate=live)
+                steps.extend(_steps(append) if live else [append])
+            return steps
         case AppendMessage():
             if is_turn_start_item(as_conversation_message(command.message)):
                 return [command, EnforceTurnLimit(TrimTrigger.APPEND, command.now)]  # R27a
