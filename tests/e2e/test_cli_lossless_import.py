@@ -80,3 +80,14 @@ def test_e11_a_rejected_line_is_atomic_and_exit_2(cli: Cli, tmp_path: Path) -> N
     ids = imported_ids(result.stdout)
     assert 2 == len(ids)
     assert sorted(ids) == sorted(row["session_id"] for row in cli.json("sessions", "--json"))
+
+
+def test_e6_what_if_on_an_imported_session_says_it_simulated_the_calls(cli: Cli) -> None:
+    """An imported session recorded no request: what-if simulates one per assistant message."""
+    result = cli.run("import", CONVERSATIONS / "openai.jsonl", "--format", "openai")
+    first = imported_ids(result.stdout)[0]  # one assistant step with calls, one answer
+    report = cli.ok("what-if", first, "--max-history-messages", "1")
+    assert (
+        "no request was recorded in this session: a model call was simulated before each of "
+        "its 2 assistant messages"
+    ) in report

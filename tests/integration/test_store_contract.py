@@ -512,3 +512,13 @@ def test_e7_tracking_recorder_lives_in_the_same_database(
     assert tracking.max_tracking_id("analytics") is None
     tracking.insert_tracking(Tracking("analytics", 7))
     assert 7 == open_backend_at().tracking_recorder().max_tracking_id("analytics")
+
+
+def test_e10_version_2_fixture_record_still_loads(backend: EventStoreBackend) -> None:
+    """A MessageAppended v2 record (blocks, provider fields; issue 8) reads back as written."""
+    from tests.fixtures.records.make_v2_records import EVENTS as V2_EVENTS
+
+    backend.recorder.insert_events([load_fixture(name) for name in V2_EVENTS])
+    (event,) = V2_EVENTS.values()
+    assert [event] == backend.read(event.originator_id)
+    assert [] == backend.verify(event.originator_id)
