@@ -133,7 +133,12 @@ def truncate_tool_message(message: ChatMessage, max_chars: int) -> ChatMessage:
     """
     if message.role != "tool":
         raise InvalidMessage(f"role must be tool to bound a tool result, got {message.role!r}")
-    content = truncate_tool_result(message.content, max_chars)
+    if message.envelope is False:  # recorded as raw output: never read as an envelope
+        max_chars = _check_max_chars(max_chars)
+        too_long = max_chars and len(message.content) > max_chars
+        content = truncate_text(message.content, max_chars) if too_long else message.content
+    else:
+        content = truncate_tool_result(message.content, max_chars)
     return message if content == message.content else attrs.evolve(message, content=content)
 
 
