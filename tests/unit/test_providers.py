@@ -137,3 +137,21 @@ def test_e6_digest_covers_blocks_and_keeps_old_digests() -> None:
     signed = [ChatMessage.from_blocks("assistant", [ThinkingBlock("t", "sig-1")])]
     resigned = [ChatMessage.from_blocks("assistant", [ThinkingBlock("t", "sig-2")])]
     assert request_digest(signed) != request_digest(resigned)
+
+
+def test_r21_a_bare_user_messages_image_markers_are_sent_as_images() -> None:
+    """A runtime's user text with a loadable [IMAGE:ref] marker sends an image part; an imported
+    string is sent as it came, and a tool's declared images go with its result (R22)."""
+    history = [
+        ChatMessage.user("Why? [IMAGE:/tmp/log.png]"),
+        ChatMessage("user", "[IMAGE:/tmp/log.png]", envelope=False),
+        ChatMessage.tool_result_envelope("c1", "saved", ["https://x/b.png"]),
+    ]
+    assert [
+        {"role": "user", "content": [{"type": "text", "text": "Why? "},
+                                     {"type": "image_url", "image_url": {"url": "/tmp/log.png"}}]},
+        {"role": "user", "content": "[IMAGE:/tmp/log.png]"},
+        {"role": "tool", "tool_call_id": "c1", "content": [
+            {"type": "text", "text": "saved"},
+            {"type": "image_url", "image_url": {"url": "https://x/b.png"}}]},
+    ] == to_openai_chat(history)

@@ -50,6 +50,7 @@ from turnledger.domain.blocks import (
     extra_text,
 )
 from turnledger.domain.errors import InvalidMessage
+from turnledger.domain.estimate import image_markers
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
@@ -448,11 +449,13 @@ def _openai_message_json(message: ChatMessage) -> Json:
         return _with(out, item.extra)
     if isinstance(item, ToolResults):
         (result,) = item.results
+        blocks = result.blocks or _declared_images(result)
         out = {"role": "tool", "tool_call_id": result.tool_call_id,
-               "content": _openai_content(result.content, result.blocks)}
+               "content": _openai_content(result.content, blocks)}
         return _with(out, result.extra)
     chat = item.message
-    out = {"role": chat.role, "content": _openai_content(chat.content, chat.blocks)}
+    blocks = chat.blocks or _marker_blocks(chat)
+    out = {"role": chat.role, "content": _openai_content(chat.content, blocks)}
     return _with(out, chat.extra)
 
 
@@ -669,6 +672,39 @@ def _anthropic_result_json(result: ToolResult) -> Json:
     return _with(out, result.extra)
 
 
+def _marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
+    """The blocks a bare user message's loadable ``[IMAGE:ref]`` markers stand for (R21).
+
+    A message appended by a runtime in SPEC's vocabulary carries its images as markers: they
+    are sent as images. A message that came from a provider (not bare) is sent as it came.
+    """
+    if chat.role != "user" or chat.envelope is not None or chat.blocks:
+        return ()
+    markers = [m for m in image_markers(chat.content) if m.loadable]
+    if not markers:
+        return ()
+    blocks: list[ContentBlock] = []
+    cursor = 0
+    for marker in markers:
+        text = chat.content[cursor:marker.start].strip("\n")
+        if text.strip():
+            blocks.append(TextBlock(text))
+        blocks.append(_image_of_ref(marker.ref))
+        cursor = marker.end
+    tail = chat.content[cursor:].strip("\n")
+    if tail.strip():
+        blocks.append(TextBlock(tail))
+    return tuple(blocks)
+
+
+def _declared_images(result: ToolResult) -> tuple[ContentBlock, ...]:
+    """The blocks of a result recorded without blocks but with declared images (R22)."""
+    if not result.attachments:
+        return ()
+    text = (TextBlock(result.content),) if result.content else ()
+    return (*text, *(_image_of_ref(ref) for ref in result.attachments))
+
+
 def _image_of_ref(ref: str, extra: str = "") -> ImageBlock:
     """An image block of a reference: a base64 ``data:`` URL is kept as inline data."""
     head, sep, data = ref.partition(";base64,")
@@ -709,7 +745,7 @@ class _AnthropicWriter:
         if results is not None and chat.role == "user" and chat.blocks and not chat.extra:
             results.extend(block_json(b) for b in chat.blocks)  # one message, as imported
             return
-        content = _anthropic_content(chat.content, chat.blocks)
+        content = _anthropic_content(chat.content, chat.blocks or _marker_blocks(chat))
         self.messages.append(_with({"role": chat.role, "content": content}, chat.extra))
 
     def result(self) -> Json:
@@ -921,7 +957,8 @@ def _responses_chat(chat: ChatMessage) -> Json:
         return _reasoning_json(only)
     if isinstance(only, OpaqueBlock) and fields == {"type": only.type} != {"type": "message"}:
         return dict(json.loads(only.json))
-    out = {"role": chat.role, "content": _responses_content(chat.role, chat.content, chat.blocks)}
+    blocks = chat.blocks or _marker_blocks(chat)
+    out = {"role": chat.role, "content": _responses_content(chat.role, chat.content, blocks)}
     return _with(out, chat.extra)
 
 
@@ -929,7 +966,8 @@ def _responses_json(item: ConversationMessage) -> list[Json]:
     if isinstance(item, ToolResults):
         return [
             _with({"type": "function_call_output", "call_id": r.tool_call_id,
-                   "output": _responses_content("tool", r.content, r.blocks)}, r.extra)
+                   "output": _responses_content("tool", r.content,
+                                                r.blocks or _declared_images(r))}, r.extra)
             for r in item.results
         ]
     if isinstance(item, AssistantToolCalls):
