@@ -1,7 +1,8 @@
 """The ``turnledger`` command: thin — parse, call the package, print.
 
-Exit codes: 0 success, 1 a check failed (verify found violations, some import lines were
-rejected, a stored record is corrupt), 2 bad usage or bad input (one-line reason on stderr).
+Exit codes: 0 success, 1 a check failed (verify found violations, a stored record is corrupt),
+2 bad usage or bad input (one-line reason on stderr; a rejected import line is bad input, the
+other lines are still imported: DECISIONS 10).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypeVar
 
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
-from turnledger.replay.formats import FORMATS
+from turnledger.replay.transcripts import FORMATS
 from turnledger.store.session import DEFAULT_STORE_URL
 
 __all__ = ["main"]
@@ -139,53 +141,112 @@ def _print_session_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
     _table(table_rows, [h for h, _ in columns], out)
 
 
-def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+def _import_profile(
+    args: argparse.Namespace,
+) -> tuple[RuntimeProfile | None, tuple[ProviderProfile, ...], Route | None]:
     from turnledger.profiles import load_profile_document
-    from turnledger.replay.formats import read_jsonl
+
+    if not args.profile:
+        return None, (), None
+    document = load_profile_document(args.profile)
+    return document.runtime, document.providers, document.route
+
+
+def _live_changes(events: Sequence[Any]) -> list[str]:
+    """What recording as a live runtime changed: truncations (R38) and trims (R27a)."""
+    from turnledger.domain.events import MessageAppended, TrimDecided
+
+    found: list[str] = []
+    trims: dict[str, list[int]] = {}
+    for event in events:
+        if isinstance(event, MessageAppended) and event.original_chars is not None:
+            found.append(f"message {event.position}: a tool result of {event.original_chars:,} "
+                         "characters was truncated (R38)")
+        elif isinstance(event, TrimDecided):
+            counts = trims.setdefault(f"{event.reason} trims of the {event.view} view", [0, 0, 0])
+            counts[0] += 1
+            counts[1] += event.dropped_turns
+            counts[2] += event.dropped_messages
+    found += [f"{n} {what} dropped {turns} turns ({messages} messages)"
+              for what, (n, turns, messages) in trims.items()]
+    return found
+
+
+def _import_line(
+    store: Any, conversation: Any, args: argparse.Namespace, settings: tuple[Any, Any, Any]
+) -> dict[str, Any]:
+    """Record one parsed line as a session, whole or not at all; what it imported."""
+    from turnledger.domain.turns import is_turn_start_item
+    from turnledger.replay.transcripts import changes
+
+    profile, providers, route = settings
+    session = store.import_conversation(
+        conversation.history, profile, providers, route, as_live=args.as_live
+    )
+    warnings = changes(conversation, args.format)
+    if args.as_live:
+        warnings += _live_changes(session.events())
+    history = conversation.history
+    return {
+        "line": conversation.line,
+        "session": session.id,
+        "messages": len(history),
+        "turns": sum(1 for item in history if is_turn_start_item(item)),
+        "warnings": warnings,
+    }
+
+
+def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.providers import TranscriptError
+    from turnledger.replay.transcripts import read_conversations
 
     path = Path(args.file)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read {path}: {error}") from None
-    runtime: RuntimeProfile | None = None
-    providers: tuple[ProviderProfile, ...] = ()
-    route: Route | None = None
-    if args.profile:
-        document = load_profile_document(args.profile)
-        runtime, providers, route = document.runtime, document.providers, document.route
-    imported: list[str] = []
+    settings = _import_profile(args)
+    imported: list[dict[str, Any]] = []
     rejected: list[str] = []
     lines = text.count("\n") + 1
     progress = _Progress("importing")
     with _open(args) as store:
-        for number, parsed in read_jsonl(text, args.format):
-            progress(number, lines)
-            if isinstance(parsed, Exception):
+        for parsed in read_conversations(text, args.format):
+            if isinstance(parsed, TranscriptError):
                 rejected.append(f"{path}:{parsed}")
                 continue
-            session = store.start_session(profile=runtime, providers=providers, route=route)
-            for message in parsed:
-                session.append(message)
-            imported.append(session.id)
+            progress(parsed.line, lines)
+            try:
+                imported.append(_import_line(store, parsed, args, settings))
+            except TurnledgerError as error:  # e.g. a lone surrogate: nothing of it is stored
+                rejected.append(f"{path}:line {parsed.line}: {error}")
     progress.close()
+    _print_imports(imported, rejected, args, out)
+    return EXIT_USAGE if rejected else EXIT_OK
+
+
+def _print_imports(
+    imported: list[dict[str, Any]], rejected: list[str], args: argparse.Namespace, out: TextIO
+) -> None:
     if args.json:
         _dump_json({"imported": imported, "rejected": rejected}, out)
     else:
-        for session_id in imported:
-            print(session_id, file=out)
+        for row in imported:
+            print(f"{row['session']}\tline {row['line']}: {row['messages']} messages, "
+                  f"{row['turns']} turns", file=out)
+    for row in imported:
+        for warning in row["warnings"]:
+            print(f"turnledger: warning: line {row['line']}: {warning}", file=sys.stderr)
     for reason in rejected:
         print(f"turnledger: rejected {reason}", file=sys.stderr)
-    return EXIT_CHECK_FAILED if rejected else EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.replay.formats import write_jsonl_line
+    from turnledger.replay.transcripts import write_conversation
 
     with _open(args) as store:
         state = store.read_state(args.session)
-        print(write_jsonl_line(state.chat_view(), args.format), file=out)
+        print(write_conversation(state.chat_view(), args.format), file=out)
     return EXIT_OK
 
 
@@ -469,18 +530,28 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
 
     p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)",
                        description="Import a JSONL file of conversations, one per line, each as "
-                       "a new session; prints one session id per imported line. Exit 1 when a "
-                       "line was rejected (the other lines are imported).")
-    p.add_argument("file", help="JSONL file: one conversation's message list per line")
+                       "a new session recorded as the file says (no truncation, no trimming: "
+                       "the profile applies when a request is prepared). Prints per line the "
+                       "session id, its messages and turns, and a warning for anything export "
+                       "would not give back. A rejected line is reported with its number and "
+                       "reason and nothing of it is stored; the other lines are imported; exit "
+                       "2 when a line was rejected.")
+    p.add_argument("file", help="JSONL file: one conversation per line (a provider's message "
+                   "list, or a request object holding it)")
     p.add_argument("--format", required=True, choices=FORMATS,
-                   help="the provider format of the lines")
+                   help="the provider format of the lines: openai (Chat Completions "
+                   "messages), anthropic (system + messages), responses (Responses input items)")
     p.add_argument("--profile", help="TOML profile for the imported sessions")
+    p.add_argument("--as-live", action="store_true",
+                   help="record as a live runtime would: truncate long tool results (R38) and "
+                   "apply the turn limit on each user message (R27a), with a warning for each "
+                   "change")
     _add_json(p)
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="a session's chat view as one JSONL line",
                        description="Print a session's chat view as one JSONL line in a "
-                       "provider format.")
+                       "provider format; an imported session gives its line back.")
     p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
     p.add_argument("--format", required=True, choices=FORMATS,
                    help="the provider format to write")

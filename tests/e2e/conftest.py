@@ -96,6 +96,11 @@ def postgres_store(tmp_path: Path) -> Iterator[Target]:
 
 # --- the command ------------------------------------------------------------------------------
 
+def imported_ids(stdout: str) -> list[str]:
+    """The session ids `import` printed: the first field of each line (id, tab, summary)."""
+    return [line.split("\t")[0] for line in stdout.splitlines()]
+
+
 class Cli:
     """``python -m turnledger --store URL ...`` on one store, in one working directory."""
 
@@ -132,11 +137,11 @@ class Cli:
         return found[0], stdout
 
     def import_fixture(self, fmt: str) -> list[str]:
-        """Import ``tests/fixtures/transcripts/FMT.jsonl`` (it holds one bad line: exit 1);
-        return the new session ids, in file order."""
+        """Import ``tests/fixtures/transcripts/FMT.jsonl`` (it holds one bad line: exit 2,
+        DECISIONS 10); return the new session ids, in file order."""
         result = self.run("import", TRANSCRIPTS / f"{fmt}.jsonl", "--format", fmt)
-        assert 1 == result.returncode, describe(result)
-        return result.stdout.split()
+        assert 2 == result.returncode, describe(result)
+        return imported_ids(result.stdout)
 
     def chat_view(self, session_id: str, *extra: str) -> list[dict[str, Any]]:
         """The messages of ``replay SESSION --view chat --json`` (plus ``extra`` options)."""

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.event_strategies import EVENT_STRATEGIES, any_event, streams_with_every_type
+from tests.strategies import every_block_type_history
 from turnledger.domain.budget import MAX_STORED_INT, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import CorruptRecord, InvalidMessage, InvalidProfile
 from turnledger.domain.events import (
@@ -459,3 +460,57 @@ def test_e11_undecodable_envelope_names_session_and_version() -> None:
     broken = dataclasses.replace(stored, state=msgpack.packb([b"x", b""]))
     with pytest.raises(CorruptRecord, match=f"session {SESSION} version 1 .*chain is not 32"):
         TurnledgerMapper().decode_record(broken)
+
+
+# --- issue 8: content blocks, provider fields, recorded structure ------------------------------
+
+
+def test_e9_every_block_type_round_trips() -> None:
+    """Messages of every block type, with provider fields, decode to equal values (E9, E12)."""
+    for position, item in enumerate(every_block_type_history()):
+        event = MessageAppended(SESSION, position + 2, NOW, position=position, message=item)
+        decoded = roundtrip(event)
+        assert event == decoded
+        assert encode_event(event) == encode_event(decoded)
+
+
+def test_e10_plain_message_payload_has_no_new_keys() -> None:
+    """A message without blocks or provider fields encodes the fields it always had."""
+    event = MessageAppended(
+        SESSION, 2, NOW, position=0, message=Chat(ChatMessage.user("hi"))
+    )
+    state = msgpack.unpackb(encode_event(event)[1])
+    assert {"role", "content", "attachments", "synthetic"} == set(state["message"]["message"])
+
+
+@pytest.mark.parametrize(
+    ("role", "content", "envelope"),
+    [
+        ("assistant", '{"tool_calls": [{"id": "c", "name": "n", "arguments": "{}"}]}', True),
+        ("assistant", "plain", False),
+        ("tool", '{"tool_call_id": "c", "content": "x"}', True),
+        ("tool", "raw output", False),
+        ("user", '{"tool_calls": [{"id": "c"}]}', None),
+    ],
+)
+def test_e10_v1_chat_message_upcasts_with_the_seed_reading(
+    role: str, content: str, envelope: bool | None
+) -> None:
+    """A v1 MessageAppended's chat message is recorded as the seed's rule read it (E10)."""
+    payload = msgpack.packb(
+        {
+            "timestamp": NOW,
+            "position": 0,
+            "message": {
+                "t": "chat",
+                "message": {"role": role, "content": content, "attachments": [],
+                            "synthetic": False},
+            },
+            "original_chars": None,
+        },
+        datetime=True,
+    )
+    event = decode_event("turnledger:MessageAppended", payload, SESSION, 2)
+    assert isinstance(event, MessageAppended)
+    assert isinstance(event.message, Chat)
+    assert envelope == event.message.message.envelope

@@ -54,12 +54,22 @@ from turnledger.domain.events import (
     View,
 )
 from turnledger.domain.messages import (
+    AssistantToolCalls,
     Chat,
     ChatMessage,
     ConversationMessage,
+    ToolResult,
     ToolResults,
     as_conversation_message,
+    chat_tool_call_id,
+    classify_appended,
     parse_tool_envelope,
+)
+from turnledger.domain.providers import (
+    block_json,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
 )
 from turnledger.domain.state import SessionState
 from turnledger.domain.sweep import sweep_conversation_orphans
@@ -74,6 +84,7 @@ __all__ = [
     "Command",
     "EnforceTokenBudget",
     "EnforceTurnLimit",
+    "ImportConversation",
     "PrepareRequest",
     "PreparedRequest",
     "RecoverFromOverflow",
@@ -154,6 +165,25 @@ class PrepareRequest:
 
 
 @attrs.frozen
+class ImportConversation:
+    """Start a session and record a whole conversation, as one batch (issue 8: import).
+
+    The events are saved in one transaction, so a conversation is imported whole or not at all.
+    By default the messages are recorded as given: no truncation (R38), no turn limit (R27a);
+    the profile applies when a request is prepared. ``as_live=True`` records them as a live
+    runtime would have: each append truncates and enforces the turn limit.
+    """
+
+    start: StartSession
+    messages: tuple[ConversationMessage | ChatMessage, ...]
+    as_live: bool = False
+
+    @property
+    def now(self) -> datetime:
+        return self.start.now
+
+
+@attrs.frozen
 class RecoverFromOverflow:
     error: str
     now: datetime
@@ -173,6 +203,7 @@ class SweepOrphans:
 
 Command = (
     StartSession
+    | ImportConversation
     | AppendMessage
     | EnforceTurnLimit
     | EnforceTokenBudget
@@ -197,16 +228,49 @@ class PreparedRequest:
     purpose: Purpose = attrs.field(default=Purpose.TURN, kw_only=True)
     digest: str = attrs.field(default="", kw_only=True)
 
+    def to_openai_chat(self) -> list[dict[str, Any]]:
+        """The ``messages`` of an OpenAI Chat Completions request (`turnledger.providers`)."""
+        return to_openai_chat(self.messages)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The ``system`` and ``messages`` of an Anthropic Messages request."""
+        return to_anthropic(self.messages)
+
+    def to_openai_responses(self) -> list[dict[str, Any]]:
+        """The ``input`` items of an OpenAI Responses request."""
+        return to_openai_responses(self.messages)
+
 
 # --- request accounting (one place) ---------------------------------------------------------
 
 def request_digest(messages: Iterable[ChatMessage]) -> str:
     """SHA-256 of the exact messages of a request (E6), stable across versions and platforms."""
     canonical = [
-        [m.role, m.content, list(m.attachments), m.synthetic] for m in messages
+        [m.role, m.content, list(m.attachments), m.synthetic, *_provider_fields(m)]
+        for m in messages
     ]
     raw = json.dumps(canonical, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return hashlib.sha256(raw).hexdigest()
+
+
+def _provider_fields(message: ChatMessage) -> list[Any]:
+    """What a message sends beyond its text (blocks, provider fields), for the digest.
+
+    Empty for a message without any, so a digest recorded before issue 8 still matches.
+    """
+    item = message.item
+    fields: list[Any] = []
+    if message.blocks or message.extra:
+        fields.append([message.extra, [block_json(b) for b in message.blocks]])
+    if isinstance(item, AssistantToolCalls) and (
+        item.blocks or item.extra or item.reasoning_content is not None
+        or any(c.extra for c in item.tool_calls)
+    ):
+        fields.append([item.extra, [block_json(b) for b in item.blocks], item.reasoning_content,
+                       [c.extra for c in item.tool_calls]])
+    elif isinstance(item, ToolResult) and (item.blocks or item.extra or item.is_error is not None):
+        fields.append([item.extra, [block_json(b) for b in item.blocks], item.is_error])
+    return fields
 
 
 def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple[int, int]:
@@ -282,6 +346,8 @@ class Batch:
 
 
 def _batch_for(state: SessionState, command: Command) -> Batch:
+    if isinstance(command, ImportConversation):
+        command = command.start
     session_id = command.session_id if isinstance(command, StartSession) else state.session_id
     return Batch(session_id, state.version, command.now)
 
@@ -320,7 +386,8 @@ def _decide_route(state: SessionState, command: SelectRoute, batch: Batch) -> No
 
 
 def _decide_append(state: SessionState, command: AppendMessage, batch: Batch) -> None:
-    item = as_conversation_message(command.message)
+    # The structure (text, tool calls, tool results) is decided here, once, and recorded.
+    item = classify_appended(command.message)
     if isinstance(item, Chat) and item.message.synthetic:
         raise InvalidMessage("the breadcrumb is inserted by turnledger, not appended")
     limit = state.profile.max_tool_result_chars if command.truncate else 0
@@ -505,6 +572,8 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:
             _decide_route(state, command, batch)
         case SweepOrphans():
             _decide_sweep(state, command, batch)
+        case ImportConversation():
+            raise TypeError("ImportConversation is run as its steps (`run`), not decided alone")
         case _:
             raise TypeError(f"unknown command {type(command).__name__}")
 
@@ -534,7 +603,7 @@ def _longest_tool_text(item: ConversationMessage) -> int | None:
         case ToolResults(results=results):
             return max(len(r.content) for r in results)
         case Chat(message=m) if m.role == "tool":
-            parsed = parse_tool_envelope(m.content)
+            parsed = parse_tool_envelope(m.content) if chat_tool_call_id(m) else None
             return len(parsed[1]) if parsed else len(m.content)
     return None
 
@@ -544,6 +613,12 @@ def _longest_tool_text(item: ConversationMessage) -> int | None:
 def _steps(command: Command) -> list[Command]:
     """The steps of one command, each decided after the previous one was evolved."""
     match command:
+        case ImportConversation(start=start, messages=messages, as_live=live):
+            steps: list[Command] = [start]
+            for message in messages:
+                append = AppendMessage(message, start.now, truncate=live)
+                steps.extend(_steps(append) if live else [append])
+            return steps
         case AppendMessage():
             if is_turn_start_item(as_conversation_message(command.message)):
                 return [command, EnforceTurnLimit(TrimTrigger.APPEND, command.now)]  # R27a

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 from uuid import UUID
 
 import attrs
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.messages import ConversationMessage
+from turnledger.domain.messages import (
+    ConversationMessage,
+    parse_assistant_envelope,
+    parse_tool_envelope,
+)
 
 __all__ = [
     "EVENT_TYPES",
@@ -111,6 +115,13 @@ class MessageAppended(DomainEvent):
     position: int
     message: ConversationMessage
     original_chars: int | None = None
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """v2 records the structure of a chat message (issue 8); v1 read it by the seed's rule."""
+        _record_seed_structure(state.get("message"))
 
 
 @attrs.frozen
@@ -225,6 +236,36 @@ class OrphansSwept(DomainEvent):
     orphan_tool_call_ids: tuple[str, ...]
     removed: int
     rewritten: tuple[tuple[int, ConversationMessage], ...] = ()
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """v2 records the structure of a chat message (issue 8); v1 read it by the seed's rule."""
+        for pair in state.get("rewritten") or ():
+            if isinstance(pair, list | tuple) and len(pair) == 2:
+                _record_seed_structure(pair[1])
+
+
+def _record_seed_structure(message: object) -> None:
+    """Record in a v1 encoded `Chat` how the code that wrote it read it: the seed's rule.
+
+    A v1 assistant message whose content parses as a tool-call envelope was a call, a v1 tool
+    message whose content parses as a tool envelope answered one; an upcast record keeps that
+    reading, so an old session behaves as it did.
+    """
+    if not isinstance(message, dict) or message.get("t") != "chat":
+        return
+    chat = message.get("message")
+    if not isinstance(chat, dict) or "envelope" in chat:
+        return
+    role, content = chat.get("role"), chat.get("content")
+    if not isinstance(content, str):
+        return  # a corrupt record: structuring it reports what is wrong
+    if role == "assistant":
+        chat["envelope"] = parse_assistant_envelope(content) is not None
+    elif role == "tool":
+        chat["envelope"] = parse_tool_envelope(content) is not None
 
 
 EVENT_TYPES: tuple[type[DomainEvent], ...] = (

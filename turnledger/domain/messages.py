@@ -14,6 +14,13 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
+from turnledger.domain.blocks import (
+    ContentBlock,
+    ImageBlock,
+    TextBlock,
+    block_text,
+    canonical_text,
+)
 from turnledger.domain.errors import InvalidMessage
 
 __all__ = [
@@ -29,6 +36,9 @@ __all__ = [
     "ToolResults",
     "as_conversation_message",
     "assistant_envelope",
+    "chat_tool_call_id",
+    "chat_tool_calls",
+    "classify_appended",
     "compact_json",
     "from_chat_messages",
     "is_breadcrumb",
@@ -62,6 +72,16 @@ def _check_attachments(field: str, attachments: tuple[str, ...]) -> None:
             raise InvalidMessage(f"{field}[{i}] must be a non-empty str, got {ref!r}")
 
 
+def _to_blocks(value: Iterable[ContentBlock]) -> tuple[ContentBlock, ...]:
+    return tuple(value)
+
+
+def _to_assistant_blocks(
+    value: Iterable[ContentBlock | ToolCall],
+) -> tuple[ContentBlock | ToolCall, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class ChatMessage:
     """One provider-facing message: a role and its text.
@@ -69,12 +89,38 @@ class ChatMessage:
     ``attachments`` are image references a tool declared it produced (R22); only tool messages
     carry them. ``synthetic`` marks the breadcrumb turnledger inserts (R31), so that a real user
     message with the same text is still a real turn.
+
+    What a provider sent beyond the text (issue 8), all keyword-only with defaults:
+
+    - ``blocks``: the typed content blocks when the provider sent a list of blocks (empty when
+      the content was a string); ``content`` is then derived from them (`block_text` of each,
+      joined with line breaks), so every SPEC rule keeps reading ``content``;
+    - ``extra``: the provider fields of the message turnledger does not interpret (``name``,
+      ``refusal``, ``annotations``, ...), as canonical JSON text (`canonical_json`);
+    - ``envelope``: the recorded structure. ``True``: the content is the envelope of its role
+      (tool calls for an assistant, a tool result for a tool message); ``False``: plain text,
+      never parsed, whatever it looks like; ``None``: a *bare* message, classified by the seed's
+      rule where it is read (see `chat_tool_calls`) and once, when a session records it (see
+      `classify_appended`);
+    - ``item``: for the chat form of an `AssistantToolCalls` or a `ToolResult`, that item, so
+      that nothing it carries is lost on the way to the provider.
+
+    ``envelope`` and ``item`` say how to read the message, not what is sent: they take no part in
+    equality.
     """
 
     role: str
     content: str
     attachments: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
     synthetic: bool = attrs.field(default=False, kw_only=True)
+    blocks: tuple[ContentBlock, ...] = attrs.field(
+        default=(), kw_only=True, converter=_to_blocks
+    )
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
+    envelope: bool | None = attrs.field(default=None, kw_only=True, eq=False)
+    item: AssistantToolCalls | ToolResult | None = attrs.field(
+        default=None, kw_only=True, eq=False
+    )
 
     def __attrs_post_init__(self) -> None:
         _require_str("role", self.role)
@@ -88,6 +134,32 @@ class ChatMessage:
             raise InvalidMessage("synthetic must be a bool")
         if self.synthetic and (self.role != "user" or self.content != BREADCRUMB_TEXT):
             raise InvalidMessage("synthetic is reserved for the breadcrumb user message")
+        if self.blocks or self.extra or self.envelope is not None or self.item is not None:
+            self._check_structure()
+
+    def _check_structure(self) -> None:
+        _require_str("extra", self.extra)
+        if self.extra and not self.extra.startswith("{"):
+            raise InvalidMessage("extra must be the JSON text of an object or empty")
+        if self.envelope is not None and not isinstance(self.envelope, bool):
+            raise InvalidMessage("envelope must be a bool or None")
+        if self.blocks:
+            if self.item is not None or self.envelope:
+                raise InvalidMessage("blocks belong to a plain message; envelopes carry an item")
+            expected = joined_text(self.blocks)
+            if self.content != expected:
+                raise InvalidMessage("content must be the text of the blocks (block_text)")
+        if self.item is not None:
+            kind = AssistantToolCalls if self.role == "assistant" else ToolResult
+            if self.role not in ("assistant", "tool") or not isinstance(self.item, kind):
+                raise InvalidMessage(f"item of a {self.role} message cannot be a "
+                                     f"{type(self.item).__name__}")
+        elif self.envelope and (
+            self.role not in ("assistant", "tool") or not self.content.startswith("{")
+        ):
+            # A cheap check (this runs on every decoded record): a recorded envelope that does
+            # not parse reads as carrying no call, never as something else.
+            raise InvalidMessage(f"envelope=True but the content is not a {self.role} envelope")
 
     @classmethod
     def system(cls, text: str) -> ChatMessage:
@@ -106,6 +178,53 @@ class ChatMessage:
         return cls("tool", text, tuple(attachments))
 
     @classmethod
+    def assistant_text(cls, text: str) -> ChatMessage:
+        """An assistant answer that is text, even when it looks like a tool-call envelope."""
+        return cls("assistant", text, envelope=False)
+
+    @classmethod
+    def tool_calls_envelope(
+        cls, text: str | None, tool_calls: Iterable[ToolCall]
+    ) -> ChatMessage:
+        """The assistant message that calls ``tool_calls`` (the envelope form, SPEC)."""
+        return cls.of_item(AssistantToolCalls(text, tuple(tool_calls)))
+
+    @classmethod
+    def tool_result_envelope(
+        cls, tool_call_id: str, content: str, attachments: Iterable[str] = ()
+    ) -> ChatMessage:
+        """The tool message that answers ``tool_call_id`` (the envelope form, SPEC)."""
+        return cls.of_item(ToolResult(tool_call_id, content, "", tuple(attachments)))
+
+    @classmethod
+    def from_blocks(
+        cls, role: str, blocks: Iterable[ContentBlock], *, extra: str = ""
+    ) -> ChatMessage:
+        """A plain message whose content is the typed ``blocks`` (content derived from them)."""
+        blocks = tuple(blocks)
+        return cls(role, joined_text(blocks), blocks=blocks, extra=extra, envelope=False)
+
+    @classmethod
+    def of_item(cls, item: AssistantToolCalls | ToolResult) -> ChatMessage:
+        """The provider-facing form of a tool-call item or of one tool result (SPEC envelopes)."""
+        if isinstance(item, AssistantToolCalls):
+            return cls(
+                "assistant",
+                assistant_envelope(item.envelope_text, item.tool_calls),
+                envelope=True,
+                item=item,
+            )
+        if isinstance(item, ToolResult):
+            return cls(
+                "tool",
+                tool_envelope(item.tool_call_id, item.content),
+                item.attachments,
+                envelope=True,
+                item=item,
+            )
+        raise InvalidMessage(f"not a tool-call item or tool result: {type(item).__name__}")
+
+    @classmethod
     def breadcrumb(cls) -> ChatMessage:
         """The synthetic user message that says earlier turns were omitted (R31)."""
         return cls("user", BREADCRUMB_TEXT, synthetic=True)
@@ -118,6 +237,8 @@ class ToolCall:
     id: str
     name: str
     arguments: str = "{}"
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
+    """Provider fields of the call turnledger does not interpret (e.g. Anthropic ``caller``)."""
 
     def __attrs_post_init__(self) -> None:
         _require_str("tool_call.id", self.id)
@@ -125,16 +246,28 @@ class ToolCall:
             raise InvalidMessage("tool_call.id must not be empty")
         _require_str("tool_call.name", self.name)
         _require_str("tool_call.arguments", self.arguments)
+        _require_str("tool_call.extra", self.extra)
 
 
 @attrs.frozen
 class ToolResult:
-    """The result of one tool call, with the images the tool declared (R22)."""
+    """The result of one tool call, with the images the tool declared (R22).
+
+    ``blocks``: the result's own content blocks when the provider sent a list (empty for a
+    string); ``content`` is then the text of its non-image blocks and ``attachments`` the
+    references of its image blocks (R22), both derived (`from_blocks`). ``is_error``: the
+    provider's error flag (None when absent). ``extra``: uninterpreted provider fields.
+    """
 
     tool_call_id: str
     content: str
     tool_name: str = ""
     attachments: tuple[str, ...] = attrs.field(default=(), converter=_to_str_tuple)
+    blocks: tuple[ContentBlock, ...] = attrs.field(
+        default=(), kw_only=True, converter=_to_blocks
+    )
+    is_error: bool | None = attrs.field(default=None, kw_only=True)
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
 
     def __attrs_post_init__(self) -> None:
         _require_str("tool_result.tool_call_id", self.tool_call_id)
@@ -143,6 +276,40 @@ class ToolResult:
         _require_str("tool_result.content", self.content)
         _require_str("tool_result.tool_name", self.tool_name)
         _check_attachments("tool_result.attachments", self.attachments)
+        if self.is_error is not None and not isinstance(self.is_error, bool):
+            raise InvalidMessage("tool_result.is_error must be a bool or None")
+        _require_str("tool_result.extra", self.extra)
+        if self.blocks and (self.content, self.attachments) != _result_parts(self.blocks):
+            raise InvalidMessage(
+                "tool_result.content and attachments must be derived from its blocks"
+            )
+
+    @classmethod
+    def from_blocks(
+        cls,
+        tool_call_id: str,
+        blocks: Iterable[ContentBlock],
+        tool_name: str = "",
+        *,
+        is_error: bool | None = None,
+        extra: str = "",
+    ) -> ToolResult:
+        """A result whose content is ``blocks``: text and attachments derived from them."""
+        blocks = tuple(blocks)
+        content, attachments = _result_parts(blocks)
+        return cls(tool_call_id, content, tool_name, attachments, blocks=blocks,
+                   is_error=is_error, extra=extra)
+
+
+def joined_text(blocks: Iterable[ContentBlock]) -> str:
+    """The text SPEC's rules see of a block sequence: each `block_text`, joined by line breaks."""
+    return "\n".join(block_text(b) for b in blocks)
+
+
+def _result_parts(blocks: Sequence[ContentBlock]) -> tuple[str, tuple[str, ...]]:
+    """(content, attachments) of a tool result's blocks: images are attachments (R22)."""
+    text = joined_text(b for b in blocks if not isinstance(b, ImageBlock))
+    return text, tuple(b.ref for b in blocks if isinstance(b, ImageBlock))
 
 
 @attrs.frozen
@@ -166,15 +333,74 @@ def _to_results(value: Iterable[ToolResult]) -> tuple[ToolResult, ...]:
     return tuple(value)
 
 
+AssistantBlock: TypeAlias = ContentBlock | ToolCall
+
+
 @attrs.frozen
 class AssistantToolCalls:
-    """An assistant turn step that calls one or more tools."""
+    """An assistant turn step that calls one or more tools.
+
+    ``blocks``: the message's blocks in the provider's order, tool calls included, when it sent
+    a list (empty for the plain form: text, then the calls); ``text`` is then the text of its
+    `TextBlock` s (None when it has none) and ``tool_calls`` its `ToolCall` s (`from_blocks`).
+    ``extra``: uninterpreted provider fields of the message.
+    """
 
     text: str | None
     tool_calls: tuple[ToolCall, ...] = attrs.field(converter=_to_calls)
     reasoning_content: str | None = None
+    blocks: tuple[AssistantBlock, ...] = attrs.field(
+        default=(), kw_only=True, converter=_to_assistant_blocks
+    )
+    extra: str = attrs.field(default="", kw_only=True, converter=canonical_text)
+
+    @classmethod
+    def from_blocks(
+        cls,
+        blocks: Iterable[AssistantBlock],
+        *,
+        reasoning_content: str | None = None,
+        extra: str = "",
+    ) -> AssistantToolCalls:
+        """The tool-call step whose content is ``blocks`` (text and calls derived)."""
+        blocks = tuple(blocks)
+        text, calls = _assistant_parts(blocks)
+        return cls(text, calls, reasoning_content, blocks=blocks, extra=extra)
+
+    @property
+    def envelope_text(self) -> str | None:
+        """The text of the chat envelope: every non-call block, thinking included (R23)."""
+        if not self.blocks:
+            return self.text
+        others = [b for b in self.blocks if not isinstance(b, ToolCall)]
+        return joined_text(others) if others else None
+
+    def keeping(self, ids: frozenset[str]) -> AssistantToolCalls:
+        """This step with only the calls whose id is in ``ids`` (the sweep, R36)."""
+        calls = tuple(c for c in self.tool_calls if c.id in ids)
+        if not self.blocks:
+            return attrs.evolve(self, tool_calls=calls)
+        return attrs.evolve(
+            self,
+            tool_calls=calls,
+            blocks=tuple(b for b in self.blocks if not isinstance(b, ToolCall) or b.id in ids),
+        )
+
+    def remainder(self) -> ChatMessage | None:
+        """The plain assistant message left when every call goes; None when it says nothing."""
+        if not self.blocks:
+            if self.text is None or not self.text.strip():
+                return None
+            return ChatMessage("assistant", self.text, envelope=False)
+        others = [b for b in self.blocks if not isinstance(b, ToolCall)]
+        if not joined_text(others).strip():
+            return None
+        return ChatMessage.from_blocks("assistant", others, extra=self.extra)
 
     def __attrs_post_init__(self) -> None:
+        _require_str("extra", self.extra)
+        if self.blocks and (self.text, self.tool_calls) != _assistant_parts(self.blocks):
+            raise InvalidMessage("text and tool_calls must be derived from the blocks")
         if self.text is not None:
             _require_str("text", self.text)
         if self.reasoning_content is not None:
@@ -205,6 +431,14 @@ class ToolResults:
 
 
 ConversationMessage: TypeAlias = Chat | AssistantToolCalls | ToolResults
+
+
+def _assistant_parts(
+    blocks: Sequence[AssistantBlock],
+) -> tuple[str | None, tuple[ToolCall, ...]]:
+    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+    calls = tuple(b for b in blocks if isinstance(b, ToolCall))
+    return ("\n".join(texts) if texts else None), calls
 
 
 def is_breadcrumb(message: ChatMessage) -> bool:
@@ -313,21 +547,19 @@ def to_chat_messages(conversation: Iterable[ConversationMessage]) -> list[ChatMe
     """Structured history -> provider-facing messages, in SPEC vocabulary.
 
     `AssistantToolCalls` becomes one assistant message with the tool-call envelope (the
-    reasoning content is not sent); each `ToolResult` becomes one tool message with the
-    tool-result envelope and the tool's declared attachments.
+    reasoning content is not in its text); each `ToolResult` becomes one tool message with the
+    tool-result envelope and the tool's declared attachments. Each such message carries its
+    item (`ChatMessage.of_item`), so `from_chat_messages` gives the very items back.
     """
     out: list[ChatMessage] = []
     for item in conversation:
         match item:
             case Chat(message=message):
                 out.append(message)
-            case AssistantToolCalls(text=text, tool_calls=calls):
-                out.append(ChatMessage("assistant", assistant_envelope(text, calls)))
+            case AssistantToolCalls():
+                out.append(ChatMessage.of_item(item))
             case ToolResults(results=results):
-                out.extend(
-                    ChatMessage("tool", tool_envelope(r.tool_call_id, r.content), r.attachments)
-                    for r in results
-                )
+                out.extend(ChatMessage.of_item(r) for r in results)
             case _:
                 raise InvalidMessage(f"not a ConversationMessage: {type(item).__name__}")
     return out
@@ -336,8 +568,10 @@ def to_chat_messages(conversation: Iterable[ConversationMessage]) -> list[ChatMe
 def from_chat_messages(history: Iterable[ChatMessage]) -> list[ConversationMessage]:
     """Provider-facing messages -> structured history (the inverse of `to_chat_messages`).
 
-    Consecutive tool messages become one `ToolResults`. Tool content that is not an envelope is
-    tolerated as plain text with an unknown call id (``"unknown"``), so nothing is lost.
+    Consecutive tool messages become one `ToolResults`. A message that carries its item gives
+    that item back; a plain one (``envelope=False``) stays `Chat`; a bare one is read by the
+    seed's rule (`chat_tool_calls`). Tool content that is not an envelope is tolerated as plain
+    text with an unknown call id (``"unknown"``), so nothing is lost.
     """
     out: list[ConversationMessage] = []
     pending: list[ToolResult] = []
@@ -350,14 +584,14 @@ def from_chat_messages(history: Iterable[ChatMessage]) -> list[ConversationMessa
 
     for message in history:
         if message.role == "tool":
-            parsed = parse_tool_envelope(message.content)
-            call_id, text = parsed if parsed else ("unknown", message.content)
-            pending.append(ToolResult(call_id, text, names.get(call_id, ""), message.attachments))
+            pending.append(_tool_result_of(message, names))
             continue
         flush()
-        envelope = (
-            parse_assistant_envelope(message.content) if message.role == "assistant" else None
-        )
+        if isinstance(message.item, AssistantToolCalls):
+            names.update((c.id, c.name) for c in message.item.tool_calls)
+            out.append(message.item)
+            continue
+        envelope = chat_tool_calls(message)
         if envelope is None:
             out.append(Chat(message))
         else:
@@ -366,3 +600,73 @@ def from_chat_messages(history: Iterable[ChatMessage]) -> list[ConversationMessa
             out.append(AssistantToolCalls(said, calls))
     flush()
     return out
+
+
+def _tool_result_of(message: ChatMessage, names: dict[str, str]) -> ToolResult:
+    if isinstance(message.item, ToolResult):
+        return message.item
+    parsed = parse_tool_envelope(message.content) if message.envelope is not False else None
+    call_id, text = parsed if parsed else ("unknown", message.content)
+    return ToolResult(call_id, text, names.get(call_id, ""), message.attachments)
+
+
+# --- structure: recorded, or read by the seed's rule ------------------------------------------
+
+def chat_tool_calls(message: ChatMessage) -> tuple[str | None, tuple[ToolCall, ...]] | None:
+    """(text, calls) when ``message`` is an assistant message that calls tools, else None.
+
+    The recorded structure decides: the message's item, or ``envelope`` (False: text, whatever
+    it looks like). A bare message (``envelope=None``) is read by the seed's rule: any JSON
+    object with a non-empty ``tool_calls`` list is a call (`parse_assistant_envelope`).
+    """
+    if message.role != "assistant" or message.envelope is False:
+        return None
+    if isinstance(message.item, AssistantToolCalls):
+        return message.item.envelope_text, message.item.tool_calls
+    return parse_assistant_envelope(message.content)
+
+
+def chat_tool_call_id(message: ChatMessage) -> str | None:
+    """The call id a tool message answers; None when it carries none (or is not a tool message).
+
+    As `chat_tool_calls`: the recorded structure decides, a bare message is parsed.
+    """
+    if message.role != "tool" or message.envelope is False:
+        return None
+    if isinstance(message.item, ToolResult):
+        return message.item.tool_call_id
+    parsed = parse_tool_envelope(message.content)
+    return parsed[0] if parsed else None
+
+
+def classify_appended(message: ConversationMessage | ChatMessage) -> ConversationMessage:
+    """What a session records for an appended message: its structure, decided once (issue 8).
+
+    A `ConversationMessage` is recorded as it is, except a `Chat` whose message carries its
+    item (`ChatMessage.of_item`), recorded as that item. A bare `ChatMessage` (``envelope``
+    None) is classified here, once, and the decision is recorded in the message:
+
+    - a tool message is a tool result; it answers a call when its content is a tool envelope;
+    - an assistant message calls tools only when its content is exactly the envelope
+      turnledger writes (`assistant_envelope`: compact JSON, keys in that order); any other
+      text, JSON or not, is the assistant's text and stays text for ever;
+    - user and system messages are text.
+
+    Use `ChatMessage.tool_calls_envelope`, `AssistantToolCalls` or the provider converters to
+    say what a message is instead of relying on its shape.
+    """
+    item = as_conversation_message(message)
+    if not isinstance(item, Chat):
+        return item
+    chat = item.message
+    if isinstance(chat.item, AssistantToolCalls):
+        return chat.item
+    if isinstance(chat.item, ToolResult):
+        return ToolResults((chat.item,))
+    if chat.envelope is not None or chat.role not in ("assistant", "tool"):
+        return item
+    if chat.role == "tool":
+        return Chat(attrs.evolve(chat, envelope=parse_tool_envelope(chat.content) is not None))
+    parsed = parse_assistant_envelope(chat.content)
+    canonical = parsed is not None and assistant_envelope(*parsed) == chat.content
+    return Chat(attrs.evolve(chat, envelope=canonical))

@@ -39,8 +39,8 @@ from turnledger.domain.messages import (
     ToolCall,
     ToolResults,
     assistant_envelope,
-    parse_assistant_envelope,
-    parse_tool_envelope,
+    chat_tool_call_id,
+    chat_tool_calls,
 )
 
 __all__ = ["SweepResult", "sweep_conversation_orphans", "sweep_orphans"]
@@ -115,14 +115,11 @@ def _pair(entries: Iterable[tuple[int, int, _Slot]]) -> _Pairing:
 
 
 def _chat_slot(message: ChatMessage) -> _Slot:
+    # The recorded structure decides (issue 8); a bare message is read by the seed's rule.
     if message.role == "tool":
-        envelope = parse_tool_envelope(message.content)
-        return _Result(envelope[0] if envelope else None)
-    if message.role == "assistant":
-        parsed = parse_assistant_envelope(message.content)
-        if parsed is not None:
-            return _Calls(*parsed)
-    return None
+        return _Result(chat_tool_call_id(message))
+    parsed = chat_tool_calls(message)
+    return None if parsed is None else _Calls(*parsed)
 
 
 def _plain_text(text: str | None) -> str | None:
@@ -181,10 +178,12 @@ def _sweep_chat_item(
         out.orphan_ids.extend(orphans)
         if not orphans:
             out.keep(message)
+        elif isinstance(message.item, AssistantToolCalls):
+            _rewrite_item(index, message.item, kept, out)
         elif kept:
             out.rewrite(index, attrs.evolve(message, content=assistant_envelope(slot.text, kept)))
         elif (text := _plain_text(slot.text)) is not None:
-            out.rewrite(index, ChatMessage.assistant(text))
+            out.rewrite(index, ChatMessage.assistant_text(text))
         else:
             out.drop(index)
     elif isinstance(slot, _Result) and (index, 0) not in pairing.kept_results:
@@ -193,6 +192,18 @@ def _sweep_chat_item(
         out.drop(index)
     else:
         out.keep(message)
+
+
+def _rewrite_item(
+    index: int, item: AssistantToolCalls, kept: tuple[ToolCall, ...], out: _Outcome[ChatMessage]
+) -> None:
+    """Sweep the chat form of a tool-call item: its blocks and provider fields stay."""
+    if kept:
+        out.rewrite(index, ChatMessage.of_item(item.keeping(frozenset(c.id for c in kept))))
+    elif (plain := item.remainder()) is not None:
+        out.rewrite(index, plain)
+    else:
+        out.drop(index)
 
 
 # --- the two sweeps -------------------------------------------------------------------------
@@ -253,9 +264,9 @@ def sweep_conversation_orphans(
                 if not orphans:
                     out.keep(item)
                 elif kept:
-                    out.rewrite(index, attrs.evolve(item, tool_calls=kept))
-                elif (plain := _plain_text(text)) is not None:
-                    out.rewrite(index, Chat(ChatMessage.assistant(plain)))
+                    out.rewrite(index, item.keeping(frozenset(c.id for c in kept)))
+                elif (plain := item.remainder()) is not None:
+                    out.rewrite(index, Chat(plain))
                 else:
                     out.drop(index)
             case ToolResults(results=results):

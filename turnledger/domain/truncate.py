@@ -26,12 +26,14 @@ from typing import Final
 
 import attrs
 
+from turnledger.domain.blocks import ImageBlock, TextBlock
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.estimate import image_markers
 from turnledger.domain.messages import (
     Chat,
     ChatMessage,
     ConversationMessage,
+    ToolResult,
     ToolResults,
     parse_tool_envelope,
     tool_envelope,
@@ -131,7 +133,12 @@ def truncate_tool_message(message: ChatMessage, max_chars: int) -> ChatMessage:
     """
     if message.role != "tool":
         raise InvalidMessage(f"role must be tool to bound a tool result, got {message.role!r}")
-    content = truncate_tool_result(message.content, max_chars)
+    if message.envelope is False:  # recorded as raw output: never read as an envelope
+        max_chars = _check_max_chars(max_chars)
+        too_long = max_chars and len(message.content) > max_chars
+        content = truncate_text(message.content, max_chars) if too_long else message.content
+    else:
+        content = truncate_tool_result(message.content, max_chars)
     return message if content == message.content else attrs.evolve(message, content=content)
 
 
@@ -148,7 +155,7 @@ def truncate_tool_results(item: ToolResults, max_chars: int) -> ToolResults:
     """
     max_chars = _check_max_chars(max_chars)
     results = tuple(
-        attrs.evolve(result, content=truncate_text(result.content, max_chars))
+        _bounded_result(result, max_chars)
         if max_chars and len(result.content) > max_chars
         else result
         for result in item.results
@@ -156,6 +163,21 @@ def truncate_tool_results(item: ToolResults, max_chars: int) -> ToolResults:
     if all(new is old for new, old in zip(results, item.results)):
         return item
     return ToolResults(results)
+
+
+def _bounded_result(result: ToolResult, max_chars: int) -> ToolResult:
+    """``result`` with its text cut (R38); a result of blocks keeps its images as blocks."""
+    text = truncate_text(result.content, max_chars)
+    if not result.blocks:
+        return attrs.evolve(result, content=text)
+    images = [b for b in result.blocks if isinstance(b, ImageBlock)]
+    return ToolResult.from_blocks(
+        result.tool_call_id,
+        [TextBlock(text), *images],
+        result.tool_name,
+        is_error=result.is_error,
+        extra=result.extra,
+    )
 
 
 def truncate_conversation_message(item: ConversationMessage, max_chars: int) -> ConversationMessage:

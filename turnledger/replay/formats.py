@@ -1,4 +1,7 @@
-"""Pure conversion between third-party transcript formats and turnledger's histories.
+"""The first transcript converters (lossy), kept for callers of this module.
+
+`turnledger.providers` supersedes them: exact round trips, content blocks, provider fields,
+OpenAI Responses items, SDK objects. The CLI's import/export use `turnledger.providers`.
 
 Two vendor formats are supported, both as they appear in a request body:
 
@@ -42,6 +45,7 @@ from turnledger.domain.messages import (
     parse_assistant_envelope,
     parse_tool_envelope,
 )
+from turnledger.domain.providers import TranscriptError
 
 __all__ = [
     "FORMATS",
@@ -63,19 +67,6 @@ _UNKNOWN_CALL_ID: Final = "unknown"
 _RAW_ARGUMENTS_KEY: Final = "_raw"
 
 _DATA_URL_RE: Final = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
-
-
-class TranscriptError(InvalidMessage):
-    """A transcript cannot be converted (E11); the text names the line, message and field.
-
-    ``line`` is the 1-based JSONL line number when the error comes from `read_jsonl`, else None.
-    ``reason`` is the text without the line prefix.
-    """
-
-    def __init__(self, reason: str, *, line: int | None = None) -> None:
-        super().__init__(reason if line is None else f"line {line}: {reason}")
-        self.reason = reason
-        self.line = line
 
 
 # --- shared helpers -------------------------------------------------------------------------

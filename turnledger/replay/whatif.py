@@ -25,6 +25,11 @@ How each recorded event is replayed:
   not replayed: they are what is being re-decided.
 
 Every command runs with its recorded timestamp, so the report is deterministic (E12).
+
+A session that recorded no request (an imported transcript, issue 8) has nothing to compare: a
+model call is then simulated before every assistant message, where the runtime called the model.
+The session is first re-run under its own profile with those requests added (the *recorded*
+side), then under the other profile; the report says how many calls were simulated.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionStarted,
 )
+from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMessage
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
 
@@ -169,6 +175,9 @@ class WhatIfReport:
     recorded: SideTotals
     what_if: SideTotals
     overflows_avoided: int
+    simulated_requests: int | None = attrs.field(default=None, kw_only=True)
+    """None: the requests are the recorded ones; a count: none was recorded, and a model call
+    was simulated before each of that many assistant messages."""
 
     def rows(self) -> list[dict[str, str]]:
         """One row of display strings per request, keyed by `COLUMNS` in that order."""
@@ -192,6 +201,12 @@ class WhatIfReport:
     def summary(self) -> str:
         """Two or three lines of totals: recorded, what-if, and avoided overflows if any."""
         lines = [f"recorded: {self.recorded.describe()}", f"what-if:  {self.what_if.describe()}"]
+        if self.simulated_requests is not None:
+            lines.insert(0, (
+                "no request was recorded in this session: a model call was simulated before "
+                f"each of its {self.simulated_requests:,} assistant messages (where the runtime "
+                "called the model), under the recorded profile and under the what-if one"
+            ))
         if self.overflows_avoided:
             lines.append(
                 f"{self.overflows_avoided:,} provider overflows would have been avoided "
@@ -201,7 +216,11 @@ class WhatIfReport:
 
     def to_jsonable(self) -> dict[str, Any]:
         """The report as plain JSON values."""
+        simulated = {} if self.simulated_requests is None else {
+            "simulated_requests": self.simulated_requests
+        }
         return {
+            **simulated,
             "session_id": self.session_id,
             "recorded_profile": to_jsonable(self.recorded_profile),
             "profile": to_jsonable(self.profile),
@@ -230,6 +249,9 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
     started = events[0]
+    simulated: int | None = None
+    if not any(isinstance(e, RequestPrepared | RequestRejected) for e in events):
+        events, simulated = _with_simulated_requests(events, started)
     replay = _Replay(profile)
     for event in events:
         replay.replay(event)
@@ -241,7 +263,34 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
         recorded=SideTotals.of(replay.recorded.counters),
         what_if=SideTotals.of(replay.what_if.counters),
         overflows_avoided=replay.avoided,
+        simulated_requests=simulated,
     )
+
+
+def _is_assistant(item: ConversationMessage) -> bool:
+    return isinstance(item, AssistantToolCalls) or (
+        isinstance(item, Chat) and item.message.role == "assistant"
+    )
+
+
+def _with_simulated_requests(
+    events: Sequence[DomainEvent], started: SessionStarted
+) -> tuple[list[DomainEvent], int]:
+    """The session re-run under its own profile with a request before each assistant message.
+
+    Returns the events that run records and the number of requests it simulated.
+    """
+    replay = _Replay(started.profile)
+    out: list[DomainEvent] = []
+    simulated = 0
+    for event in events:
+        if isinstance(event, MessageAppended) and _is_assistant(event.message):
+            out += replay.run(PrepareRequest(0, 0, False, event.timestamp))
+            simulated += 1
+        command = replay.command_for(event)
+        if command is not None:
+            out += replay.run(command)
+    return out, simulated
 
 
 @attrs.define

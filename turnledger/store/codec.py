@@ -40,16 +40,26 @@ from uuid import UUID
 import attrs
 import cattrs
 import msgpack
-from cattrs.gen import make_dict_unstructure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.preconf.msgpack import make_converter as _make_msgpack_converter
 from cattrs.strategies import configure_tagged_union
 
+from turnledger.domain.blocks import BLOCK_TAGS, ContentBlock
 from turnledger.domain.budget import AliasMap
 from turnledger.domain.errors import CorruptRecord, InvalidMessage
 from turnledger.domain.events import EVENT_TYPES, DomainEvent
-from turnledger.domain.messages import AssistantToolCalls, Chat, ToolResults
+from turnledger.domain.messages import (
+    AssistantBlock,
+    AssistantToolCalls,
+    Chat,
+    ChatMessage,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+)
 
 __all__ = [
+    "BLOCK_TAG_KEY",
     "CLASS_VERSION_KEY",
     "MESSAGE_TAGS",
     "MESSAGE_TAG_KEY",
@@ -77,6 +87,25 @@ MESSAGE_TAGS: Final[Mapping[type, str]] = types.MappingProxyType(
     {Chat: "chat", AssistantToolCalls: "calls", ToolResults: "results"}
 )
 """The stable tag of each ConversationMessage variant. Never change a value: records hold it."""
+
+BLOCK_TAG_KEY: Final = "t"
+"""Key of the block tag in an encoded content block (values: `BLOCK_TAGS`, plus ``"tool_call"``
+in an assistant message's blocks)."""
+
+_ASSISTANT_BLOCK_TAGS: Final[Mapping[type, str]] = types.MappingProxyType(
+    {**BLOCK_TAGS, ToolCall: "tool_call"}
+)
+
+# Fields added by issue 8: left out of a payload while they hold their default, so a message
+# without blocks or provider fields encodes to the bytes it always had.
+_NEW_MESSAGE_FIELDS: Final[Mapping[type, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        ChatMessage: ("blocks", "extra", "envelope"),
+        ToolCall: ("extra",),
+        ToolResult: ("blocks", "is_error", "extra"),
+        AssistantToolCalls: ("blocks", "extra"),
+    }
+)
 
 _COLUMN_FIELDS: Final = ("originator_id", "originator_version")
 
@@ -229,8 +258,42 @@ def _is_optional_message(type_: object) -> bool:
     return frozenset(typing.get_args(type_)) == _OPTIONAL_MESSAGE_ARGS
 
 
+def _configure_blocks(converter: cattrs.Converter) -> None:
+    """Content blocks as tagged unions; the new message fields omitted at their default.
+
+    ``ChatMessage.item`` is never stored: a session records the item itself
+    (`turnledger.domain.messages.classify_appended`).
+    """
+    for cls in BLOCK_TAGS:
+        converter.register_unstructure_hook(
+            cls, make_dict_unstructure_fn(cls, converter, _cattrs_omit_if_default=True)
+        )
+    for union, tags in ((ContentBlock, BLOCK_TAGS), (AssistantBlock, _ASSISTANT_BLOCK_TAGS)):
+        configure_tagged_union(
+            union,
+            converter,
+            tag_generator=lambda cls, tags=tags: tags[cls],  # type: ignore[misc]
+            tag_name=BLOCK_TAG_KEY,
+        )
+    for cls, names in _NEW_MESSAGE_FIELDS.items():
+        fields = {name: override(omit_if_default=True) for name in names}
+        if cls is ChatMessage:
+            fields["item"] = override(omit=True)
+            converter.register_structure_hook(
+                cls, make_dict_structure_fn(
+                    cls, converter, item=override(omit=True),
+                    _cattrs_forbid_extra_keys=True,
+                )
+            )
+        converter.register_unstructure_hook(
+            cls, make_dict_unstructure_fn(cls, converter, **fields)  # type: ignore[arg-type]
+        )
+
+
+
 def _configure_messages(converter: cattrs.Converter) -> None:
     """ConversationMessage as a tagged union; ``ConversationMessage | None`` keeps the tag."""
+    _configure_blocks(converter)
     configure_tagged_union(
         _MESSAGE_UNION,
         converter,

@@ -24,6 +24,7 @@ from turnledger.domain.decider import (
     AppendMessage,
     Batch,
     Command,
+    ImportConversation,
     PreparedRequest,
     PrepareRequest,
     RecoverFromOverflow,
@@ -352,6 +353,33 @@ class Store:
             self._pipeline.save(position, start)
         except ConcurrencyConflict:
             raise ConcurrencyConflict(f"session {uuid} already exists") from None
+        return Session(self._pipeline, position)
+
+    def import_conversation(
+        self,
+        messages: Iterable[ConversationMessage | ChatMessage],
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        *,
+        as_live: bool = False,
+    ) -> Session:
+        """Start a session holding ``messages``, recorded in one transaction (issue 8).
+
+        Nothing is stored when any message cannot be recorded (`InvalidMessage`): a
+        conversation is imported whole or not at all. By default the messages are recorded as
+        given (no truncation, no turn limit: the profile applies when a request is prepared);
+        ``as_live=True`` records them as a live runtime would have.
+        """
+        profile = RuntimeProfile() if profile is None else profile
+        providers = tuple(providers)
+        if route is None:
+            route = Route(providers[0].name, providers[0].model) if providers else Route(
+                "default", "default"
+            )
+        position = Position()
+        start = StartSession(uuid4(), profile, providers, route, False, _now())
+        self._pipeline.save(position, ImportConversation(start, tuple(messages), as_live))
         return Session(self._pipeline, position)
 
     def restore(self, session_id: str | UUID) -> Session:

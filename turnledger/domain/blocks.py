@@ -1,0 +1,268 @@
+"""Typed content blocks: what a provider message holds, kept as the provider sent it.
+
+A message's content is a string or a sequence of blocks. turnledger interprets the fields it
+needs (a text, an image reference, a thinking text and its signature, ...) and keeps every other
+field of a block verbatim in ``extra``: the canonical JSON text of an object (sorted keys, compact,
+non-ASCII kept), ``""`` when there is none. A block of a type nobody knows yet is an
+`OpaqueBlock` holding its whole JSON: it never rejects a conversation.
+
+Each block has a `block_text`: what the token estimate and the SPEC rules see (R20-R23). Text
+and thinking are text; an image is an ``[IMAGE:ref]`` marker (so a user image keeps the fixed
+1,600 cost of R21, and a tool result's images are its attachments, R22); a document, a server tool
+call or result and an opaque block count by their JSON bytes.
+
+The tool call and tool result blocks are `turnledger.domain.messages.ToolCall` and
+``ToolResult``, which these blocks complete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, TypeAlias
+
+import attrs
+
+from turnledger.domain.errors import InvalidMessage
+
+__all__ = [
+    "BLOCK_TAGS",
+    "ContentBlock",
+    "DocumentBlock",
+    "ImageBlock",
+    "OpaqueBlock",
+    "RedactedThinkingBlock",
+    "ServerToolResult",
+    "ServerToolUse",
+    "TextBlock",
+    "ThinkingBlock",
+    "block_text",
+    "canonical_json",
+    "canonical_text",
+    "extra_fields",
+    "extra_text",
+]
+
+
+def canonical_json(value: object) -> str:
+    """``value`` as canonical JSON text: sorted keys, compact, non-ASCII kept.
+
+    Equal JSON values give equal texts, so values holding it compare and hash by content.
+    """
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def extra_text(fields: Mapping[str, Any]) -> str:
+    """The ``extra`` text of the uninterpreted fields ``fields``: ``""`` when there is none."""
+    return canonical_json(dict(fields)) if fields else ""
+
+
+def extra_fields(extra: str) -> dict[str, Any]:
+    """The fields an ``extra`` text holds, as a new dict (empty for ``""``)."""
+    if not extra:
+        return {}
+    value = json.loads(extra)
+    if not isinstance(value, dict):
+        raise InvalidMessage("extra must be the JSON text of an object")
+    return value
+
+
+def canonical_text(text: str) -> str:
+    """A JSON text in canonical form (`canonical_json`); ``""`` stays ``""``.
+
+    The converter of every field that holds JSON text, so equal JSON gives equal values.
+    Raises `InvalidMessage` for a text that is not JSON.
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    try:
+        return canonical_json(json.loads(text))
+    except (ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"not JSON text: {text[:60]!r}") from exc
+
+
+def _json_field(default: str = "") -> Any:
+    return attrs.field(default=default, kw_only=True, converter=canonical_text)
+
+
+def _check_str(owner: str, **fields: object) -> None:
+    for name, value in fields.items():
+        if not isinstance(value, str):
+            raise InvalidMessage(f"{owner}.{name} must be a str, got {type(value).__name__}")
+
+
+def _check_extra(owner: str, extra: object) -> None:
+    _check_str(owner, extra=extra)
+    if extra and not str(extra).startswith("{"):
+        raise InvalidMessage(f"{owner}.extra must be the JSON text of an object or empty")
+
+
+@attrs.frozen
+class TextBlock:
+    """A text block (OpenAI ``text``/``input_text``/``output_text``, Anthropic ``text``)."""
+
+    text: str
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("text_block", text=self.text)
+        _check_extra("text_block", self.extra)
+
+
+@attrs.frozen
+class ImageBlock:
+    """An image: by ``url``, or inline as base64 ``data`` with its ``media_type``.
+
+    ``ref`` is what the estimate and the views see: the URL, or a ``data:`` URL of the inline
+    image (both loadable, R21).
+    """
+
+    url: str = ""
+    media_type: str = attrs.field(default="", kw_only=True)
+    data: str = attrs.field(default="", kw_only=True)
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("image_block", url=self.url, media_type=self.media_type, data=self.data)
+        _check_extra("image_block", self.extra)
+        if bool(self.url) == bool(self.data):
+            raise InvalidMessage("image_block needs a url or base64 data, not both")
+
+    @property
+    def ref(self) -> str:
+        return self.url or f"data:{self.media_type};base64,{self.data}"
+
+
+@attrs.frozen
+class DocumentBlock:
+    """A document (a PDF, a text file, ...); ``source`` is the JSON text of its source."""
+
+    source: str = attrs.field(converter=canonical_text)
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("document_block", source=self.source)
+        _check_extra("document_block", self.extra)
+
+
+@attrs.frozen
+class ThinkingBlock:
+    """A model's thinking text and the ``signature`` the provider needs to get it back."""
+
+    thinking: str
+    signature: str = ""
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("thinking_block", thinking=self.thinking, signature=self.signature)
+        _check_extra("thinking_block", self.extra)
+
+
+@attrs.frozen
+class RedactedThinkingBlock:
+    """Thinking the provider encrypted (``data``), sent back as it came."""
+
+    data: str
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("redacted_thinking_block", data=self.data)
+        _check_extra("redacted_thinking_block", self.extra)
+
+
+@attrs.frozen
+class ServerToolUse:
+    """A tool the provider ran itself (Anthropic ``server_tool_use``); ``input`` is JSON text.
+
+    No client result answers it, so the orphan sweep never pairs it (R36).
+    """
+
+    id: str
+    name: str
+    input: str = attrs.field(default="{}", converter=canonical_text)
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("server_tool_use", id=self.id, name=self.name, input=self.input)
+        _check_extra("server_tool_use", self.extra)
+
+
+@attrs.frozen
+class ServerToolResult:
+    """The result of a server tool (``type`` such as ``web_search_tool_result``).
+
+    ``content`` is the JSON text of its content.
+    """
+
+    type: str
+    tool_use_id: str
+    content: str = attrs.field(converter=canonical_text)
+    extra: str = _json_field()
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("server_tool_result", type=self.type, tool_use_id=self.tool_use_id,
+                   content=self.content)
+        _check_extra("server_tool_result", self.extra)
+
+
+@attrs.frozen
+class OpaqueBlock:
+    """A block of a type turnledger does not know: ``json`` is its canonical JSON text."""
+
+    json: str = attrs.field(converter=canonical_text)
+
+    def __attrs_post_init__(self) -> None:
+        _check_str("opaque_block", json=self.json)
+        if not self.json.startswith("{"):
+            raise InvalidMessage("opaque_block.json must be the JSON text of an object")
+
+    @property
+    def type(self) -> str:
+        kind = extra_fields(self.json).get("type")
+        return kind if isinstance(kind, str) else ""
+
+
+ContentBlock: TypeAlias = (
+    TextBlock
+    | ImageBlock
+    | DocumentBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ServerToolUse
+    | ServerToolResult
+    | OpaqueBlock
+)
+
+BLOCK_TAGS: Final[Mapping[type, str]] = {
+    TextBlock: "text",
+    ImageBlock: "image",
+    DocumentBlock: "document",
+    ThinkingBlock: "thinking",
+    RedactedThinkingBlock: "redacted_thinking",
+    ServerToolUse: "server_tool_use",
+    ServerToolResult: "server_tool_result",
+    OpaqueBlock: "opaque",
+}
+"""The stable tag of each block class in stored records. Never change a value."""
+
+
+def block_text(block: ContentBlock) -> str:
+    """What the estimate and the SPEC rules see of one block (R20-R23)."""
+    match block:
+        case TextBlock(text=text):
+            return text
+        case ThinkingBlock(thinking=thinking):
+            return thinking
+        case ImageBlock():
+            return f"[IMAGE:{block.ref}]"
+        case RedactedThinkingBlock(data=data):
+            return data
+        case DocumentBlock(source=source):
+            return source
+        case ServerToolUse(input=value):
+            return value
+        case ServerToolResult(content=content):
+            return content
+        case OpaqueBlock(json=raw):
+            return raw
+    raise InvalidMessage(f"not a content block: {type(block).__name__}")
