@@ -289,8 +289,19 @@ def _with_simulated_requests(
             simulated += 1
         command = replay.command_for(event)
         if command is not None:
-            out += replay.run(command)
+            out += [_as_recorded(e, event) for e in replay.run(command)]
     return out, simulated
+
+
+def _as_recorded(new: DomainEvent, recorded: DomainEvent) -> DomainEvent:
+    """``new``, re-recorded from ``recorded``, keeping that a result was truncated (R38).
+
+    Replaying a truncated result records it as given (no second truncation), which would
+    otherwise lose ``original_chars`` and let the what-if side truncate it again.
+    """
+    if isinstance(new, MessageAppended) and isinstance(recorded, MessageAppended):
+        return attrs.evolve(new, original_chars=recorded.original_chars)
+    return new
 
 
 @attrs.define
