@@ -28,6 +28,7 @@ from turnledger.domain.errors import (
     InvalidProfile,
     SessionNotFound,
     TurnledgerError,
+    UnansweredToolCalls,
 )
 from turnledger.domain.estimate import IMAGE_TOKEN_ESTIMATE, estimate_history_tokens
 from turnledger.domain.events import (
@@ -125,6 +126,7 @@ __all__ = [
     "TrimDecided",
     "TrimResult",
     "TurnledgerError",
+    "UnansweredToolCalls",
     "VerifyReport",
     "Violation",
     "WhatIfReport",
