@@ -18,6 +18,7 @@ from typing import Any, NoReturn, TextIO
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
 from turnledger.replay.formats import FORMATS
+from turnledger.store.backends.port import redact_text, redact_url
 from turnledger.store.session import DEFAULT_STORE_URL
 
 __all__ = ["main"]
@@ -110,14 +111,14 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.projections.analytics import Analytics
 
     with _open(args) as store:
-        print(f"store: {args.store}", file=out)
+        print(f"store: {redact_url(args.store)}", file=out)
         session = run_demo(store, out)
         with Analytics(store.backend) as analytics:
             analytics.catch_up()
             stats = [s for s in analytics.session_stats() if s["session_id"] == session.id]
         print("\n== stats (turnledger stats) ==", file=out)
         _print_session_stats(stats, out)
-    print(f"\nnext: turnledger --store {args.store} replay {session.id}", file=out)
+    print(f"\nnext: turnledger --store {redact_url(args.store)} replay {session.id}", file=out)
     print(f"rule ids such as R18 are explained in {RULES_DOC} (e.g. {RULES_DOC}#r18)", file=out)
     return EXIT_OK
 
@@ -519,10 +520,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return func(args, out or sys.stdout)
     except CorruptRecord as error:
-        print(f"turnledger: corrupt store: {error}", file=sys.stderr)
+        print(f"turnledger: corrupt store: {redact_text(str(error), args.store)}",
+              file=sys.stderr)
         return EXIT_CHECK_FAILED
     except (UsageError, TurnledgerError) as error:
-        print(f"turnledger: error: {_one_line(error)}", file=sys.stderr)
+        # No message names the store's password, whoever wrote it (a driver, the library).
+        print(f"turnledger: error: {redact_text(_one_line(error), args.store)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK

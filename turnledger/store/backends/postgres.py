@@ -1,10 +1,10 @@
 """``postgresql://user[:password]@host[:port]/dbname``: the library's PostgreSQL recorders.
 
-Query options: ``schema`` (created when missing; default ``public``), ``pool_size``,
-``max_overflow``, ``connect_timeout`` (seconds to get a connection, default 5),
-``lock_timeout`` (seconds). ``postgres://`` is accepted too. Projections keep their tables in
-the store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only
-when such a store is opened.
+Query options: ``schema`` (a lower-case identifier, created when missing; default
+``public``), ``pool_size``, ``max_overflow``, ``connect_timeout`` (seconds to get a
+connection, default 5), ``lock_timeout`` (seconds). ``postgres://`` is accepted too.
+Projections keep their tables in the store's schema. Needs psycopg (``pip install
+'turnledger[postgres]'``), imported only when such a store is opened.
 """
 
 from __future__ import annotations
@@ -96,10 +96,17 @@ class PostgresDatabase(Database):
             )
         options = url_options(url, parts.query, _OPTIONS)
         schema = options.get("schema", "public")
-        if not _SCHEMA_NAME.fullmatch(schema):
+        if not _SCHEMA_NAME.fullmatch(schema.lower()):
             raise InvalidStoreURL(
                 f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
                 f"got {schema!r}"
+            )
+        if schema != schema.lower():
+            # The library finds its composite types by the unquoted "schema.type" name, which
+            # PostgreSQL folds to lower case: a store in "Upper" could be created, not written.
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: schema must be lower case (PostgreSQL folds unquoted "
+                f"names to lower case), got {schema!r}; use {schema.lower()!r}"
             )
         login = _Login(
             dbname=dbname,

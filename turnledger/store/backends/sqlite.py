@@ -55,6 +55,8 @@ class SQLiteDatabase(Database):
         raw, _, query = rest[1:].partition("?")
         options = url_options(url, query, ("lock_timeout",))
         path = urllib.parse.unquote(raw)
+        if "\x00" in path:
+            raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite path holds a NUL byte (%00)")
         if not path or path.endswith("/"):
             raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite URL names no file")
         if path == ":memory:" or path.startswith("file:"):
