@@ -51,6 +51,8 @@ def _table(rows: Sequence[Sequence[object]], headers: Sequence[str], out: TextIO
 
 
 def _cell(value: object) -> str:
+    from turnledger.replay.timeline import printable
+
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -59,7 +61,7 @@ def _cell(value: object) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:,.1f}"
-    return str(value)
+    return printable(str(value))  # stored text must not drive the terminal
 
 
 def _numeric(text: str) -> bool:
@@ -211,7 +213,7 @@ def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.messages import to_chat_messages
-    from turnledger.replay.timeline import timeline, views_at
+    from turnledger.replay.timeline import printable, timeline, views_at
 
     with _open(args) as store:
         events = store.events_of(args.session)
@@ -235,7 +237,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
                   f"({len(messages)} messages)", file=out)
             for m in messages:
                 text = m.content if len(m.content) <= 160 else m.content[:157] + "..."
-                print(f"[{m.role}{'*' if m.synthetic else ''}] {text}", file=out)
+                print(f"[{m.role}{'*' if m.synthetic else ''}] {printable(text)}", file=out)
         return EXIT_OK
     entries = timeline(events)
     if args.json:
@@ -248,6 +250,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.audit import verify
+    from turnledger.replay.timeline import printable
 
     progress = _Progress("verifying")
     with _open(args) as store:
@@ -258,7 +261,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         print(report.to_json(), file=out)
     else:
         for v in report.violations:
-            print(f"VIOLATION {v}", file=out)
+            print(f"VIOLATION {printable(str(v))}", file=out)
         if report.violations:
             rules = sorted({v.rule.requirement for v in report.violations})
             links = ", ".join(f"{RULES_DOC}#{r.lower()}" for r in rules)
@@ -520,17 +523,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return func(args, out or sys.stdout)
     except CorruptRecord as error:
-        print(f"turnledger: corrupt store: {redact_text(str(error), args.store)}",
-              file=sys.stderr)
+        print(f"turnledger: corrupt store: {_safe(str(error), args.store)}", file=sys.stderr)
         return EXIT_CHECK_FAILED
     except (UsageError, TurnledgerError) as error:
         # No message names the store's password, whoever wrote it (a driver, the library).
-        print(f"turnledger: error: {redact_text(_one_line(error), args.store)}", file=sys.stderr)
+        print(f"turnledger: error: {_safe(_one_line(error), args.store)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+
+
+def _safe(text: str, url: str) -> str:
+    """An error text fit for the terminal: no password of ``url``, no control character."""
+    from turnledger.replay.timeline import printable
+
+    return printable(redact_text(text, url))
 
 
 def _one_line(error: BaseException) -> str:
