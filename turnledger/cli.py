@@ -108,6 +108,41 @@ def _open(args: argparse.Namespace) -> Any:
     return open_store(args.store)
 
 
+def _open_for_reading(args: argparse.Namespace) -> Any:
+    """The store for a command that writes no event; a read-only SQLite store is opened
+    read-only (``mode=ro``) rather than refused. ``args.read_only`` says which happened."""
+    from turnledger.store.session import open_store
+
+    args.read_only = False
+    try:
+        return open_store(args.store)
+    except TurnledgerError as error:
+        fallback = _read_only_url(args.store)
+        if fallback is None:
+            raise
+        try:
+            store = open_store(fallback)
+        except TurnledgerError:
+            raise error from None
+    args.read_only = True
+    return store
+
+
+def _read_only_url(url: str) -> str | None:
+    """``url`` with ``mode=ro`` when it names an existing SQLite file that may not be written
+    here (its file or directory); None otherwise."""
+    import urllib.parse
+
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != "sqlite" or not rest.startswith("/") or "mode=" in rest:
+        return None
+    path = os.path.abspath(urllib.parse.unquote(rest[1:].partition("?")[0]))
+    writable = os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
+    if not os.path.isfile(path) or writable:
+        return None
+    return f"{url}{'&' if '?' in rest else '?'}mode=ro"
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.demo import run_demo
     from turnledger.projections.analytics import Analytics
@@ -185,7 +220,7 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.formats import write_jsonl_line
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         state = store.read_state(args.session)
         print(write_jsonl_line(state.chat_view(), args.format), file=out)
     return EXIT_OK
@@ -194,7 +229,7 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.timeline import session_summaries
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         rows = session_summaries(store.backend)
     if args.json:
         _dump_json(rows, out)
@@ -215,7 +250,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.messages import to_chat_messages
     from turnledger.replay.timeline import printable, timeline, views_at
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         events = store.events_of(args.session)
     if args.at is not None or args.view is not None:
         at = len(events) if args.at is None else args.at
@@ -253,7 +288,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.timeline import printable
 
     progress = _Progress("verifying")
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         ids = [args.session] if args.session else None
         report = verify(store.backend, ids, progress=progress)
     progress.close()
@@ -276,7 +311,7 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.projections.analytics import Analytics
 
     progress = _Progress("catching up")
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         analytics = Analytics(store.backend)
         try:
             analytics.catch_up(progress=progress)
@@ -286,6 +321,9 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
             )
         finally:
             analytics.close()
+    if args.read_only:
+        print("turnledger: the store is read-only: statistics computed from its events; "
+              "its analytics tables were neither read nor updated", file=sys.stderr)
     if args.json:
         _dump_json({"sessions": sessions, "routes": routes, "totals": totals}, out)
         return EXIT_OK
@@ -312,7 +350,7 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.events import SessionStarted
     from turnledger.replay.whatif import what_if
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         events = store.events_of(args.session)
     started = events[0]
     assert isinstance(started, SessionStarted)

@@ -82,3 +82,24 @@ def test_e11_redact_text_removes_the_decoded_password_too() -> None:
     """A driver message quoting the percent-decoded password loses it as well."""
     url = "postgresql://u:p%40ss%2Fword@h/db"
     assert "auth failed for ***" == redact_text("auth failed for p@ss/word", url)
+
+
+def test_e8_sqlite_mode_ro_reads_and_refuses_writes(tmp_path: Path) -> None:
+    """mode=ro reads a store, writes nothing (an append is StoreUnavailable), creates no file."""
+    from turnledger.store.backend import StoreUnavailable
+    from turnledger.store.session import open_store
+
+    db = tmp_path / "s.db"
+    with open_store(f"sqlite:///{db}") as store:
+        session_id = store.start_session().id
+    files = sorted(p.name for p in tmp_path.iterdir())
+    with open_store(f"sqlite:///{db}?mode=ro") as store:
+        assert [session_id] == store.sessions()
+        with pytest.raises(StoreUnavailable, match="readonly"):
+            store.start_session()
+    assert files == sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(InvalidStoreURL, match="mode=ro creates none"):
+        open_backend(f"sqlite:///{tmp_path / 'missing.db'}?mode=ro")
+    assert not (tmp_path / "missing.db").exists()
+    with pytest.raises(InvalidStoreURL, match="mode must be ro or rw"):
+        open_backend(f"sqlite:///{db}?mode=wal")
