@@ -241,7 +241,8 @@ class OverflowUnrecoverable(DomainEvent):
 
 @attrs.frozen
 class OrphansSwept(DomainEvent):
-    """The orphan sweep (R36) removed messages from the views on restore (E5).
+    """The orphan sweep (R36) removed messages from the views on restore (E5), or from the
+    chat window before a request was rendered (DECISIONS 7).
 
     The removed messages stay in the log; ``positions`` are their log positions.
     """
