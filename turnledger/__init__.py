@@ -40,6 +40,7 @@ from turnledger.domain.errors import (
     InvalidProfile,
     SessionNotFound,
     TurnledgerError,
+    UnansweredToolCalls,
 )
 from turnledger.domain.estimate import IMAGE_TOKEN_ESTIMATE, estimate_history_tokens
 from turnledger.domain.events import (
@@ -156,6 +157,7 @@ __all__ = [
     "TrimDecided",
     "TrimResult",
     "TurnledgerError",
+    "UnansweredToolCalls",
     "VerifyReport",
     "Violation",
     "WhatIfReport",

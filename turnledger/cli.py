@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO, TypeVar
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
 from turnledger.replay.transcripts import FORMATS
+from turnledger.store.backends.port import redact_text, redact_url
 from turnledger.store.session import DEFAULT_STORE_URL
 
 __all__ = ["main"]
@@ -53,6 +54,8 @@ def _table(rows: Sequence[Sequence[object]], headers: Sequence[str], out: TextIO
 
 
 def _cell(value: object) -> str:
+    from turnledger.replay.timeline import printable
+
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -61,7 +64,7 @@ def _cell(value: object) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:,.1f}"
-    return str(value)
+    return printable(str(value))  # stored text must not drive the terminal
 
 
 def _numeric(text: str) -> bool:
@@ -108,19 +111,54 @@ def _open(args: argparse.Namespace) -> Any:
     return open_store(args.store)
 
 
+def _open_for_reading(args: argparse.Namespace) -> Any:
+    """The store for a command that writes no event; a read-only SQLite store is opened
+    read-only (``mode=ro``) rather than refused. ``args.read_only`` says which happened."""
+    from turnledger.store.session import open_store
+
+    args.read_only = False
+    try:
+        return open_store(args.store)
+    except TurnledgerError as error:
+        fallback = _read_only_url(args.store)
+        if fallback is None:
+            raise
+        try:
+            store = open_store(fallback)
+        except TurnledgerError:
+            raise error from None
+    args.read_only = True
+    return store
+
+
+def _read_only_url(url: str) -> str | None:
+    """``url`` with ``mode=ro`` when it names an existing SQLite file that may not be written
+    here (its file or directory); None otherwise."""
+    import urllib.parse
+
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != "sqlite" or not rest.startswith("/") or "mode=" in rest:
+        return None
+    path = os.path.abspath(urllib.parse.unquote(rest[1:].partition("?")[0]))
+    writable = os.access(path, os.W_OK) and os.access(os.path.dirname(path), os.W_OK)
+    if not os.path.isfile(path) or writable:
+        return None
+    return f"{url}{'&' if '?' in rest else '?'}mode=ro"
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.demo import run_demo
     from turnledger.projections.analytics import Analytics
 
     with _open(args) as store:
-        print(f"store: {args.store}", file=out)
+        print(f"store: {redact_url(args.store)}", file=out)
         session = run_demo(store, out)
         with Analytics(store.backend) as analytics:
             analytics.catch_up()
             stats = [s for s in analytics.session_stats() if s["session_id"] == session.id]
         print("\n== stats (turnledger stats) ==", file=out)
         _print_session_stats(stats, out)
-    print(f"\nnext: turnledger --store {args.store} replay {session.id}", file=out)
+    print(f"\nnext: turnledger --store {redact_url(args.store)} replay {session.id}", file=out)
     print(f"rule ids such as R18 are explained in {RULES_DOC} (e.g. {RULES_DOC}#r18)", file=out)
     return EXIT_OK
 
@@ -244,7 +282,7 @@ def _print_imports(
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.transcripts import write_conversation
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         state = store.read_state(args.session)
         print(write_conversation(state.chat_view(), args.format), file=out)
     return EXIT_OK
@@ -259,7 +297,7 @@ def _salvaging(args: argparse.Namespace, read: Callable[[Any], T]) -> tuple[T, b
     from turnledger.store.salvage import salvage_sqlite
 
     try:
-        with _open(args) as store:
+        with _open_for_reading(args) as store:
             return read(store.backend), False
     except Exception as error:
         path = _damaged_path(args, error)
@@ -306,9 +344,9 @@ def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.messages import to_chat_messages
-    from turnledger.replay.timeline import timeline, views_at
+    from turnledger.replay.timeline import printable, timeline, views_at
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         events = store.events_of(args.session)
     if args.at is not None or args.view is not None:
         at = len(events) if args.at is None else args.at
@@ -330,7 +368,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
                   f"({len(messages)} messages)", file=out)
             for m in messages:
                 text = m.content if len(m.content) <= 160 else m.content[:157] + "..."
-                print(f"[{m.role}{'*' if m.synthetic else ''}] {text}", file=out)
+                print(f"[{m.role}{'*' if m.synthetic else ''}] {printable(text)}", file=out)
         return EXIT_OK
     entries = timeline(events)
     if args.json:
@@ -343,11 +381,12 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.audit import verify, verify_salvaged
+    from turnledger.replay.timeline import printable
 
     progress = _Progress("verifying")
     ids = [args.session] if args.session else None
     try:
-        store = _open(args)
+        store = _open_for_reading(args)
     except TurnledgerError as error:  # a file too damaged to open: verify what can be read
         path = _damaged_path(args, error)
         if path is None:
@@ -361,7 +400,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         print(report.to_json(), file=out)
     else:
         for v in report.violations:
-            print(f"VIOLATION {v}", file=out)
+            print(f"VIOLATION {printable(str(v))}", file=out)
         if report.violations:
             rules = sorted({v.rule.requirement for v in report.violations})
             links = ", ".join(f"{RULES_DOC}#{r.lower()}" for r in rules)
@@ -388,6 +427,9 @@ def _statistics(backend: Any) -> tuple[Any, Any, Any]:
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     (sessions, routes, totals), damaged = _salvaging(args, _statistics)
     status = EXIT_CHECK_FAILED if damaged else EXIT_OK
+    if args.read_only:
+        print("turnledger: the store is read-only: statistics computed from its events; "
+              "its analytics tables were neither read nor updated", file=sys.stderr)
     if args.json:
         _dump_json({"sessions": sessions, "routes": routes, "totals": totals}, out)
         return status
@@ -414,7 +456,7 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.events import SessionStarted
     from turnledger.replay.whatif import what_if
 
-    with _open(args) as store:
+    with _open_for_reading(args) as store:
         events = store.events_of(args.session)
     started = events[0]
     assert isinstance(started, SessionStarted)
@@ -635,15 +677,23 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return func(args, out or sys.stdout)
     except CorruptRecord as error:
-        print(f"turnledger: corrupt store: {error}", file=sys.stderr)
+        print(f"turnledger: corrupt store: {_safe(str(error), args.store)}", file=sys.stderr)
         return EXIT_CHECK_FAILED
     except (UsageError, TurnledgerError) as error:
-        print(f"turnledger: error: {_one_line(error)}", file=sys.stderr)
+        # No message names the store's password, whoever wrote it (a driver, the library).
+        print(f"turnledger: error: {_safe(_one_line(error), args.store)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+
+
+def _safe(text: str, url: str) -> str:
+    """An error text fit for the terminal: no password of ``url``, no control character."""
+    from turnledger.replay.timeline import printable
+
+    return printable(redact_text(text, url))
 
 
 def _one_line(error: BaseException) -> str:

@@ -1,8 +1,9 @@
 """A session writer that test_crash.py kills with SIGKILL at random moments (E3, E5).
 
-Usage: ``python crash_child.py SQLITE_PATH SESSION_ID LIFETIME_SECONDS``.
+Usage: ``python crash_child.py STORE SESSION_ID LIFETIME_SECONDS``; STORE is a store URL
+(``sqlite:///...``, ``postgresql://...``) or a SQLite file path.
 
-Opens the SQLite store, restores the session (or starts it when it is not recorded yet), prints
+Opens the store, restores the session (or starts it when it is not recorded yet), prints
 ``READY <seq>`` and then appends forever in turns — user message, prepare, assistant tool call,
 tool result, prepare, assistant text — under a tiny turn limit and token budget so that trims
 (and their breadcrumbs and ``HistoryTrimmed``) are recorded all the time. Every message carries
@@ -50,8 +51,8 @@ _EXIT_LIFETIME = 3
 
 
 def store_url(path: str) -> str:
-    """The SQLite URL of an absolute file path."""
-    return f"sqlite:///{path}"
+    """The store URL of ``path``: itself when it is a URL, else the SQLite URL of the file."""
+    return path if "://" in path else f"sqlite:///{path}"
 
 
 def message_seq(item: ConversationMessage) -> int:
@@ -78,8 +79,17 @@ def _open_session(store: Store, session_id: str) -> Session:
 
 
 def _next_seq(session: Session) -> int:
-    appended = [e for e in session.events() if isinstance(e, MessageAppended)]
-    return message_seq(appended[-1].message) + 1 if appended else 0
+    """One past the last recorded message's number, read from the newest events only (a
+    restart costs the same at event 100 and at event 10,000)."""
+    back = 64
+    while True:
+        after = max(0, session.version - back)
+        appended = [
+            e for e in session.events(after_version=after) if isinstance(e, MessageAppended)
+        ]
+        if appended or after == 0:
+            return message_seq(appended[-1].message) + 1 if appended else 0
+        back *= 4
 
 
 def main(argv: list[str]) -> int:

@@ -1,16 +1,21 @@
-"""A SQLite session survives SIGKILL at random moments (E3, E5, E12; the issue's crash requirement).
+"""A session survives SIGKILL at random moments, on SQLite and PostgreSQL (E3, E5, E12).
 
 A child process (crash_child.py) appends to one session in a loop — user turns, tool calls and
 results, prepared requests, a turn limit of 2 and a 200-token budget, so trims are recorded all
 the time — and prints the number of each message whose ``append`` returned. The parent kills it
 with SIGKILL after a random delay (seeded; the seed is printed and named in every failure;
-``TURNLEDGER_CRASH_SEED`` replays a sequence of delays), at least 20 times, and after every kill
+``TURNLEDGER_CRASH_SEED`` replays a sequence of delays), 24 times on SQLite and 12 on PostgreSQL
+in the default suite (``benchmarks/crash.py`` runs the same loop 200 and 100 times, issue 9's
+counts, and reports the figures), and after every kill
 checks from a NEW store object that: the session restores; every message whose append returned
 is recorded; versions and positions are contiguous; no trim decision is half written; the
-restored views equal a fresh fold of the events. The child then continues the same session.
+restored views equal a fold of the events (the events new since the last kill are folded onto
+the previous fold; every 20th kill and the last one read and fold the whole session anew). The
+child then continues the same session.
 
 The assertions hold whatever the timing; the delays only choose where the kills land (during
 imports, restore, a batch of trim events, a snapshot, between a tool call and its result).
+`crash_loop` is the loop itself, shared with the benchmark.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pytest
 
-from tests.integration.crash_child import message_seq, store_url
+from tests.backends import SHARED_BACKENDS, fresh_target
+from tests.integration.crash_child import message_seq
 from turnledger.domain.decider import SessionState, evolve
 from turnledger.domain.errors import SessionNotFound
 from turnledger.domain.events import (
@@ -45,8 +52,8 @@ from turnledger.domain.sweep import sweep_orphans
 from turnledger.store.session import Session, open_store
 
 CHILD = Path(__file__).with_name("crash_child.py")
-KILLS = 24
-"""Kills per run (the requirement is >= 20)."""
+KILLS = {"sqlite": 24, "postgresql": 12}
+"""Kills per test run by backend (the default suite; benchmarks/crash.py runs 200 and 100)."""
 CHILD_LIFETIME = 30.0
 """Seconds after which a forgotten child exits on its own."""
 WAIT_LIMIT = 20.0
@@ -59,10 +66,10 @@ _APPENDED = re.compile(r"APPENDED (\d+)\n")
 class ChildRun:
     """One run of crash_child.py, its stdout read line by line on a thread."""
 
-    def __init__(self, db: Path, session_id: str, stderr_path: Path) -> None:
+    def __init__(self, url: str, session_id: str, stderr_path: Path) -> None:
         with stderr_path.open("ab") as err:
             self.process = subprocess.Popen(
-                [sys.executable, str(CHILD), str(db), session_id, str(CHILD_LIFETIME)],
+                [sys.executable, str(CHILD), url, session_id, str(CHILD_LIFETIME)],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
@@ -91,7 +98,7 @@ class ChildRun:
             if self.process.poll() is not None:
                 return  # died on its own: kill_and_collect reports it with its stderr
             if time.monotonic() > deadline:
-                pytest.fail(f"the child made no progress within {WAIT_LIMIT} s")
+                raise AssertionError(f"the child made no progress within {WAIT_LIMIT} s")
             time.sleep(0.002)
 
     def kill_and_collect(self) -> int:
@@ -104,9 +111,9 @@ class ChildRun:
         return status
 
 
-def _kill_moment(run: ChildRun, rng: random.Random, index: int) -> None:
+def _kill_moment(run: ChildRun, rng: random.Random, last: bool) -> None:
     """Sleep until a random moment of the child's life (chosen by ``rng``)."""
-    if index == KILLS - 1:
+    if last:
         run.wait_until(lambda r: len(r.returned()) >= LAST_RUN_APPENDS)
         time.sleep(rng.uniform(0.0, 0.05))
     elif rng.random() < 0.25:
@@ -121,19 +128,31 @@ def _event_names(events: list[DomainEvent]) -> list[str]:
     return [type(e).__name__ for e in events]
 
 
-def assert_session_consistent(session: Session, events: list[DomainEvent], why: str) -> None:
+def assert_session_consistent(
+    session: Session,
+    events: list[DomainEvent],
+    why: str,
+    *,
+    checked: int = 0,
+    fold: SessionState | None = None,
+) -> SessionState:
     """The invariants every recorded session keeps, whoever wrote it and however it stopped.
 
     ``events`` are the session's recorded events and ``session`` its restored object: versions
     and log positions are contiguous (E2), every trim decision was written whole with its
     breadcrumb and notice (E3, R31-R32; structured sessions), the restored views equal a fresh
     fold of the events (E4, E12) and hold no orphan after the restore's sweep (E5, R37).
+
+    ``checked`` events at the head were checked before and ``fold`` is their fold: only the
+    rest is checked and folded (the store is append-only; a full check passes neither).
+    Returns the fold of every event.
     """
     assert list(range(1, len(events) + 1)) == [e.originator_version for e in events], why
     appended = [e for e in events if isinstance(e, MessageAppended)]
     assert list(range(len(appended))) == [e.position for e in appended], why
 
-    for i, event in enumerate(events):
+    for i in range(checked, len(events)):
+        event = events[i]
         if isinstance(event, TrimDecided):
             following = events[i + 1 : i + 3]
             assert ["BreadcrumbInserted", "HistoryTrimmed"] == _event_names(following), (
@@ -154,18 +173,34 @@ def assert_session_consistent(session: Session, events: list[DomainEvent], why: 
                 f"{event.originator_version} {why}"
             )
 
-    fresh = SessionState()
-    for event in events:
+    fresh = SessionState() if fold is None else fold
+    for event in events[checked:]:
         evolve(fresh, event)
     assert fresh.chat_view() == session.chat_view(), why
     assert fresh.conversation_view() == session.conversation_view(), why
     assert 0 == sweep_orphans(session.chat_view()).removed, why
+    return fresh
+
+
+@attrs.define
+class _Checked:
+    """What the kills so far proved: the events checked and their fold (E4)."""
+
+    events: list[DomainEvent] = attrs.Factory(list)
+    fold: SessionState = attrs.Factory(SessionState)
+
+
+FULL_CHECK_EVERY = 20
+"""Every this many kills (and after the last) the whole session is checked and folded anew."""
 
 
 def _check_after_kill(
-    url: str, session_id: str, returned: set[int], seed: int
-) -> list[DomainEvent]:
-    """Every crash-safety invariant of one killed session, read through a new store object."""
+    url: str, session_id: str, returned: set[int], seed: int, checked: _Checked, full: bool
+) -> None:
+    """Every crash-safety invariant of one killed session, read through a new store object.
+
+    Reads only the events after those already checked (``full``: all of them, folded anew).
+    """
     why = f"(seed {seed})"
     with open_store(url) as store:
         try:
@@ -173,55 +208,102 @@ def _check_after_kill(
         except SessionNotFound:
             # Only when the first run died before its SessionStarted committed.
             assert set() == returned, f"appends returned but the session is missing {why}"
-            return []
-        events = session.events()
+            return
+        known = 0 if full else len(checked.events)
+        events = [*checked.events[:known], *session.events(after_version=known)]
 
-    assert_session_consistent(session, events, why)
+    if full:
+        checked.fold = assert_session_consistent(session, events, why)
+    else:
+        checked.fold = assert_session_consistent(
+            session, events, why, checked=known, fold=checked.fold
+        )
+    checked.events = events
     # The child continues from the last recorded message: none lost, none written twice.
     recorded = [message_seq(e.message) for e in events if isinstance(e, MessageAppended)]
     assert list(range(len(recorded))) == recorded, why
     assert [] == sorted(returned - set(recorded)), f"returned appends missing {why}"
-    return events
 
 
-@pytest.mark.slow  # a few seconds; still part of the default run (nothing deselects `slow`)
-@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
-def test_e5_session_survives_sigkill_at_random_moments(tmp_path: Path) -> None:
-    """SIGKILL a SQLite writer >= 20 times: nothing returned is lost, no decision half written."""
-    seed = int(os.environ.get("TURNLEDGER_CRASH_SEED") or random.SystemRandom().getrandbits(32))
-    print(f"crash test seed: {seed} (TURNLEDGER_CRASH_SEED={seed} to replay the delays)")
+@attrs.frozen
+class CrashFigures:
+    """What one crash loop did: kills, appends acknowledged, and what was lost or duplicated."""
+
+    kills: int
+    silent: int
+    """Kills that landed before any append of that run returned (imports, restore)."""
+    acknowledged: int
+    recorded: int
+    lost: int
+    """Acknowledged appends missing from the store at the end (must be 0)."""
+    duplicated: int
+    """Messages recorded more than once (must be 0)."""
+    seconds: float
+    events: tuple[DomainEvent, ...] = attrs.field(repr=False)
+
+
+def crash_loop(url: str, kills: int, seed: int, workdir: Path) -> CrashFigures:
+    """SIGKILL a writer of one session on ``url`` ``kills`` times, checking after every kill.
+
+    Raises AssertionError (naming the seed) at the first broken invariant; the figures count
+    what the final store holds.
+    """
     rng = random.Random(seed)
-    db = tmp_path / "crash.db"
-    url = store_url(str(db))
     session_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-    stderr_path = tmp_path / "child.err"
+    stderr_path = workdir / f"child-{seed}.err"
     returned: set[int] = set()
-    kills = silent = 0
-    events: list[DomainEvent] = []
+    done = silent = 0
+    checked = _Checked()
     started = time.monotonic()
-    for index in range(KILLS):
-        run = ChildRun(db, session_id, stderr_path)
+    for index in range(kills):
+        run = ChildRun(url, session_id, stderr_path)
         try:
-            _kill_moment(run, rng, index)
+            _kill_moment(run, rng, last=index == kills - 1)
         finally:
             status = run.kill_and_collect()
         assert -signal.SIGKILL == status, (
             f"run {index} ended by itself (seed {seed}): {stderr_path.read_text()}"
         )
-        kills += 1
+        done += 1
         this_run = run.returned()
         assert len(this_run) == len(set(this_run)), f"a number printed twice (seed {seed})"
         returned.update(this_run)
         silent += not this_run  # killed in imports, the restore or its first append
-        events = _check_after_kill(url, session_id, returned, seed)
-
-    elapsed = time.monotonic() - started
-    kinds = Counter(type(e).__name__ for e in events)
-    reasons = {e.reason for e in events if isinstance(e, TrimDecided)}
-    print(
-        f"{kills} kills ({silent} before any append returned) in {elapsed:.1f} s; "
-        f"{len(returned)} appends returned; {dict(kinds)}"
+        full = index % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 or index == kills - 1
+        _check_after_kill(url, session_id, returned, seed, checked, full)
+    events = checked.events
+    recorded = [message_seq(e.message) for e in events if isinstance(e, MessageAppended)]
+    return CrashFigures(
+        kills=done,
+        silent=silent,
+        acknowledged=len(returned),
+        recorded=len(recorded),
+        lost=len(returned - set(recorded)),
+        duplicated=len(recorded) - len(set(recorded)),
+        seconds=time.monotonic() - started,
+        events=tuple(events),
     )
+
+
+def crash_seed() -> int:
+    """``TURNLEDGER_CRASH_SEED`` when set (to replay a sequence of delays), else a random one."""
+    return int(os.environ.get("TURNLEDGER_CRASH_SEED") or random.SystemRandom().getrandbits(32))
+
+
+@pytest.mark.slow  # ~20 s; still part of the default run (nothing deselects `slow`)
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_e5_session_survives_sigkill_at_random_moments(kind: str, tmp_path: Path) -> None:
+    """SIGKILL a writer 24 (SQLite) / 12 (PostgreSQL) times: nothing returned is lost or
+    written twice, no decision half written."""
+    seed = crash_seed()
+    print(f"crash test seed: {seed} (TURNLEDGER_CRASH_SEED={seed} to replay the delays)")
+    with fresh_target(kind, tmp_path) as target:
+        figures = crash_loop(target.url, KILLS[kind], seed, tmp_path)
+    kinds = Counter(type(e).__name__ for e in figures.events)
+    reasons = {e.reason for e in figures.events if isinstance(e, TrimDecided)}
+    print(f"{figures}; {dict(kinds)}")
+    assert (KILLS[kind], 0, 0) == (figures.kills, figures.lost, figures.duplicated)
     # The last run alone appended ten turns: both kinds of trim were recorded (R24, R27a).
     assert {TrimReason.TURN_LIMIT, TrimReason.TOKEN_BUDGET} <= reasons, f"seed {seed}"
     assert kinds["MessageAppended"] >= LAST_RUN_APPENDS

@@ -25,7 +25,11 @@ from tests.backends import Target
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import request_digest
-from turnledger.domain.errors import ContextWindowExceeded, SessionNotFound
+from turnledger.domain.errors import (
+    ContextWindowExceeded,
+    SessionNotFound,
+    UnansweredToolCalls,
+)
 from turnledger.domain.events import (
     EVENT_TYPES,
     BreadcrumbInserted,
@@ -472,13 +476,28 @@ def test_e4_verify_finds_nothing_in_any_session_recorded_through_the_api(
 
 
 def test_r37_verify_reports_a_request_sent_with_unanswered_tool_calls(store: Store) -> None:
-    """A request prepared before the tool answered would be refused by the provider (R37)."""
+    """A request prepared before the tool answered would be refused by the provider (R37).
+
+    A session refuses to prepare it (DECISIONS 11, `UnansweredToolCalls`); a buggy writer that
+    records it anyway is reported.
+    """
     session = store.start_session(RuntimeProfile(), PROVIDERS)
     session.append(ChatMessage.user("look it up"))
+    answered = session.prepare_request()
     session.append(AssistantToolCalls("Looking.", (ToolCall("call_9", "search", "{}"),)))
-    session.prepare_request()
+    with pytest.raises(UnansweredToolCalls):
+        session.prepare_request()
+    assert [] == list(verify(store.backend).violations)
+    good = next(e for e in session.events() if isinstance(e, RequestPrepared))
+    append_raw(
+        store, session.id,
+        attrs.evolve(good, **next_stamp(store, session.id),
+                     digest=request_digest(session.chat_view()),
+                     message_count=len(answered.messages) + 1),
+    )
+    forged, _ = store.backend.head(UUID(session.id))
     (violation,) = verify(store.backend).violations
-    assert (session.version, Rule.TOOL_PAIRING) == (violation.position, violation.rule)
+    assert (forged, Rule.TOOL_PAIRING) == (violation.position, violation.rule)
     assert "tool calls without a result: call_9" in violation.detail
 
 
@@ -706,10 +725,31 @@ def test_r37_verify_reports_a_request_with_a_split_tool_exchange(store: Store) -
     session.append(AssistantToolCalls(None, (ToolCall("call_1", "search", "{}"),)))
     session.append(ChatMessage.user("second, before the tool answered"))
     session.append(ToolResults((ToolResult("call_1", "late result", "search"),)))
-    session.prepare_request()
+    # A session sweeps the orphan before it renders the request (DECISIONS 7) ...
+    request = session.prepare_request()
+    assert ["[earlier turns omitted to fit the context window]",
+            "second, before the tool answered"] == [m.content for m in request.messages]
+    assert isinstance(session.events()[-2], OrphansSwept)
+    assert [] == list(verify(store.backend).violations)
+    # ... a buggy writer that sends it with the orphan is reported.
+    session = store.start_session(RuntimeProfile(max_history_messages=1), PROVIDERS)
+    session.append(ChatMessage.user("first"))
+    session.append(AssistantToolCalls(None, (ToolCall("call_1", "search", "{}"),)))
+    session.append(ChatMessage.user("second, before the tool answered"))
+    session.append(ToolResults((ToolResult("call_1", "late result", "search"),)))
+    route, messages = session.state.route, session.chat_view()
+    append_raw(
+        store, session.id,
+        RequestPrepared(
+            **next_stamp(store, session.id), purpose=Purpose.TURN, route=route.route,
+            capacity=route.capacity, budget=route.budget, window=route.window,
+            estimated_tokens=session.state.chat_tokens(), message_count=len(messages),
+            digest=request_digest(messages),
+        ),
+    )
     report = verify(store.backend)
     (violation,) = report.violations
-    assert (session.id, session.version, Rule.TOOL_PAIRING) == (
+    assert (session.id, session.version + 1, Rule.TOOL_PAIRING) == (
         violation.session_id, violation.position, violation.rule
     )
     assert "tool results without their call: call_1" in violation.detail

@@ -43,6 +43,7 @@ from turnledger.domain.events import (
     OverflowReported,
     OverflowUnrecoverable,
     Purpose,
+    RejectionReason,
     RequestPrepared,
     RequestRejected,
     RouteReason,
@@ -62,6 +63,7 @@ from turnledger.domain.messages import (
     ToolResults,
     as_conversation_message,
     chat_tool_call_id,
+    chat_tool_calls,
     classify_appended,
     parse_tool_envelope,
 )
@@ -72,10 +74,10 @@ from turnledger.domain.providers import (
     to_openai_responses,
 )
 from turnledger.domain.state import SessionState
-from turnledger.domain.sweep import sweep_conversation_orphans
+from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import window_for_budget, window_for_count
 from turnledger.domain.truncate import truncate_conversation_message
-from turnledger.domain.turns import is_turn_start_item
+from turnledger.domain.turns import is_turn_start_item, segment
 from turnledger.domain.window import Cut, Window
 
 __all__ = [
@@ -98,6 +100,7 @@ __all__ = [
     "request_digest",
     "request_overhead_tokens",
     "run",
+    "unanswered_tool_calls",
 ]
 
 E = TypeVar("E", bound=DomainEvent)
@@ -198,7 +201,12 @@ class SelectRoute:
 
 @attrs.frozen
 class SweepOrphans:
+    """Sweep orphans (R36) from the conversation window (a restore), or from the chat window
+    just before a request is rendered (``view=View.CHAT``, DECISIONS 7): what a trim or an
+    append out of order would leave unpaired in the request."""
+
     now: datetime
+    view: View = attrs.field(default=View.CONVERSATION, kw_only=True)
 
 
 Command = (
@@ -271,6 +279,30 @@ def _provider_fields(message: ChatMessage) -> list[Any]:
     elif isinstance(item, ToolResult) and (item.blocks or item.extra or item.is_error is not None):
         fields.append([item.extra, [block_json(b) for b in item.blocks], item.is_error])
     return fields
+
+
+def unanswered_tool_calls(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
+    """Ids of the tool calls of the newest turn that no later result answers, in call order.
+
+    The newest turn runs from the last real user message (the whole history when there is
+    none); pairing is the orphan sweep's (R36), so these are exactly the calls it would remove.
+    """
+    turn = list(messages[segment(messages).last_turn_start or 0 :])
+    swept = sweep_orphans(turn)
+    rewritten = dict(swept.rewritten)
+    lost: list[str] = []
+    for index in sorted({*swept.removed_indices, *rewritten}):
+        calls = _calls_of(turn[index])
+        if calls:
+            kept = set(_calls_of(rewritten[index])) if index in rewritten else set()
+            lost.extend(call for call in calls if call not in kept)
+    return tuple(dict.fromkeys(lost))
+
+
+def _calls_of(message: ChatMessage) -> list[str]:
+    # The recorded structure decides (issue 8); a bare message is read by the seed's rule.
+    parsed = chat_tool_calls(message)
+    return [call.id for call in parsed[1]] if parsed else []
 
 
 def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple[int, int]:
@@ -466,6 +498,7 @@ def _decide_token_budget(state: SessionState, command: EnforceTokenBudget, batch
 def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) -> None:
     resolved = state.route
     messages = state.chat_view()  # rendered once: the digest's input is what is sent
+    unanswered = unanswered_tool_calls(messages)
     tool_tokens, hook_tokens = command.tool_tokens, command.hook_tokens
     estimated = state.chat_tokens() + tool_tokens + hook_tokens
     purpose = Purpose.FINAL_SUMMARY if command.final_summary else Purpose.TURN
@@ -477,6 +510,15 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         "estimated_tokens": estimated,
         "message_count": len(messages),
     }
+    if unanswered:  # DECISIONS 11: the provider would reject a call without its result
+        batch.add(
+            RequestRejected,
+            **fields,
+            detail=_unanswered_text(unanswered),
+            reason=RejectionReason.UNANSWERED_TOOL_CALLS,
+            tool_call_ids=unanswered,
+        )
+        return
     if estimated > resolved.window:
         batch.add(RequestRejected, **fields, detail=_rejection_text(resolved, estimated))
         return
@@ -499,6 +541,13 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         window=resolved.window,
         purpose=purpose,
         digest=digest,
+    )
+
+
+def _unanswered_text(ids: Sequence[str]) -> str:
+    return (
+        f"the newest turn has tool calls without their results ({', '.join(ids)}); append "
+        "the results before preparing a request; it was not sent"
     )
 
 
@@ -537,7 +586,9 @@ def _decide_overflow(state: SessionState, command: RecoverFromOverflow, batch: B
 
 
 def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> None:
-    present = state.index.present_from(state.window(View.CONVERSATION).start)
+    if command.view is View.CHAT and unanswered_tool_calls(state.chat_view()):
+        return  # the request is refused next (DECISIONS 11): the calls wait for their results
+    present = state.index.present_from(state.window(command.view).start)
     result = sweep_conversation_orphans([item for _, item in present])
     if not result.removed_indices and not result.rewritten:
         return
@@ -626,6 +677,7 @@ def _steps(command: Command) -> list[Command]:
             return [
                 EnforceTurnLimit(TrimTrigger.PREPARE, command.now),  # R27a
                 EnforceTokenBudget(TrimTrigger.PREPARE, None, command.now),  # R24
+                SweepOrphans(command.now, view=View.CHAT),  # DECISIONS 7: no orphan is sent
                 command,
             ]
     return [command]

@@ -10,6 +10,7 @@ __all__ = [
     "InvalidProfile",
     "SessionNotFound",
     "TurnledgerError",
+    "UnansweredToolCalls",
 ]
 
 
@@ -36,6 +37,19 @@ class ContextWindowExceeded(TurnledgerError):
         super().__init__(message)
         self.estimated_tokens = estimated_tokens
         self.context_window = context_window
+
+
+class UnansweredToolCalls(TurnledgerError):
+    """The newest turn has tool calls without their results: the request was not prepared.
+
+    Raised by `prepare_request` before anything is sent (recorded as a `RequestRejected` with
+    reason ``unanswered_tool_calls``); ``tool_call_ids`` are the unanswered ids, in call order.
+    Append the results, then prepare again.
+    """
+
+    def __init__(self, message: str, *, tool_call_ids: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.tool_call_ids = tool_call_ids
 
 
 class SessionNotFound(TurnledgerError, LookupError):

@@ -34,6 +34,7 @@ __all__ = [
     "OverflowReported",
     "OverflowUnrecoverable",
     "Purpose",
+    "RejectionReason",
     "RequestPrepared",
     "RequestRejected",
     "RouteReason",
@@ -81,6 +82,15 @@ class Purpose(enum.StrEnum):
 
     TURN = "turn"
     FINAL_SUMMARY = "final_summary"
+
+
+class RejectionReason(enum.StrEnum):
+    """Why a request was refused before it was sent."""
+
+    CAPACITY = "capacity"
+    """It does not fit the model context window (R18)."""
+    UNANSWERED_TOOL_CALLS = "unanswered_tool_calls"
+    """The newest turn has tool calls without their results (DECISIONS 11)."""
 
 
 @attrs.frozen
@@ -190,7 +200,11 @@ class RequestPrepared(DomainEvent):
 
 @attrs.frozen
 class RequestRejected(DomainEvent):
-    """A request did not fit the model context window and was not sent (R18)."""
+    """A request was refused and not sent: ``reason`` says why (R18, DECISIONS 11).
+
+    ``tool_call_ids`` are the unanswered calls of an ``unanswered_tool_calls`` refusal.
+    Version 2 added ``reason`` and ``tool_call_ids``; a version 1 record was a capacity refusal.
+    """
 
     purpose: Purpose
     route: Route
@@ -199,6 +213,17 @@ class RequestRejected(DomainEvent):
     estimated_tokens: int
     message_count: int
     detail: str
+    reason: RejectionReason = RejectionReason.CAPACITY
+    tool_call_ids: tuple[str, ...] = ()
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, object]) -> dict[str, object]:
+        """Version 1 refused only requests over the window (R18)."""
+        state.setdefault("reason", RejectionReason.CAPACITY.value)
+        state.setdefault("tool_call_ids", [])
+        return state
 
 
 @attrs.frozen
@@ -227,7 +252,8 @@ class OverflowUnrecoverable(DomainEvent):
 
 @attrs.frozen
 class OrphansSwept(DomainEvent):
-    """The orphan sweep (R36) removed messages from the views on restore (E5).
+    """The orphan sweep (R36) removed messages from the views on restore (E5), or from the
+    chat window before a request was rendered (DECISIONS 7).
 
     The removed messages stay in the log; ``positions`` are their log positions.
     """

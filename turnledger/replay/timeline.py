@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
@@ -71,6 +72,7 @@ __all__ = [
     "TimelineEntry",
     "audit_request",
     "dumps",
+    "printable",
     "requests",
     "session_summaries",
     "state_at",
@@ -157,6 +159,34 @@ def dumps(value: object) -> str:
         separators=(",", ":"),
         allow_nan=False,
     )
+
+
+# --- human output -----------------------------------------------------------------------------
+
+_CONTROLS: Final = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+"""C0, DEL and C1 controls, line/paragraph separators and bidi controls: a terminal acts on
+them (ESC sequences clear the screen, set the title, recolour; bidi overrides reorder text)."""
+_NAMED_CONTROLS: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED_CONTROLS.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    For human-readable output only: stored content must not drive the reader's terminal. The
+    JSON outputs keep the text as stored (JSON escapes C0 controls itself).
+    """
+    return _CONTROLS.sub(_escape_control, text)
 
 
 # --- timeline ---------------------------------------------------------------------------------

@@ -39,11 +39,13 @@ from turnledger.domain.errors import (
     InvalidMessage,
     InvalidProfile,
     SessionNotFound,
+    UnansweredToolCalls,
 )
 from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
     OverflowRecovered,
+    RejectionReason,
     RequestRejected,
     RouteReason,
 )
@@ -212,7 +214,9 @@ class Session:
 
         Raises `ContextWindowExceeded` (recorded as `RequestRejected`) when the request does
         not fit the resolved model context window, also for ``final_summary=True`` and when
-        proactive trimming is disabled.
+        proactive trimming is disabled; `UnansweredToolCalls` (recorded as `RequestRejected`
+        with reason ``unanswered_tool_calls``) when the newest turn has a tool call without its
+        result. Orphans a trim or an out-of-order append left are swept first (`OrphansSwept`).
         """
         schemas = tuple(_schema_text(t) for t in tools)
         hook_texts = tuple(hooks)
@@ -224,6 +228,9 @@ class Session:
                 PrepareRequest.from_texts(schemas, hook_texts, bool(final_summary), _now())
             )
             last = batch.events[-1]
+            unanswered = RejectionReason.UNANSWERED_TOOL_CALLS
+            if isinstance(last, RequestRejected) and last.reason is unanswered:
+                raise UnansweredToolCalls(last.detail, tool_call_ids=last.tool_call_ids)
             if isinstance(last, RequestRejected):
                 raise ContextWindowExceeded(
                     last.detail, estimated_tokens=last.estimated_tokens, context_window=last.window

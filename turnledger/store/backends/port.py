@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import attrs
 from eventsourcing.domain import EventSourcingError
@@ -50,10 +51,12 @@ __all__ = [
     "StoreUnavailable",
     "database_errors",
     "open_library_recorders",
+    "redact_text",
     "redact_url",
     "url_number",
     "url_options",
     "url_seconds",
+    "url_secrets",
 ]
 
 
@@ -241,16 +244,38 @@ def open_library_recorders(
 
 # --- URLs ---------------------------------------------------------------------------------
 
+_USERINFO_PASSWORD: Final = re.compile(r"(?P<user>[^:/?#@\s]*):(?P<password>[^/?#\s]*)@")
+"""``user:password@`` wherever it stands, the password up to the last ``@`` before the host."""
+_SECRET_OPTION: Final = re.compile(
+    r"(?P<key>(?:password|passwd|pwd|secret|token|sslpassword)=)(?P<value>[^&#\s]*)",
+    re.IGNORECASE,
+)
+
+
 def redact_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """The URL without its password, for messages and logs.
+
+    Works on text that does not parse as a URL too (a bad port, a broken IPv6 host, a missing
+    ``//``): every ``user:password@`` loses its password, and so does every query option that
+    names a secret (``password=``, ``token=`` ...).
+    """
+    text = _USERINFO_PASSWORD.sub(lambda m: f"{m['user']}:***@", url)
+    return _SECRET_OPTION.sub(lambda m: f"{m['key']}***", text)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets `redact_url` removes from ``url``, longest first (to scrub other texts)."""
+    found = [m["password"] for m in _USERINFO_PASSWORD.finditer(url)]
+    found += [m["value"] for m in _SECRET_OPTION.finditer(url)]
+    decoded = [urllib.parse.unquote(s) for s in found]
+    return sorted({s for s in [*found, *decoded] if s}, key=len, reverse=True)
+
+
+def redact_text(text: str, url: str) -> str:
+    """``text`` (an error message, an output line) without any secret of ``url`` in it."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return redact_url(text)
 
 
 def url_options(url: str, query: str, allowed: Sequence[str]) -> dict[str, str]:

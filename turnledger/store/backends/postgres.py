@@ -1,6 +1,7 @@
 """``postgresql://user[:password]@host[:port]/dbname``: the library's PostgreSQL recorders.
 
-Query options: ``schema`` (created when missing; default ``public``), ``pool_size``,
+Query options: ``schema`` (a lower-case identifier, created when missing; default
+``public``), ``pool_size``,
 ``max_overflow``, ``connect_timeout`` (whole seconds to connect or to get a connection from the
 pool, default 5), ``lock_timeout`` and ``statement_timeout`` (seconds, decimals allowed; 0 or
 absent: no limit). ``postgres://`` is accepted too. Projections keep their tables in the
@@ -116,10 +117,17 @@ class PostgresDatabase(Database):
             )
         options = url_options(url, parts.query, _OPTIONS)
         schema = options.get("schema", "public")
-        if not _SCHEMA_NAME.fullmatch(schema):
+        if not _SCHEMA_NAME.fullmatch(schema.lower()):
             raise InvalidStoreURL(
                 f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
                 f"got {schema!r}"
+            )
+        if schema != schema.lower():
+            # The library finds its composite types by the unquoted "schema.type" name, which
+            # PostgreSQL folds to lower case: a store in "Upper" could be created, not written.
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: schema must be lower case (PostgreSQL folds unquoted "
+                f"names to lower case), got {schema!r}; use {schema.lower()!r}"
             )
         login = _Login(
             dbname=dbname,

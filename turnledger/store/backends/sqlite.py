@@ -2,9 +2,10 @@
 
 The part after ``sqlite:///`` is the path: ``sqlite:///./x.db`` and ``sqlite:///x.db`` are
 relative to the working directory, ``sqlite:////abs/x.db`` is absolute. Missing parent
-directories are created. Query option: ``lock_timeout`` (seconds to wait for the file's
-lock, decimals allowed, default 5; 0: do not wait). Projections keep their tables in the same
-file.
+directories are created. Query options: ``lock_timeout`` (seconds to wait for the file's
+lock, decimals allowed, default 5; 0: do not wait), ``mode=ro`` (read-only: nothing is created
+or written, for a store on a read-only file or directory; see `SQLiteDatabase.read_only`).
+Projections keep their tables in the same file.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ _DEFAULT_LOCK_TIMEOUT: Final = 5.0  # seconds, the library's default too
 class SQLiteDatabase(Database):
     """One SQLite file, named by an absolute path."""
 
-    def __init__(self, url: str, path: str, lock_timeout: float | None) -> None:
+    def __init__(
+        self, url: str, path: str, lock_timeout: float | None, *, read_only: bool = False
+    ) -> None:
         super().__init__(url)
         self.path = path
         self.lock_timeout = lock_timeout
@@ -53,6 +56,14 @@ class SQLiteDatabase(Database):
         self.limits = Limits(
             lock=_DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout
         )
+        self.read_only = read_only
+        """``mode=ro``: the file must exist; no file, table, WAL or analytics row is written.
+
+        The events are read through SQLite's ``mode=ro`` when a write-ahead log holds some of
+        them, else as ``immutable`` (no lock, no shared-memory file: works in a directory
+        nobody may write). A projection gets a private in-memory database (`connect_sql`),
+        so statistics are computed from the events instead of read from the file's tables.
+        """
 
     @classmethod
     def from_url(cls, url: str, rest: str) -> Self:
@@ -62,8 +73,10 @@ class SQLiteDatabase(Database):
                 "sqlite:////absolute/path.db"
             )
         raw, _, query = rest[1:].partition("?")
-        options = url_options(url, query, ("lock_timeout",))
+        options = url_options(url, query, ("lock_timeout", "mode"))
         path = urllib.parse.unquote(raw)
+        if "\x00" in path:
+            raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite path holds a NUL byte (%00)")
         if not path or path.endswith("/"):
             raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite URL names no file")
         if path == ":memory:" or path.startswith("file:"):
@@ -72,7 +85,12 @@ class SQLiteDatabase(Database):
             )
         timeout = options.get("lock_timeout")
         seconds = None if timeout is None else url_seconds(url, "lock_timeout", timeout)
-        return cls(url, os.path.abspath(path), seconds)
+        mode = options.get("mode", "rw")
+        if mode not in ("ro", "rw"):
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: option mode must be ro or rw, got {mode!r}"
+            )
+        return cls(url, os.path.abspath(path), seconds, read_only=mode == "ro")
 
     @property
     def uri(self) -> str:
@@ -83,8 +101,12 @@ class SQLiteDatabase(Database):
     def open(self, settings: dict[str, str]) -> Recorders:
         from eventsourcing.sqlite import SQLiteFactory
 
-        self._prepare_file()
-        settings.update(SQLITE_DBNAME=self.uri, CREATE_TABLE="y")
+        if self.read_only:
+            self._check_readable()
+            settings.update(SQLITE_DBNAME=self._read_only_uri(), CREATE_TABLE="n")
+        else:
+            self._prepare_file()
+            settings.update(SQLITE_DBNAME=self.uri, CREATE_TABLE="y")
         lock = self.limits.lock
 
         def factory(env: Environment) -> SQLiteFactory:
@@ -129,7 +151,20 @@ class SQLiteDatabase(Database):
                 f"{error.strerror or type(error).__name__}"
             ) from None
 
+    def _check_readable(self) -> None:
+        if not os.path.isfile(self.path):
+            raise InvalidStoreURL(f"{self.url!r}: no store at {self.path} (mode=ro creates none)")
+
+    def _read_only_uri(self) -> str:
+        wal = self.path + "-wal"
+        logged = os.path.exists(wal) and os.path.getsize(wal) > 0
+        # Immutable ignores a write-ahead log: only when there is none to read.
+        return self.uri + ("?mode=ro" if logged else "?immutable=1")
+
     def connect_sql(self) -> SqlConnection:
+        if self.read_only:  # projections compute in memory: nothing is written to the file
+            memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            return SqlConnection(memory, SQLITE_DIALECT)
         connection = sqlite3.connect(
             self.uri,
             uri=True,

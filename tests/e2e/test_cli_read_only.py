@@ -1,0 +1,135 @@
+"""The read-only commands work on a read-only copy of a SQLite store (issue 9.9).
+
+``sessions``, ``replay``, ``export``, ``verify``, ``what-if`` and ``stats`` on a store whose
+file and directory cannot be written: each exits 0 with its usual output, and nothing is written
+(no table, no WAL, no analytics rows: ``stats`` computes from the events and says so).
+
+Root ignores file permissions, so when the tests run as root the commands run as ``nobody``
+through ``setpriv`` (skipped with the reason when neither is possible). Two copies: one with the
+writer's ``-wal``/``-shm`` files beside it (a WAL not yet checkpointed must be read), one with
+the database file alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import CLI_TIMEOUT, SESSION_LINE, clean_env, describe, run_command
+
+NOBODY = 65534
+
+
+def _as_reader() -> list[str]:
+    """The prefix that runs a command as a user the file permissions apply to."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root and setpriv is missing: permissions cannot be tested")
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())
+    }
+
+
+@pytest.fixture(params=["with-wal", "file-alone"])
+def read_only_store(request: pytest.FixtureRequest) -> Iterator[tuple[Path, str]]:
+    """A store with the demo session, in a directory nobody may write; (db path, session id)."""
+    directory = Path(tempfile.mkdtemp(prefix="tl-readonly-"))
+    db = directory / "store.db"
+    url = f"sqlite:///{db}"
+    result = run_command([sys.executable, "-m", "turnledger", "--store", url, "demo"],
+                         cwd=directory)
+    assert 0 == result.returncode, describe(result)
+    session_id = SESSION_LINE.findall(result.stdout)[0]
+    if request.param == "with-wal":
+        # A WAL that was never checkpointed into the file: its events live in -wal only.
+        connection = sqlite3.connect(db)
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        connection.execute("PRAGMA wal_autocheckpoint=0")
+        for name in ("tl_tracking", "tl_session_stats"):
+            connection.execute(f"DELETE FROM {name}")  # stats must not come from these rows
+        connection.commit()
+        snapshot = directory / "copy"
+        snapshot.mkdir()
+        for path in directory.glob("store.db*"):
+            shutil.copy(path, snapshot / path.name)
+        connection.close()
+        for path in directory.glob("store.db*"):
+            path.unlink()
+        for path in snapshot.iterdir():
+            path.rename(directory / path.name)
+        snapshot.rmdir()
+        assert (directory / "store.db-wal").stat().st_size > 0
+    else:
+        for suffix in ("-wal", "-shm"):
+            (directory / f"store.db{suffix}").unlink(missing_ok=True)
+    for path in directory.iterdir():
+        path.chmod(0o444)
+    directory.chmod(0o555)
+    try:
+        yield db, session_id
+    finally:
+        directory.chmod(0o755)
+        shutil.rmtree(directory)
+
+
+def _run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [*_as_reader(), sys.executable, "-m", "turnledger", "--store", f"sqlite:///{db}", *args]
+    return subprocess.run(argv, cwd=db.parent, env=clean_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False)
+
+
+def test_e11_read_only_commands_work_on_a_read_only_store(
+    read_only_store: tuple[Path, str],
+) -> None:
+    """Each read command exits 0 on the read-only copy and writes nothing."""
+    db, session_id = read_only_store
+    before = _digest(db.parent)
+    commands = {
+        "sessions": ["sessions"],
+        "replay": ["replay", session_id],
+        "view": ["replay", session_id, "--view", "conversation"],
+        "export": ["export", session_id, "--format", "openai"],
+        "verify": ["verify"],
+        "what-if": ["what-if", session_id, "--max-context-tokens", "500"],
+        "stats": ["stats"],
+    }
+    results = {name: _run(db, *argv) for name, argv in commands.items()}
+    failed = {name: describe(r) for name, r in results.items() if r.returncode != 0}
+    assert {} == failed
+    assert session_id in results["sessions"].stdout
+    assert "OK" in results["verify"].stdout
+    assert session_id[:8] in results["stats"].stdout
+    assert "read-only" in results["stats"].stderr
+    assert before == _digest(db.parent)
+
+
+def test_e11_writing_to_a_read_only_store_is_a_clear_error(
+    read_only_store: tuple[Path, str],
+) -> None:
+    """import into the read-only copy fails with exit 2 and a reason, never a traceback."""
+    db, _ = read_only_store
+    transcript = Path(tempfile.mkdtemp(prefix="tl-transcript-")) / "t.jsonl"
+    transcript.write_text('[{"role": "user", "content": "hi"}]\n')
+    transcript.parent.chmod(0o755)
+    transcript.chmod(0o644)
+    try:
+        result = _run(db, "import", str(transcript), "--format", "openai")
+    finally:
+        shutil.rmtree(transcript.parent)
+    assert (2, "") == (result.returncode, result.stdout), describe(result)
+    assert "Traceback" not in result.stderr
