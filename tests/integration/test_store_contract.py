@@ -308,13 +308,17 @@ def test_e10_version_1_fixture_records_still_load(backend: EventStoreBackend) ->
     assert [FIXTURE_SESSION] == backend.session_ids()
 
 
-@pytest.mark.parametrize("name", list(V1_EVENTS))
+@pytest.mark.parametrize(
+    "name", [name for name, event in V1_EVENTS.items() if type(event).class_version == 1]
+)
 def test_e10_version_1_encoding_is_unchanged_while_classes_are_at_version_1(name: str) -> None:
     """While a class is still at class_version 1 the store writes exactly the fixture's bytes
-    (a dependency upgrade that changes the encoding shows up here, not in old databases)."""
+    (a dependency upgrade that changes the encoding shows up here, not in old databases).
+
+    A class that moved on (MessageAppended, v2 since issue 8) is not a case here: its v1
+    records are read by the upcaster (the test above) and its v2 bytes have their own fixture.
+    """
     event = V1_EVENTS[name]
-    if type(event).class_version != 1:
-        pytest.skip(f"{type(event).__name__} is at version {type(event).class_version}")
     backend = open_backend("memory://")
     earlier = list(V1_EVENTS.values())[: event.originator_version]
     stored, _ = backend.mapper.to_stored_events(earlier, ZERO_CHAIN)
