@@ -586,7 +586,7 @@ def _decide_overflow(state: SessionState, command: RecoverFromOverflow, batch: B
 
 
 def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> None:
-    if command.view is View.CHAT and unanswered_tool_calls(state.chat_view()):
+    if command.view is View.CHAT and unanswered_tool_calls(state.newest_turn_chat()):
         return  # the request is refused next (DECISIONS 11): the calls wait for their results
     present = state.index.present_from(state.window(command.view).start)
     result = sweep_conversation_orphans([item for _, item in present])

@@ -145,6 +145,16 @@ class SessionState:
         """The provider-facing working history (R27a: equals the last prepared request)."""
         return [m for item in self.index.render(self.chat) for m in chat_of(item)]
 
+    def newest_turn_chat(self) -> list[ChatMessage]:
+        """The chat view's newest turn (its whole body when it has no turn); O(that turn).
+
+        What `decider.unanswered_tool_calls` reads: the head (system messages, breadcrumb)
+        carries no tool call, so the turn alone gives the same answer as the whole view.
+        """
+        starts = self.index.turns_from(self.chat.start)
+        first = starts[-1] if starts else self.chat.start
+        return [m for _, item in self.index.present_from(first) for m in chat_of(item)]
+
     def chat_tokens(self) -> int:
         """The estimate of `chat_view` (R20-R23); O(1)."""
         return self.index.tokens(self.chat)
