@@ -31,6 +31,7 @@ from turnledger.domain.events import (
     RequestRejected,
     RouteReason,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
     TrimReason,
@@ -230,6 +231,7 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
             st.tuples(small_counts, conversation_messages), max_size=2
         ).map(tuple),
     ),
+    SessionForgotten: _event(SessionForgotten, reason=names),
 }
 
 missing = set(EVENT_TYPES) - set(EVENT_STRATEGIES)
