@@ -83,6 +83,10 @@ class Rule(enum.StrEnum):
     BREADCRUMB = "R31-breadcrumb"
     TRIM_NOTICE = "R31-R34-trim-notice"
     TOOL_PAIRING = "R37-tool-pairing"
+    ANCHOR = "E2-anchor"
+    """The store disagrees with an anchor kept outside it (ADR-0048)."""
+    KEYED_CHAIN = "E2-keyed-chain"
+    """An audit key was given but the store keeps an unkeyed chain (ADR-0047)."""
 
     @property
     def requirement(self) -> str:
@@ -206,6 +210,13 @@ def _verify(
         ids = [parse_session_id(s) for s in session_ids]
         total = None
     violations: list[Violation] = []
+    if backend.protection.unkeyed_despite_audit_key:
+        violations.append(Violation(
+            STORE_WIDE, 0, Rule.KEYED_CHAIN,
+            "an audit key was given but the store keeps an unkeyed sha256 chain: whoever can "
+            "write the database can rewrite it unseen (a downgrade, or a store never moved to "
+            "a keyed chain: `turnledger rechain --yes`)",
+        ))
     done = 0
     for session_id in ids:
         records = backend.read_records(session_id)
@@ -285,7 +296,14 @@ class _SessionVerifier:
         self._seen.add((position, rule))
 
     def run(self) -> None:
-        for problem in verify_chain(self.records, self.backend.mapper):
+        mapper = self.backend.mapper
+        if mapper.is_forgotten(self.session_id):
+            # Erased content (ADR-0046): the chain over the ciphertext is all that can be
+            # checked, and it must still hold.
+            for problem in verify_chain(self.records, mapper, decode_events=False):
+                self._chain_problem(problem)
+            return
+        for problem in verify_chain(self.records, mapper):
             self._chain_problem(problem)
         events, chains = self._decode()
         snapshot = self._snapshot()

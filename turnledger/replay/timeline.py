@@ -47,6 +47,7 @@ from turnledger.domain.events import (
     RequestPrepared,
     RequestRejected,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
     TrimReason,
@@ -411,6 +412,11 @@ def _swept(event: OrphansSwept) -> str:
     return text + " (R36, E5)"
 
 
+def _forgotten(event: SessionForgotten) -> str:
+    why = f" ({event.reason})" if event.reason else ""
+    return f"session forgotten{why}: its data key was destroyed, its content erased"
+
+
 # Dispatch on the exact event type: events are final classes, and one dict lookup per event
 # keeps a 100,000-event timeline as fast as a match would.
 _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
@@ -426,6 +432,7 @@ _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
     OverflowRecovered: _recovered,
     OverflowUnrecoverable: _unrecoverable,
     OrphansSwept: _swept,
+    SessionForgotten: _forgotten,
 }
 
 
@@ -562,12 +569,15 @@ def session_summaries(backend: EventStoreBackend) -> list[dict[str, Any]]:
 
     A session with a record that cannot be decoded is summarised up to that record, with
     ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
+    A forgotten session (``"forgotten"``: True) shows its id and its number of records only.
     """
     rows: list[dict[str, Any]] = []
     for session_id in backend.session_ids():
         events: list[DomainEvent] = []
         corrupt_at: int | None = None
-        for record in backend.read_records(session_id):
+        records = backend.read_records(session_id)
+        forgotten = backend.mapper.is_forgotten(session_id)
+        for record in [] if forgotten else records:
             try:
                 events.append(backend.mapper.decode_record(record)[0])
             except CorruptRecord:
@@ -576,5 +586,9 @@ def session_summaries(backend: EventStoreBackend) -> list[dict[str, Any]]:
         row = summarize_session(events)
         row["session_id"] = str(session_id)
         row["corrupt_at"] = corrupt_at
+        row["forgotten"] = forgotten
+        if forgotten:  # erased content (ADR-0046): only its records can be counted
+            row["events"] = len(records)
+            row["route"] = "(forgotten)"
         rows.append(row)
     return rows
