@@ -67,7 +67,8 @@ def _flat(text: str) -> str:
 def test_e11_commands_are_discovered_from_the_parser() -> None:
     """The walk finds the top level, every subcommand and `projections run`."""
     expected = [(), ("demo",), ("import",), ("export",), ("sessions",), ("replay",), ("verify",),
-                ("what-if",), ("stats",), ("projections",), ("projections", "run")]
+                ("what-if",), ("stats",), ("projections",), ("projections", "run"),
+                ("keygen",), ("forget",), ("purge",), ("rekey",), ("anchor",), ("rechain",)]
     assert sorted(expected) == sorted(path for path, _ in COMMANDS)
 
 
@@ -127,8 +128,8 @@ def _arguments_for(path: tuple[str, ...], parser: argparse.ArgumentParser,
 def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     command: Command, sqlite_cli: Cli
 ) -> None:
-    """export, replay, verify and what-if of an unknown session id exit 2 with one line naming it
-    and print nothing on stdout."""
+    """export, replay, verify, what-if and forget of an unknown session id exit 2 with one line
+    naming it and print nothing on stdout."""
     path, parser = command
     missing = str(uuid.UUID(int=7))
 
@@ -140,6 +141,8 @@ def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     assert missing in result.stderr
 
 
-def test_e11_session_commands_are_the_four_that_take_a_session() -> None:
+def test_e11_session_commands_are_the_five_that_take_a_session() -> None:
     """The bad-input test above covers every command that takes a session id."""
-    assert [("export",), ("replay",), ("verify",), ("what-if",)] == [p for p, _ in SESSION_COMMANDS]
+    assert [("export",), ("replay",), ("verify",), ("what-if",), ("forget",)] == [
+        p for p, _ in SESSION_COMMANDS
+    ]
