@@ -373,3 +373,35 @@ def test_anchor_detects_deleted_newest_records_and_a_deleted_session(
     assert alone
     assert {(cut.id, 5), (deleted.id, 0)} <= found
     assert ["the anchor's MAC"] == [v.detail[:16] for v in tampered]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_snapshot_forged_without_the_audit_key_is_not_served(kind: str, tmp_path: Path) -> None:
+    """A snapshot rebuilt with a rewritten message, its digest and the real chain value
+    recomputed (the issue's attacker), is served by an unkeyed store's restore; a keyed store
+    refuses it (no MAC under the audit key) and replays the log instead."""
+    from eventsourcing.persistence import StoredEvent
+
+    from turnledger.replay.timeline import fold
+    from turnledger.store.backend import SNAPSHOT_TOPIC
+    from turnledger.store.snapshots import encode_snapshot
+
+    served = {}
+    for keyed in (False, True):
+        with fresh_target(kind, tmp_path / str(keyed)) as target, tl.open_store(
+            target.url, audit_key=new_key_text() if keyed else None
+        ) as store:
+            session = _fill(store, 2)
+            events = store.events_of(session.id)
+            forged = [attrs.evolve(e, message=tl.Chat(tl.ChatMessage.user("FORGED")))
+                      if isinstance(e, MessageAppended) and e.originator_version == 5 else e
+                      for e in events]
+            uuid = UUID(session.id)
+            version, chain = store.backend.head(uuid)
+            payload = store.backend.mapper.seal(encode_snapshot(fold(forged), chain))
+            store.backend.snapshot_recorder.insert_events(
+                [StoredEvent(uuid, version, SNAPSHOT_TOPIC, payload)]
+            )
+            served[keyed] = [m.content for m in store.restore(session.id).chat_view()]
+    assert ("FORGED" in served[False], "FORGED" in served[True]) == (True, False)
+    assert 4 == len(served[True])

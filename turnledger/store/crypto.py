@@ -229,10 +229,11 @@ class SealedMapper(TurnledgerMapper):
         nonce = os.urandom(_NONCE)
         sealed: bytes = cipher.encrypt(nonce, payload, _aad(session_id, version,
                                                             SNAPSHOT_AAD_TOPIC))
-        return nonce + sealed
+        return self.mac_snapshot(session_id, version, nonce + sealed)
 
     def unseal_snapshot(self, session_id: UUID, version: int, data: bytes) -> bytes:
-        return self._open(session_id, version, SNAPSHOT_AAD_TOPIC, data)
+        body = self.check_snapshot_mac(session_id, version, data)
+        return self._open(session_id, version, SNAPSHOT_AAD_TOPIC, body)
 
 
 @attrs.define

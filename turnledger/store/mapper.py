@@ -146,12 +146,35 @@ class TurnledgerMapper(Mapper[UUID]):
         return False
 
     def seal_snapshot(self, session_id: UUID, version: int, payload: bytes) -> bytes:
-        """The stored bytes of a snapshot (sealed like the store's records)."""
-        return self.seal(payload)
+        """The stored bytes of a snapshot (sealed like the store's records, MAC'd under the
+        audit key when there is one)."""
+        return self.mac_snapshot(session_id, version, self.seal(payload))
 
     def unseal_snapshot(self, session_id: UUID, version: int, data: bytes) -> bytes:
-        """The inverse of `seal_snapshot`."""
-        return self.unseal(data)
+        """The inverse of `seal_snapshot`; ``ValueError`` when its MAC does not match."""
+        return self.unseal(self.check_snapshot_mac(session_id, version, data))
+
+    def mac_snapshot(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        """``data`` followed by its HMAC under the audit key (``data`` alone without one): a
+        snapshot's own SHA-256 digest (ADR-0023) can be recomputed by whoever rewrites it."""
+        if self.audit_key is None:
+            return data
+        return data + self._snapshot_tag(session_id, version, data)
+
+    def check_snapshot_mac(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        """The inverse of `mac_snapshot`; ``ValueError`` when the MAC does not match."""
+        if self.audit_key is None:
+            return data
+        body, tag = data[:-CHAIN_SIZE], data[-CHAIN_SIZE:]
+        if not hmac.compare_digest(tag, self._snapshot_tag(session_id, version, body)):
+            raise ValueError("its MAC under the audit key does not match (rewritten without "
+                             "the key, or written by another store)")
+        return body
+
+    def _snapshot_tag(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        assert self.audit_key is not None
+        message = b"turnledger:snapshot" + session_id.bytes + version.to_bytes(8, "big") + data
+        return hmac.digest(self.audit_key, message, "sha256")
 
     # --- bytes at rest ------------------------------------------------------------------------
 
