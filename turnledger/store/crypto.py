@@ -160,7 +160,10 @@ class SealedMapper(TurnledgerMapper):
         codec: EventCodec | None = None,
         audit_key: bytes | None = None,
     ) -> None:
+        from cryptography.exceptions import InvalidTag  # the extra is there: a key was given
+
         super().__init__(codec=codec, audit_key=audit_key)
+        self._decrypt_errors: tuple[type[Exception], ...] = (InvalidTag, ValueError)
         self.keyring = keyring
         self.payload_compressor = compressor
         self._plain_topic = self.codec.topic_of(SessionForgotten)
@@ -199,18 +202,17 @@ class SealedMapper(TurnledgerMapper):
         return payload
 
     def _open(self, session_id: UUID, version: int, topic: str, body: bytes) -> bytes:
-        from cryptography.exceptions import InvalidTag
-
         cipher = self.keyring.cipher(session_id)
         if cipher is None:
             raise UndecodableRecord(
                 session_id, version, topic, "its session has no data key in the keys table"
             )
+        view = memoryview(body)  # no copy of the ciphertext
         try:
             plain: bytes = cipher.decrypt(
-                body[:_NONCE], body[_NONCE:], _aad(session_id, version, topic)
+                view[:_NONCE], view[_NONCE:], _aad(session_id, version, topic)
             )
-        except (InvalidTag, ValueError):
+        except self._decrypt_errors:
             raise UndecodableRecord(
                 session_id, version, topic,
                 "it does not decrypt under its session's data key: its bytes, version or "
