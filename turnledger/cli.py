@@ -129,6 +129,22 @@ def _audit_key(args: argparse.Namespace) -> bytes | None:
     return parse_key(text, "audit key") if text else None
 
 
+def _master_key(args: argparse.Namespace) -> bytes | None:
+    from turnledger.store.keys import parse_key
+    from turnledger.store.session import KEY_VARIABLE
+
+    given = _keys(args).get("key")
+    if given is not None:
+        return bytes(given)
+    text = os.environ.get(KEY_VARIABLE)
+    return parse_key(text, "key") if text else None
+
+
+def _salvage_keys(args: argparse.Namespace) -> dict[str, bytes | None]:
+    """The keys a salvage of an encrypted or keyed store reads with."""
+    return {"key": _master_key(args), "audit_key": _audit_key(args)}
+
+
 def _open(args: argparse.Namespace, **options: Any) -> Any:
     from turnledger.store.session import open_store
 
@@ -330,7 +346,7 @@ def _salvaging(args: argparse.Namespace, read: Callable[[Any], T]) -> tuple[T, b
             raise
         print(f"turnledger: damaged store: {_one_line(error)}; reading what can be salvaged",
               file=sys.stderr)
-        salvage = salvage_sqlite(path)
+        salvage = salvage_sqlite(path, **_salvage_keys(args))
     try:
         for damage in salvage.damage:
             print(f"turnledger: skipped: session {damage.session_id} version {damage.version}: "
@@ -417,7 +433,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         path = _damaged_path(args, error)
         if path is None:
             raise
-        report = verify_salvaged(path, error, ids, progress=progress)
+        report = verify_salvaged(path, error, ids, progress=progress, **_salvage_keys(args))
     else:
         with store:
             report = verify(store.backend, ids, progress=progress)

@@ -105,6 +105,10 @@ def test_every_command_round_trips_on_an_encrypted_store(keyed: KeyedCli) -> Non
     assert "re-wrapped 2 data keys" in keyed.ok("rekey", "--new-key-file", new_key)
     keyed.key_file = new_key
     assert "forgot session" in keyed.ok("forget", session_id)
+    rows = {row["session_id"]: row for row in keyed.json("sessions", "--json")}
+    assert (True, False) == (rows[session_id]["forgotten"], rows[demo_id]["forgotten"])
+    stats = {row["session_id"]: row for row in keyed.json("stats", "--json")["sessions"]}
+    assert 2 == stats[session_id]["appends"]  # counted before the key was destroyed
     assert "no session is idle" in keyed.ok("purge", "--older-than", "90d")
     assert 44 == len(keyed.ok("keygen").strip())
     assert "OK" in keyed.ok("verify", "--anchor", anchor)
@@ -182,3 +186,22 @@ def test_key_file_that_is_not_a_key_is_bad_usage(keyed: KeyedCli) -> None:
     assert (2, True, False) == (result.returncode, str(bad) in result.stderr,
                                 "my-password-123" in result.stderr)
 
+
+
+def test_a_damaged_encrypted_store_is_salvaged_with_its_key(keyed: KeyedCli) -> None:
+    """One bad originator_id in an encrypted SQLite store: `verify` and `sessions` salvage the
+    rest with the key (exit 1); the healthy session decrypts and verifies, no other finding."""
+    from uuid import UUID
+
+    victim, healthy = _import(keyed), _import(keyed)
+    damaged = UUID(victim).hex[:-1] + "X"
+    keyed.target.query(
+        "UPDATE stored_events SET originator_id = ? WHERE originator_id = ? "
+        "AND originator_version = 1", damaged, UUID(victim).hex,
+    )
+    verified = keyed.run("verify", "--json")
+    listed = keyed.run("sessions")
+    assert (1, 1) == (verified.returncode, listed.returncode), describe(verified)
+    findings = {v["session_id"] for v in json.loads(verified.stdout)["violations"]}
+    assert healthy not in findings
+    assert healthy in listed.stdout

@@ -158,7 +158,12 @@ def verify(
         path = _sqlite_path(backend)
         if path is None or not is_damage(error):
             raise
-        return verify_salvaged(path, error, session_ids, progress)
+        keyring = backend.protection.keyring
+        return verify_salvaged(
+            path, error, session_ids, progress,
+            key=None if keyring is None else keyring.master,
+            audit_key=backend.protection.audit_key,
+        )
 
 
 def verify_salvaged(
@@ -166,14 +171,18 @@ def verify_salvaged(
     error: BaseException,
     session_ids: Iterable[UUID | str] | None = None,
     progress: Progress | None = None,
+    *,
+    key: bytes | None = None,
+    audit_key: bytes | None = None,
 ) -> VerifyReport:
-    """Verify what `salvage_sqlite` can read of the damaged SQLite file at ``path``.
+    """Verify what `salvage_sqlite` can read of the damaged SQLite file at ``path`` (with the
+    store's ``key`` and ``audit_key`` when it is encrypted or keyed).
 
     ``error`` is why the store could not be read whole; it is the first violation, followed by
     one per unreadable row or region, then the findings on the salvaged sessions.
     """
     began = time.perf_counter()
-    salvage = salvage_sqlite(path)
+    salvage = salvage_sqlite(path, key=key, audit_key=audit_key)
     try:
         report = _verify(salvage.backend, session_ids, progress, began)
     finally:
