@@ -354,7 +354,8 @@ class KeyTable:
         """Destroy the session's data key (keep the row: it says when it was forgotten).
 
         SQLite overwrites the freed bytes (``secure_delete``) and the write-ahead log is
-        checkpointed and truncated, so the key's old bytes leave the files (ADR-0046).
+        checkpointed and truncated, so the key's old bytes leave the files; PostgreSQL vacuums
+        the table, so its dead row version goes once no older transaction sees it (ADR-0046).
         """
         self._ensure_tables()
         with self._lock:
@@ -377,6 +378,9 @@ class KeyTable:
                 with self._cursor("truncate the write-ahead log") as (cursor, _):
                     cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     cursor.fetchall()
+            else:  # PostgreSQL: drop the dead row version that still holds the wrapped key
+                with self._cursor("vacuum the keys table") as (cursor, _):
+                    cursor.execute("VACUUM tl_keys")
 
     def rewrap(self, old: bytes, new: bytes) -> int:
         """Re-wrap every data key under ``new`` and record its id, in one transaction.
