@@ -848,6 +848,7 @@ def _add_analytics_commands(sub: _Subparsers) -> None:
     run.add_argument("--follow", action="store_true", help="keep following new events")
     run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
     run.set_defaults(func=cmd_projections_run)
+    _add_key_options(run, True)
 
 
 def _add_privacy_commands(sub: _Subparsers) -> None:
