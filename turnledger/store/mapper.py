@@ -9,9 +9,13 @@ way back — the library's order). ``payload`` is the codec's encoding of the ev
                       || topic.encode() || payload)            with chain(0) = 32 zero bytes
 
 `verify_chain` recomputes it over a session's raw records and reports edited, missing,
-reordered and undecodable records. The chain is tamper *evidence*, not a signature: it has no
-secret, so whoever rewrites a record and every later one can forge it, and deleting the newest
+reordered and undecodable records. Without a secret the chain is tamper *evidence*, not a
+signature: whoever rewrites a record and every later one can forge it, and deleting the newest
 records is only visible against an external anchor (``expected_version``, e.g. a snapshot's).
+
+Issue 11 adds hooks, used by `turnledger.store.crypto`: the chained bytes are what `conceal`
+returns (the payload here; its ciphertext in an encrypted store, ADR-0045) and `reveal` gives
+the payload back; with an audit key the chain is `keyed_chain_digest`, an HMAC (ADR-0047).
 """
 
 from __future__ import annotations
