@@ -405,3 +405,19 @@ def test_a_snapshot_forged_without_the_audit_key_is_not_served(kind: str, tmp_pa
             served[keyed] = [m.content for m in store.restore(session.id).chat_view()]
     assert ("FORGED" in served[False], "FORGED" in served[True]) == (True, False)
     assert 4 == len(served[True])
+
+
+def test_an_interrupted_forget_is_reported_and_completed_by_forgetting_again(
+    target: Target,
+) -> None:
+    """A data key destroyed without `SessionForgotten` (a crash between the two steps) is a
+    `verify` finding; `forget` again records the event and `verify` passes."""
+    with tl.open_store(target.url, key=new_key_text()) as store:
+        session = _fill(store, 1)
+        keyring = store.backend.protection.keyring
+        assert keyring is not None
+        keyring.forget(UUID(session.id))  # the first step of `forget` only
+        before = [(v.position, v.rule) for v in verify(store.backend).violations]
+        assert store.forget(session.id) is True
+        after = verify(store.backend).violations
+    assert ([(5, Rule.MISSING_RECORD)], ()) == (before, after)

@@ -42,6 +42,7 @@ from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
     RequestPrepared,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
 )
@@ -311,6 +312,7 @@ class _SessionVerifier:
             # checked, and it must still hold.
             for problem in verify_chain(self.records, mapper, decode_events=False):
                 self._chain_problem(problem)
+            self._check_forget_recorded()
             return
         for problem in verify_chain(self.records, mapper):
             self._chain_problem(problem)
@@ -333,6 +335,18 @@ class _SessionVerifier:
                 state.version, to_chat_messages(state.conversation_view()), "conversation view"
             )
             self._check_breadcrumb(state.version, state.chat_view(), "chat view")
+
+    def _check_forget_recorded(self) -> None:
+        """A destroyed data key must be followed by `SessionForgotten` at the stream's end."""
+        topic = self.backend.mapper.codec.topic_of(SessionForgotten)
+        if self.records and self.records[-1].topic != topic:
+            last = self.records[-1].originator_version
+            self.report(
+                last + 1, Rule.MISSING_RECORD,
+                "the session's data key was destroyed but its stream does not end with "
+                "SessionForgotten: an interrupted forget (run `turnledger forget` again) or a "
+                "changed keys table",
+            )
 
     # -- records --
 
