@@ -16,6 +16,14 @@ and their ratio::
 ``memory://`` shows the CPU cost alone (the worst case for the ratio); ``sqlite://`` the cost
 as a SQLite store sees it (appends wait for the disk). Writes
 ``benchmarks/results/encryption.json``.
+
+Wall and even CPU times move by 20 % between rounds on a loaded machine; instruction counts do
+not. ``--only OP --mode plain|encrypted --count N`` runs one operation N times on a memory
+store (after the same setup), for callgrind; the cost of one operation is the difference
+between N=4 and N=0, divided by 4::
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        .venv/bin/python -m benchmarks.encryption --only replay --mode encrypted --count 4
 """
 
 from __future__ import annotations
@@ -106,12 +114,38 @@ def bench(kind: str, messages: int, rounds: int, directory: str) -> dict[str, An
     return result
 
 
+def only(op: str, mode: str, count: int, messages: int) -> None:
+    """Run ``op`` ``count`` times on a memory store (for an instruction counter)."""
+    key = new_key_text() if mode == "encrypted" else None
+    store = tl.open_store("memory://", key=key, snapshot_interval=200)
+    session = store.start_session()
+    work = _messages(messages)
+    if op == "append":  # the session is the work itself: count=0 appends nothing
+        for message in work[: count * messages // 4]:
+            session.append(message)
+        return
+    for message in work:
+        session.append(message)
+    for _ in range(count):
+        if op == "replay":
+            store.events_of(session.id)
+        else:
+            store.read_state(session.id)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1000, help="messages per session")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
     parser.add_argument("--backends", default="memory,sqlite", help="comma-separated")
+    parser.add_argument("--only", choices=("append", "restore", "replay"),
+                        help="run one operation --count times (for callgrind), no table")
+    parser.add_argument("--mode", choices=("plain", "encrypted"), default="encrypted")
+    parser.add_argument("--count", type=int, default=4)
     args = parser.parse_args(argv)
+    if args.only:
+        only(args.only, args.mode, args.count, args.messages)
+        return 0
     results = []
     with tempfile.TemporaryDirectory(prefix="turnledger-encryption-") as tmp:
         for kind in args.backends.split(","):
