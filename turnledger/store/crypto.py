@@ -29,6 +29,7 @@ from turnledger.domain.events import DomainEvent, SessionForgotten
 from turnledger.store.backends.port import Database, Recorders
 from turnledger.store.codec import EventCodec, UndecodableRecord
 from turnledger.store.keys import (
+    KEY_SIZE,
     AuditKeyRequired,
     KeyRequired,
     KeyTable,
@@ -37,7 +38,6 @@ from turnledger.store.keys import (
     WrongKey,
     data_cipher,
     key_id,
-    new_data_cipher,
     unwrap,
     wrap,
 )
@@ -90,9 +90,8 @@ class Keyring:
             if row is None:
                 if not create:
                     return None
-                data_key, cipher = new_data_cipher()
-                row = self.table.add(session_id, self.master_id, wrap(self.master, session_id,
-                                                                      data_key))
+                wrapped = wrap(self.master, session_id, os.urandom(KEY_SIZE))
+                row = self.table.add(session_id, self.master_id, wrapped)  # or a racer's
             if row.wrapped is None:
                 self._forgotten[session_id] = row.forgotten_at or "an unknown time"
                 self._raise_if_forgotten(session_id)

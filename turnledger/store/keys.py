@@ -157,12 +157,6 @@ def _aesgcm(key: bytes) -> Any:
     return AESGCM(key)
 
 
-def new_data_cipher() -> tuple[bytes, Any]:
-    """A new random data key and its AES-GCM cipher."""
-    data_key = os.urandom(KEY_SIZE)
-    return data_key, _aesgcm(data_key)
-
-
 def data_cipher(data_key: bytes) -> Any:
     """The AES-GCM cipher of a data key."""
     return _aesgcm(data_key)
