@@ -37,8 +37,10 @@ from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -411,6 +413,16 @@ def _swept(event: OrphansSwept) -> str:
     return text + " (R36, E5)"
 
 
+def _popped(event: MessagePopped) -> str:
+    return (f"popped {_describe_item(event.message)} at log position {event.position} "
+            "(it stays in the log)")
+
+
+def _cleared(event: HistoryCleared) -> str:
+    return (f"history cleared: {_plural(event.removed, 'message')} left the views (the log "
+            f"keeps them; the next message is at log position {event.next_position})")
+
+
 # Dispatch on the exact event type: events are final classes, and one dict lookup per event
 # keeps a 100,000-event timeline as fast as a match would.
 _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
@@ -426,6 +438,8 @@ _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
     OverflowRecovered: _recovered,
     OverflowUnrecoverable: _unrecoverable,
     OrphansSwept: _swept,
+    MessagePopped: _popped,
+    HistoryCleared: _cleared,
 }
 
 
