@@ -170,6 +170,12 @@ class Session:
         return self._stored_state().version
 
     @property
+    def next_position(self) -> int:
+        """The log position the next appended message gets: the messages recorded so far
+        (popped and cleared ones included, since the log keeps them)."""
+        return self._stored_state().next_position
+
+    @property
     def legacy(self) -> bool:
         return self._stored_state().legacy
 
