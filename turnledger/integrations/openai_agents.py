@@ -31,7 +31,7 @@ from typing import Any
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.messages import ConversationMessage
+from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_responses, plain, to_openai_responses
 from turnledger.integrations import off_loop, open_session
 from turnledger.store.session import Session, Store
@@ -68,10 +68,19 @@ def _to_item(message: ConversationMessage) -> Item:
     return item
 
 
-def _limited(items: list[Item], limit: int | None) -> list[Item]:
-    """The SDK's ``limit``: the newest ``limit`` items; 0 none; None or negative all."""
+def _newest_items(window: Sequence[ChatMessage], limit: int | None) -> list[Item]:
+    """The SDK's ``limit`` over the items of ``window``: the newest ``limit`` items; 0 none;
+    None or negative all. Converts only the messages those items come from."""
     if limit is None or limit < 0:
-        return items
+        return to_openai_responses(window)
+    chunks: list[list[Item]] = []
+    count = 0
+    for message in reversed(window):
+        if count >= limit:
+            break
+        chunks.append(to_openai_responses([message]))
+        count += len(chunks[-1])
+    items = [item for chunk in reversed(chunks) for item in chunk]
     return items[len(items) - limit :] if limit else []
 
 
@@ -119,7 +128,7 @@ class TurnledgerSession:
         """What the model should see (module doc); the newest ``limit`` items of it."""
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        return _limited(await off_loop(self.items), limit)
+        return await off_loop(self.items, limit)
 
     async def add_items(self, items: list[Any]) -> None:
         """Record ``items`` in one transaction; `InvalidMessage` records none of them."""
@@ -136,9 +145,9 @@ class TurnledgerSession:
 
     # -- the same, blocking (for threads and scripts) --
 
-    def items(self) -> list[Item]:
-        """Blocking `get_items` without a limit."""
-        return to_openai_responses(self.session.fit_window())
+    def items(self, limit: int | None = None) -> list[Item]:
+        """Blocking `get_items` (without ``session_settings``)."""
+        return _newest_items(self.session.fit_window(), limit)
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
