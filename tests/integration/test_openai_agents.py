@@ -110,12 +110,14 @@ def test_sdk_session_semantics_match_sqlite_session(tmp_path: Path) -> None:
     """limit, pop_item and clear_session answer as the SDK's SQLiteSession does."""
     need("agents")
     from agents import SQLiteSession
+    from agents.memory import Session as SessionProtocol
 
     from turnledger.integrations.openai_agents import TurnledgerSession
 
     async def both() -> None:
         with open_store(f"sqlite:///{tmp_path / 'tl.db'}") as store:
             ours, theirs = TurnledgerSession("s", store), SQLiteSession("s")
+            assert isinstance(ours, SessionProtocol)  # the SDK's runtime-checkable protocol
             for batch in _add_script(ITEMS):
                 await ours.add_items(batch)
                 await theirs.add_items(batch)
