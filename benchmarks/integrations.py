@@ -27,6 +27,7 @@ Run from the project root::
 
     .venv/bin/python -m benchmarks.integrations            # full run, writes the JSON
     .venv/bin/python -m benchmarks.integrations --quick    # smoke run (100 turns), JSON to tmp
+    .venv/bin/python -m benchmarks.integrations --parts append   # one part, JSON to tmp
 
 ``--postgres URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``; each run uses fresh
 schemas and drops them), ``--no-postgres`` to skip PostgreSQL.
@@ -341,19 +342,23 @@ async def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     backends = [sqlite_backend(directory)]
     if not args.no_postgres:
         backends.append(postgres_backend(args.postgres, f"{os.getpid()}"))
+    parts = set(args.parts.split(","))
     results: dict[str, Any] = {"append": [], "read": [], "trim": []}
     try:
         for backend in backends:
             rounds, per_round = (2, 5) if args.quick else (7, 30)
-            results["append"] += await bench_append(backend, rounds, per_round)
-            results["read"] += await bench_read(backend, sizes, 3 if args.quick else 5)
+            if "append" in parts:
+                results["append"] += await bench_append(backend, rounds, per_round)
+            if "read" in parts:
+                results["read"] += await bench_read(backend, sizes, 3 if args.quick else 5)
     finally:
         for backend in backends:
             for step in backend.cleanup:
                 done = step()
                 if done is not None:
                     await done
-    results["trim"] = bench_trim(directory, sizes, 3 if args.quick else 10)
+    if "trim" in parts:
+        results["trim"] = bench_trim(directory, sizes, 3 if args.quick else 10)
     return results
 
 
@@ -381,15 +386,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="100 turns only; JSON to tmp")
     parser.add_argument("--postgres", default=PG_DEFAULT)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--parts", default="append,read,trim",
+                        help="comma-separated parts to run (a partial run writes to tmp)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tl-bench-int-") as tmp:
         directory = Path(tmp)
         results = asyncio.run(run(args, directory))
         print(report(results))
-        output = directory / "integrations.json" if args.quick else RESULTS
+        partial = args.quick or set(args.parts.split(",")) != {"append", "read", "trim"}
+        output = Path(tempfile.gettempdir()) / "integrations.json" if partial else RESULTS
         output.parent.mkdir(parents=True, exist_ok=True)
         meta = {"when": datetime.now(UTC).isoformat(timespec="seconds"),
-                "command": "python -m benchmarks.integrations" + (" --quick" * args.quick),
+                "command": "python -m benchmarks.integrations"
+                + (" --quick" * args.quick) + f" --parts {args.parts}",
                 "python": platform.python_version(), "machine": platform.machine(),
                 "cpus": os.cpu_count(), "sqlite_synchronous_default": _sqlite_synchronous()}
         output.write_text(json.dumps({**meta, **results}, indent=2) + "\n", encoding="utf-8")
