@@ -467,7 +467,10 @@ def _switches(switches: Sequence[_Mark], frame: _Frame, links: _Links) -> list[s
     for n, mark in enumerate(switches):
         x = frame.px(mark.x)
         y = _TOP + 11 + (n % 3) * 12  # staggered: neighbouring switches' labels do not overlap
-        label = (f'<text class="switch-label" x="{x + 3:.1f}" y="{y}">'
+        # Near the right edge the label runs leftwards, so that it stays inside the chart.
+        anchor = f'x="{x - 3:.1f}" text-anchor="end"' if x > frame.right - 160 else (
+            f'x="{x + 3:.1f}"')
+        label = (f'<text class="switch-label" {anchor} y="{y}">'
                  f'→ {_e(_route_of(mark.event))}</text>') if labelled else ""
         inner = (f'<g class="switch" data-event="{mark.version}"><title>event '
                  f'{_n(mark.version)}: {_e(mark.summary)}</title>'
