@@ -36,7 +36,7 @@ def test_report_of_the_demo_draws_each_decision_once_in_chromium(
     sqlite_cli: Cli, tmp_path: Path
 ) -> None:
     """report -o FILE: Chromium's DOM has the chart, one marker per trim, rejection and route
-    switch (each linked to its timeline row), one row per event; a screenshot is saved."""
+    switch (linked to its timeline row and back), one row per event; a screenshot is saved."""
     program = chromium()
     session_id, _ = sqlite_cli.demo()
     timeline = sqlite_cli.json("replay", session_id, "--json")
@@ -59,7 +59,10 @@ def test_report_of_the_demo_draws_each_decision_once_in_chromium(
     assert 1 == sum(e.tag == "svg" and "chart" in e.classes for e in found)
     assert 1 == sum(e.tag == "svg" and "strip" in e.classes for e in found)
     assert _expected_marks(timeline) == drawn
-    assert {f"#e{position}" for _, position in drawn} <= links
+    assert {f"#e{position}" for _, position in drawn} <= links  # chart -> timeline
+    assert {f"#c{position}" for _, position in drawn} <= links  # timeline -> chart
+    ids = {e.attrs.get("id") for e in found}
+    assert {f"c{position}" for _, position in drawn} <= ids
     assert [f"e{entry['position']}" for entry in timeline] == rows
     assert png.stat().st_size > 10_000
     assert before == sqlite_cli.event_counts()

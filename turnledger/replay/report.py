@@ -320,6 +320,19 @@ class _Links:
     rows: dict[int, int] | None
     requests: tuple[int, ...] | None = None
     events: bool = True
+    drawn: dict[int, int] = attrs.field(factory=dict, eq=False)
+    """Event position → the position naming the chart element that draws it (``c{N}``), for
+    the links back from the timeline; filled while the chart is drawn."""
+
+    def target(self, versions: Iterable[int]) -> str:
+        """The ``id`` attribute of the element drawing ``versions`` (the first names it), on
+        the side whose events the timeline lists; else nothing."""
+        if self.rows is None or not self.events or self.requests is not None:
+            return ""
+        versions = list(versions)
+        for version in versions:
+            self.drawn.setdefault(version, versions[0])
+        return f' id="c{versions[0]}"'
 
     def event(self, version: int) -> str | None:
         if self.rows is None or not self.events:
@@ -472,7 +485,8 @@ def _switches(switches: Sequence[_Mark], frame: _Frame, links: _Links) -> list[s
             f'x="{x + 3:.1f}"')
         label = (f'<text class="switch-label" {anchor} y="{y}">'
                  f'→ {_e(_route_of(mark.event))}</text>') if labelled else ""
-        inner = (f'<g class="switch" data-event="{mark.version}"><title>event '
+        inner = (f'<g class="switch"{links.target([mark.version])} data-event="{mark.version}">'
+                 f'<title>event '
                  f'{_n(mark.version)}: {_e(mark.summary)}</title>'
                  f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP}" y2="{_TOP + _PLOT_H}"/>'
                  f'{label}</g>')
@@ -495,11 +509,13 @@ def _single_point(point: _Point, frame: _Frame, links: _Links) -> str:
     title = (f"<title>request {_n(point.number)} · event {_n(point.version)}: "
              f"{_e(point.summary)}</title>")
     if point.rejected:
-        inner = (f'<g class="rejected" data-event="{point.version}" data-count="1">{title}'
+        inner = (f'<g class="rejected"{links.target([point.version])} '
+                 f'data-event="{point.version}" data-count="1">{title}'
                  f'<path d="{_cross(x, y)}"/><text x="{x + 7:.1f}" y="{y - 6:.1f}">'
                  f'rejected · {_n(point.version)}</text></g>')
     else:
-        inner = (f'<circle class="pt" data-event="{point.version}" cx="{x:.1f}" cy="{y:.1f}" '
+        inner = (f'<circle class="pt"{links.target([point.version])} '
+                 f'data-event="{point.version}" cx="{x:.1f}" cy="{y:.1f}" '
                  f'r="3.2">{title}</circle>')
     return _link(links.point(point), inner)
 
@@ -512,7 +528,8 @@ def _bucket_marks(bucket: _Bucket, frame: _Frame, links: _Links) -> str:
              f"–{_n(last.version)}): {_n(bucket.low)}–{_n(bucket.high)} estimated tokens, "
              f"{_n(len(rejected))} rejected</title>")
     out = _link(links.point(first), (
-        f'<rect class="hit" data-requests="{len(bucket.points)}" x="{x0:.1f}" y="{_TOP}" '
+        f'<rect class="hit"{links.target(p.version for p in bucket.points)} '
+        f'data-requests="{len(bucket.points)}" x="{x0:.1f}" y="{_TOP}" '
         f'width="{max(x1 - x0, 0.5):.1f}" height="{_PLOT_H}">{title}</rect>'))
     if rejected:
         x, y = frame.px(bucket.x), frame.py(max(p.tokens for p in rejected))
@@ -565,7 +582,8 @@ def _lane_group(kind: str, label: str, group: Sequence[_Mark], y: float, frame: 
         title = f"{_n(len(group))} × {label}: events {shown}{more}"
         text = f"×{_n(len(group))}" if labelled else ""
     caption = f'<text x="{x + 7:.1f}" y="{y + 4:.1f}">{text}</text>' if text else ""
-    inner = (f'<g class="mark {kind}" data-event="{first.version}" data-count="{len(group)}">'
+    inner = (f'<g class="mark {kind}"{links.target(m.version for m in group)} '
+             f'data-event="{first.version}" data-count="{len(group)}">'
              f"<title>{title}</title>{_shape(kind, x, y)}{caption}</g>")
     return _link(links.event(first.version), inner)
 
@@ -761,13 +779,16 @@ def _kind_of(event: DomainEvent) -> str:
     return type(event).__name__
 
 
-def _row_html(row: Sequence[DomainEvent]) -> str:
+def _row_html(row: Sequence[DomainEvent], drawn: dict[int, int]) -> str:
     first = row[0]
     position = first.originator_version
     time = first.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     if len(row) == 1:
         kind = _ROW_CLASSES.get(type(first), "plain")
-        return (f'<tr id="e{position}" class="ev {kind}"><td class="num">{_n(position)}</td>'
+        number = _n(position)
+        if position in drawn:  # back to the point or marker that draws it
+            number = f'<a href="#c{drawn[position]}">{number}</a>'
+        return (f'<tr id="e{position}" class="ev {kind}"><td class="num">{number}</td>'
                 f"<td>{time}</td><td>{type(first).__name__}</td>"
                 f"<td>{_e(summarize(first))}</td></tr>")
     counts = Counter(_kind_of(event) for event in row)
@@ -777,8 +798,8 @@ def _row_html(row: Sequence[DomainEvent]) -> str:
             f"</td><td>{what}</td></tr>")
 
 
-def _timeline_table(rows: Sequence[Sequence[DomainEvent]]) -> str:
-    body = "\n".join(_row_html(row) for row in rows)
+def _timeline_table(rows: Sequence[Sequence[DomainEvent]], drawn: dict[int, int]) -> str:
+    body = "\n".join(_row_html(row, drawn) for row in rows)
     return ('<table class="timeline"><thead><tr><th>#</th><th>time (UTC)</th><th>event</th>'
             f"<th>summary</th></tr></thead><tbody>\n{body}\n</tbody></table>")
 
@@ -945,9 +966,10 @@ def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None) -> st
                            _Links(anchors if requests else None, requests, events=False),
                            fold_counters(run.what_if)))
     title = f"turnledger report: session {_e(started.originator_id)}"
+    context = _context_section(sides)  # first: it says which chart element draws each event
     body = "\n".join((
-        _header(started, events, sides, compared), _context_section(sides),
-        _turns_section(sides), _timeline_section(rows, len(events)),
+        _header(started, events, sides, compared), context, _turns_section(sides),
+        _timeline_section(rows, len(events), sides[0].links.drawn),
         _totals_section(sides, compared),
     ))
     return _page(title, body)
@@ -1018,7 +1040,9 @@ def _turns_section(sides: Sequence[_Side]) -> str:
             f"are merged with their neighbours.</p><div class=\"sides\">{strips}</div></section>")
 
 
-def _timeline_section(rows: Sequence[Sequence[DomainEvent]], events: int) -> str:
+def _timeline_section(
+    rows: Sequence[Sequence[DomainEvent]], events: int, drawn: dict[int, int]
+) -> str:
     note = ""
     if any(len(row) > 1 for row in rows):
         note = (f'<p class="note">{_n(events)} events: runs of {COLLAPSE_RUN} or more appends and '
@@ -1026,7 +1050,8 @@ def _timeline_section(rows: Sequence[Sequence[DomainEvent]], events: int) -> str
                 f"{_n(TIMELINE_ROWS)} rows, routine trims too); route switches, rejections, "
                 "overflows and sweeps always have their own. <code>turnledger replay</code> "
                 "lists every event.</p>")
-    return f'<section id="timeline"><h2>3. Timeline</h2>{note}{_timeline_table(rows)}</section>'
+    table = _timeline_table(rows, drawn)
+    return f'<section id="timeline"><h2>3. Timeline</h2>{note}{table}</section>'
 
 
 def _totals_section(sides: Sequence[_Side], compared: WhatIfReport | None) -> str:
