@@ -839,6 +839,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: 
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
 h3 { font-size: 14px; margin: 8px 0 4px; }
 .meta { color: #4a535c; margin: 2px 0; } code { font-size: 12px; }
+h3 .meta { font-weight: normal; font-size: 12.5px; }
 .sides { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 20px; }
 svg { width: 100%; height: auto; display: block; font-size: 11px;
   font-family: system-ui, sans-serif; }
