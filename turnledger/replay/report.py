@@ -201,13 +201,22 @@ class _Session:
 
     def fold(self, events: Iterable[DomainEvent]) -> _Session:
         for event in events:
-            handle = _HANDLERS.get(type(event))
-            if handle is not None:
-                handle(self, event)
+            match event:
+                case SessionStarted():
+                    self.legacy = event.legacy
+                case RouteSelected():
+                    self.route(event)
+                case RequestPrepared() | RequestRejected():
+                    self.request(event)
+                case MessageAppended():
+                    self.appended(event)
+                case TrimDecided():
+                    self.trimmed(event)
+                case OrphansSwept():
+                    self.swept(event)
+                case OverflowUnrecoverable():
+                    self.marks.append(_Mark("overflow", self.x, event.originator_version, event))
         return self
-
-    def started(self, event: SessionStarted) -> None:
-        self.legacy = event.legacy
 
     def route(self, event: RouteSelected) -> None:
         self.budget = event.budget
@@ -215,11 +224,11 @@ class _Session:
             self.switches.append(_Mark("route", self.x, event.originator_version, event))
 
     def request(self, event: RequestPrepared | RequestRejected) -> None:
-        rejected = isinstance(event, RequestRejected)
-        budget = self.budget if rejected else event.budget  # type: ignore[union-attr]
+        # A rejection records no budget: the route's budget applied (R18).
+        budget = event.budget if isinstance(event, RequestPrepared) else self.budget
         self.points.append(_Point(
             len(self.points) + 1, event.originator_version, event.estimated_tokens, budget,
-            event.window, rejected, event,
+            event.window, isinstance(event, RequestRejected), event,
         ))
 
     def appended(self, event: MessageAppended) -> None:
@@ -268,21 +277,6 @@ class _Session:
             at = bisect.bisect_right(starts, position) - 1
             if at >= 0:
                 self.turns[at].swept += 1
-
-    def unrecoverable(self, event: OverflowUnrecoverable) -> None:
-        self.marks.append(_Mark("overflow", self.x, event.originator_version, event))
-
-
-_HANDLERS: Final[dict[type[DomainEvent], Callable[[_Session, DomainEvent], None]]] = {
-    SessionStarted: _Session.started,  # type: ignore[dict-item]
-    RouteSelected: _Session.route,  # type: ignore[dict-item]
-    RequestPrepared: _Session.request,  # type: ignore[dict-item]
-    RequestRejected: _Session.request,  # type: ignore[dict-item]
-    MessageAppended: _Session.appended,  # type: ignore[dict-item]
-    TrimDecided: _Session.trimmed,  # type: ignore[dict-item]
-    OrphansSwept: _Session.swept,  # type: ignore[dict-item]
-    OverflowUnrecoverable: _Session.unrecoverable,  # type: ignore[dict-item]
-}
 
 
 def _first(item: ConversationMessage) -> str:
