@@ -1,10 +1,11 @@
 """Benchmark: the HTML report (`turnledger.report`) of a long agent session — time and size.
 
-Records an agent session of N turns through the `Session` API on ``memory://`` (`record_agent
-session`: tool loops, tool results of 0.3-6 KB, an image every 25 turns, a route switch to a
-small model and back every 97 turns with the rejected request it causes, a provider overflow
-every 131 turns, one tool result answering a call of the turn before, so that a later trim
-makes the orphan sweep act), with a token budget that trims every few turns. Then it measures,
+Records an agent session of N turns through the `Session` API on ``memory://``
+(`record_agent_session`: tool loops, tool results of 0.3-6 KB, an image every 25 turns, a route
+switch to a small model and back every 97 turns with the rejected request it causes (its tool
+schemas alone overflow the small window), a provider overflow every 131 turns, one tool result
+answering a call of the turn before), with a token budget and a 40-turn limit that trim on most
+turns. Then it measures,
 median of ``--repeat`` runs, the wall time of ``turnledger.report(events)`` alone, of the same
 report with a what-if profile (half the budget), and the size of each file.
 
