@@ -225,3 +225,19 @@ def test_pop_after_a_trim_takes_the_newest_kept_message(target: Target) -> None:
         )
         assert None is session.pop()
         assert verify(store.backend).ok
+
+
+def test_report_shows_popped_messages_and_a_clear() -> None:
+    """The HTML report folds pops (out of their turn's counts) and a clear (its own fate)."""
+    import turnledger as tl
+
+    with open_store("memory://") as store:
+        session = store.start_session()
+        session.extend([*_turn(0), *_turn(1)])
+        session.pop()
+        session.clear()
+        session.extend(_turn(2))
+        page = tl.report(store.events_of(session.id))
+    assert "1 message(s) popped" in page
+    assert 2 == page.count('class="turn cleared"')
+    assert 1 == page.count('class="turn kept"')
