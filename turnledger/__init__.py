@@ -47,8 +47,10 @@ from turnledger.domain.estimate import IMAGE_TOKEN_ESTIMATE, estimate_history_to
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -95,6 +97,7 @@ from turnledger.providers import (
     to_openai_responses,
 )
 from turnledger.replay.audit import VerifyReport, Violation, verify
+from turnledger.replay.report import report
 from turnledger.replay.timeline import TimelineEntry, timeline, views_at
 from turnledger.replay.whatif import WhatIfReport, what_if
 from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
@@ -128,6 +131,7 @@ __all__ = [
     "CorruptRecord",
     "DocumentBlock",
     "DomainEvent",
+    "HistoryCleared",
     "HistoryPruning",
     "HistoryTrimmed",
     "ImageBlock",
@@ -137,6 +141,7 @@ __all__ = [
     "InvalidStoreURL",
     "KeyRequired",
     "MessageAppended",
+    "MessagePopped",
     "NotEncrypted",
     "OpaqueBlock",
     "OrphansSwept",
@@ -190,6 +195,7 @@ __all__ = [
     "load_profile",
     "load_profile_document",
     "open_store",
+    "report",
     "request_digest",
     "request_window",
     "resolve_capacity",

@@ -71,7 +71,7 @@ def _import(cli: KeyedCli) -> str:
 
 
 COVERED = {
-    "demo", "import", "export", "sessions", "replay", "verify", "what-if", "stats",
+    "demo", "import", "export", "sessions", "replay", "verify", "what-if", "report", "stats",
     "projections", "keygen", "forget", "purge", "rekey", "anchor", "rechain",
 }
 
@@ -97,6 +97,7 @@ def test_every_command_round_trips_on_an_encrypted_store(keyed: KeyedCli) -> Non
     assert 2 == keyed.json("stats", "--json")["totals"]["sessions"]
     assert "applied" in keyed.ok("projections", "run")
     keyed.ok("what-if", demo_id, "--max-history-messages", "1")
+    assert "wrote" in keyed.ok("report", demo_id, "-o", keyed.cwd / "report.html")
     anchor = keyed.cwd / "anchor.json"
     keyed.ok("anchor", "--output", anchor)
     assert stat.S_IMODE(anchor.stat().st_mode) == 0o600

@@ -27,8 +27,10 @@ __all__ = [
     "EVENT_TYPES",
     "BreadcrumbInserted",
     "DomainEvent",
+    "HistoryCleared",
     "HistoryTrimmed",
     "MessageAppended",
+    "MessagePopped",
     "OrphansSwept",
     "OverflowRecovered",
     "OverflowReported",
@@ -275,6 +277,27 @@ class OrphansSwept(DomainEvent):
 
 
 @attrs.frozen
+class MessagePopped(DomainEvent):
+    """The newest message of the conversation view was removed from the views (an OpenAI
+    Agents SDK ``pop_item``); it stays in the log at ``position``, which ``message`` repeats.
+    """
+
+    position: int
+    message: ConversationMessage
+
+
+@attrs.frozen
+class HistoryCleared(DomainEvent):
+    """Every message recorded so far left the views (an SDK ``clear_session``); the log keeps
+    them. ``next_position`` is the log position the next appended message gets; ``removed``
+    counts the messages the conversation view showed before.
+    """
+
+    next_position: int
+    removed: int
+
+
+@attrs.frozen
 class SessionForgotten(DomainEvent):
     """The session's content was erased: its data key was destroyed (issue 11, ADR-0046).
 
@@ -320,5 +343,7 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = (
     OverflowRecovered,
     OverflowUnrecoverable,
     OrphansSwept,
+    MessagePopped,
+    HistoryCleared,
     SessionForgotten,
 )
