@@ -227,7 +227,12 @@ class EventStoreBackend:
     # -- writing --
 
     def append(
-        self, session_id: UUID, events: Sequence[DomainEvent], *, prev_chain: bytes
+        self,
+        session_id: UUID,
+        events: Sequence[DomainEvent],
+        *,
+        prev_chain: bytes,
+        head_known: bool = False,
     ) -> bytes:
         """Record ``events`` of one session in ONE transaction; return the new chain head (E3).
 
@@ -237,6 +242,13 @@ class EventStoreBackend:
         caller holds (the value returned by the previous append or `read_with_chain`;
         `ZERO_CHAIN` for a new session). An empty ``events`` records nothing and returns
         ``prev_chain``.
+
+        By default the stored head is read first, so a batch that does not continue the stored
+        stream is refused before anything is written. ``head_known=True`` skips that read (one
+        round trip per append, ADR-0035): the caller vouches that the first version and
+        ``prev_chain`` continue a head it got from this store (its own last append or a read);
+        a record another writer made since then still fails the insert on the (session,
+        version) key. A gap is then not refused here (the checked reads report it, ADR-0024).
 
         Raises `ConcurrencyConflict` naming the session and the versions when another writer
         recorded any of these versions first — then nothing of this batch is stored; the caller
@@ -249,8 +261,22 @@ class EventStoreBackend:
             return prev_chain
         first = self._check_batch(session_id, events)
         stored, head = self.mapper.to_stored_events(events, prev_chain)
-        current, current_chain = self.head(session_id)
         last = first + len(events) - 1
+        if not head_known:
+            self._check_head(session_id, first, prev_chain)
+        try:
+            with self._translate("append", session_id, first):
+                self.recorder.insert_events(stored)
+        except (ConcurrencyConflict, StoreUnavailable) as failure:
+            # In doubt: the commit may have landed although the insert failed (a connection
+            # lost after COMMIT, a driver retry that then hit the primary key).
+            return self._settle_in_doubt(session_id, first, last, head, failure)
+        return head
+
+    def _check_head(self, session_id: UUID, first: int, prev_chain: bytes) -> None:
+        """Refuse a batch starting at ``first`` after ``prev_chain`` that does not continue
+        the stored head (one read)."""
+        current, current_chain = self.head(session_id)
         if first <= current:
             raise ConcurrencyConflict(
                 f"session {session_id}: version {first} was already recorded by another "
@@ -266,14 +292,6 @@ class EventStoreBackend:
                 f"session {session_id}: prev_chain is not the chain head of version {current}; "
                 "pass the value returned by the previous append or read_with_chain"
             )
-        try:
-            with self._translate("append", session_id, first):
-                self.recorder.insert_events(stored)
-        except (ConcurrencyConflict, StoreUnavailable) as failure:
-            # In doubt: the commit may have landed although the insert failed (a connection
-            # lost after COMMIT, a driver retry that then hit the primary key).
-            return self._settle_in_doubt(session_id, first, last, head, failure)
-        return head
 
     def _settle_in_doubt(
         self, session_id: UUID, first: int, last: int, head: bytes, failure: TurnledgerError

@@ -7,7 +7,9 @@ One command goes through `Pipeline.save` (in the spirit of eventsourcing's
    a step, evolve it, decide the next) and returns the numbered `Batch` (with the prepared
    request, rendered once); nothing is stored yet;
 2. **record** — the events go to the backend in ONE transaction, the first event's version
-   being the expected version (E3); a conflict or a failure reloads the state from the store;
+   being the expected version (E3); the store's head is not read first (the position knows
+   it): the (session, version) key refuses a version another writer recorded first, and a
+   conflict or a failure reloads the state from the store (ADR-0035);
 3. **snapshot when due** — every ``snapshot_interval`` events the compact state is saved
    (a cache: a failure is logged, never raised);
 4. **notify** — after the commit: R34's log line for a legacy turn-limit trim, then the
@@ -62,8 +64,6 @@ class Position:
     snapshot_version: int = 0
     stale: bool = False
     """The state may hold events that are not stored: reload before any use (`current`)."""
-    behind: bool = False
-    """The state is stored but another writer recorded more: catch up before any use."""
 
     @property
     def session_id(self) -> UUID:
@@ -75,7 +75,7 @@ class Position:
         self.state, self.chain, self.snapshot_version = (
             other.state, other.chain, other.snapshot_version
         )
-        self.stale, self.behind = other.stale, other.behind
+        self.stale = other.stale
 
 
 class Pipeline:
@@ -133,46 +133,29 @@ class Pipeline:
             position.chain = event_chain
 
     def current(self, position: Position) -> Position:
-        """``position``, reloaded first when it is stale, caught up when it is behind; raises
-        what the reload raises (`StoreUnavailable` while the store cannot be read: nothing
-        unstored is served)."""
+        """``position``, reloaded first when it is stale; raises what the reload raises
+        (`StoreUnavailable` while the store cannot be read: nothing unstored is served)."""
         if position.stale:
             self._reload(position)
-        elif position.behind:
-            self._catch_up(position, position.session_id, position.chain)
-            position.behind = False
         return position
 
-    def save(self, position: Position, command: Command, *, check_head: bool = True) -> Batch:
+    def save(self, position: Position, command: Command) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
-        A session another writer has moved on raises `ConcurrencyConflict` before anything
-        is decided (unless ``check_head`` is False: a command that may record nothing); it
-        catches up before its next use, so a retry decides on the newest state. On any
-        failure nothing of the command is recorded and ``position`` is marked to be reloaded
-        before its next use, so it never serves unrecorded events.
+        The store's head is not read first: the position knows it (the chain returned by its
+        own last append or by its load), and a record another writer made at the same version
+        fails the insert on the (session, version) key -> `ConcurrencyConflict` (ADR-0035).
+        On any failure nothing of the command is recorded and ``position`` is marked to be
+        reloaded before its next use, so it never serves unrecorded events and a retry
+        decides on the newest state.
         """
         self.current(position)
-        if check_head and position.state.session_id is not None:
-            self._check_head(position)
         batch = self.decide(position, command)
         if batch.events:
             self._record(position, batch.events)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         return batch
-
-    def _check_head(self, position: Position) -> None:
-        """`ConcurrencyConflict` when the store holds events after the position (E3)."""
-        version = position.state.version
-        stored, _ = self.backend.head(position.session_id)
-        if stored > version:
-            position.behind = True
-            raise ConcurrencyConflict(
-                f"session {position.session_id}: versions {version + 1} to {stored} were "
-                f"recorded by another writer (this session object was at version {version}); "
-                "it catches up before its next use; retry"
-            )
 
     def decide(self, position: Position, command: Command) -> Batch:
         """Apply ``command`` to the position's state in memory only; the batch it produced."""
@@ -187,7 +170,7 @@ class Pipeline:
     def _record(self, position: Position, events: Sequence[DomainEvent]) -> None:
         try:
             position.chain = self.backend.append(
-                position.session_id, events, prev_chain=position.chain
+                position.session_id, events, prev_chain=position.chain, head_known=True
             )
         except (StoreUnavailable, ConcurrencyConflict):
             # Reload before the next use, not now: after a database failure a second wait on

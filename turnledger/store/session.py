@@ -396,8 +396,7 @@ class Store:
         messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        # check_head=False: a sweep that records nothing must not fail on a newer head.
-        self._pipeline.save(position, SweepOrphans(_now()), check_head=False)
+        self._pipeline.save(position, SweepOrphans(_now()))
         return Session(self._pipeline, position)
 
     def read_state(self, session_id: str | UUID) -> SessionView:
