@@ -38,7 +38,12 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
 
-from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord, TurnledgerError
+from turnledger.domain.errors import (
+    ConcurrencyConflict,
+    CorruptRecord,
+    SessionNotFound,
+    TurnledgerError,
+)
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.store.backends import BACKENDS
 from turnledger.store.backends.memory import drop_memory_store
@@ -472,24 +477,43 @@ class EventStoreBackend:
             self.read_records(session_id), self.mapper, expected_version=expected_version
         )
 
-    def session_ids(self) -> list[UUID]:
-        """Every session id, in creation order (the order of their `SessionStarted` records).
+    def session_ids(
+        self, *, after: UUID | None = None, limit: int | None = None
+    ) -> list[UUID]:
+        """Session ids in creation order (the order of their `SessionStarted` records).
 
-        Reads only the version-1 records, through the notification log's topic filter.
+        ``after``: only the sessions created after that one (a page's last id: the next page
+        starts there); ``limit``: at most that many. Reads only the version-1 records, through
+        the notification log's topic filter, a page at a time, and stops once ``limit`` ids
+        are found. Raises `SessionNotFound` when ``after`` is not a session of this store,
+        ``ValueError`` for a ``limit`` < 1.
         """
-        self._check_open()
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
         ids: list[UUID] = []
+        found = after is None
+        for session_id in self._iter_session_ids():
+            if found:
+                ids.append(session_id)
+                if limit is not None and len(ids) == limit:
+                    return ids
+            elif session_id == after:
+                found = True
+        if not found:
+            raise SessionNotFound(f"no session {after} in this store")
+        return ids
+
+    def _iter_session_ids(self) -> Iterator[UUID]:
+        self._check_open()
         start = 1
         while True:
             with self._translate("list sessions"):
                 page = self.recorder.select_notifications(
                     start, _SESSION_PAGE, topics=[self._start_topic]
                 )
-            ids.extend(
-                _to_uuid(n.originator_id) for n in page if n.originator_version == 1
-            )
+            yield from (_to_uuid(n.originator_id) for n in page if n.originator_version == 1)
             if len(page) < _SESSION_PAGE:
-                return ids
+                return
             start = page[-1].id + 1
 
     # -- notification log --

@@ -416,9 +416,16 @@ class Store:
             raise SessionNotFound(f"no session {uuid} in this store")
         return events
 
-    def sessions(self) -> list[str]:
-        """The ids of every session in the store, oldest first."""
-        return [str(u) for u in self.backend.session_ids()]
+    def sessions(
+        self, *, after: str | UUID | None = None, limit: int | None = None
+    ) -> list[str]:
+        """The ids of the sessions in the store, oldest first: every one, or at most ``limit``
+        created after the session ``after`` (the last id of the previous page).
+
+        Raises `SessionNotFound` when ``after`` is not a session of this store.
+        """
+        start = None if after is None else parse_session_id(after)
+        return [str(u) for u in self.backend.session_ids(after=start, limit=limit)]
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every new `HistoryTrimmed`, after it commits (R33).
