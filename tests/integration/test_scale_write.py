@@ -170,3 +170,35 @@ def test_cli_sessions_pages_with_limit_and_after(
         assert "" == err  # the last page is short: no next page is named
         assert 2 == main(["--store", target.url, "sessions", "--after", "not-a-uuid"])
         assert "not a UUID" in capsys.readouterr().err
+
+
+def test_a_writer_that_lost_a_race_reads_the_head_before_its_next_commands(
+    shared: Target,
+) -> None:
+    """After a conflict a session object checks the stored head first (a cheap catch-up under
+    contention): a newer head raises before anything is decided and nothing is stored."""
+    with open_store(shared.url) as store, open_store(shared.url) as other:
+        winner = store.start_session()
+        loser = other.restore(winner.id)
+        calls: list[UUID] = []
+        head = other.backend.head
+
+        def counted(session_id: UUID) -> tuple[int, bytes]:
+            calls.append(session_id)
+            return head(session_id)
+
+        other.backend.head = counted  # type: ignore[method-assign]
+        winner.append(ChatMessage.user("w1"))
+        with pytest.raises(ConcurrencyConflict):  # found by the insert: no head read
+            loser.append(ChatMessage.user("l1"))
+        assert [] == calls
+        loser.append(ChatMessage.user("l2"))  # reloaded, then checks the head: current
+        with pytest.raises(ConcurrencyConflict):  # the winner did not see l2 either
+            winner.append(ChatMessage.user("w2"))
+        winner.append(ChatMessage.user("w2"))  # reloaded
+        with pytest.raises(ConcurrencyConflict, match="recorded by another writer"):
+            loser.append(ChatMessage.user("l3"))  # refused by the head check
+        assert 2 == len(calls)
+        loser.append(ChatMessage.user("l4"))
+        assert ["w1", "l2", "w2", "l4"] == _texts(store, winner.id)
+        assert [] == store.backend.verify(UUID(winner.id))

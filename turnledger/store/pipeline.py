@@ -50,6 +50,9 @@ __all__ = ["Pipeline", "Position"]
 
 log = logging.getLogger("turnledger")
 
+CONTENDED_HEAD_CHECKS = 32
+"""Commands of a session object that read the stored head first after it lost a race."""
+
 Publish = Callable[[Sequence[HistoryTrimmed]], None]
 """Delivers committed `HistoryTrimmed` notices to the store's subscribers."""
 
@@ -64,6 +67,12 @@ class Position:
     snapshot_version: int = 0
     stale: bool = False
     """The state may hold events that are not stored: reload before any use (`current`)."""
+    behind: bool = False
+    """The state is stored but another writer recorded more: catch up before any use."""
+    head_checks: int = 0
+    """Commands that still read the stored head before deciding: set after a conflict, when
+    another writer is active (a cheap catch-up beats deciding on an old state, failing the
+    insert and reloading in full); 0 otherwise: the position knows its head (ADR-0035)."""
 
     @property
     def session_id(self) -> UUID:
@@ -75,7 +84,7 @@ class Position:
         self.state, self.chain, self.snapshot_version = (
             other.state, other.chain, other.snapshot_version
         )
-        self.stale = other.stale
+        self.stale, self.behind = other.stale, other.behind
 
 
 class Pipeline:
@@ -133,10 +142,14 @@ class Pipeline:
             position.chain = event_chain
 
     def current(self, position: Position) -> Position:
-        """``position``, reloaded first when it is stale; raises what the reload raises
-        (`StoreUnavailable` while the store cannot be read: nothing unstored is served)."""
+        """``position``, reloaded first when it is stale, caught up when it is behind; raises
+        what the reload raises (`StoreUnavailable` while the store cannot be read: nothing
+        unstored is served)."""
         if position.stale:
             self._reload(position)
+        elif position.behind:
+            self._catch_up(position, position.session_id, position.chain)
+            position.behind = False
         return position
 
     def save(self, position: Position, command: Command) -> Batch:
@@ -145,17 +158,35 @@ class Pipeline:
         The store's head is not read first: the position knows it (the chain returned by its
         own last append or by its load), and a record another writer made at the same version
         fails the insert on the (session, version) key -> `ConcurrencyConflict` (ADR-0035).
-        On any failure nothing of the command is recorded and ``position`` is marked to be
-        reloaded before its next use, so it never serves unrecorded events and a retry
-        decides on the newest state.
+        After a conflict, the next `CONTENDED_HEAD_CHECKS` commands do read the head first: a
+        session another writer moved on then raises `ConcurrencyConflict` before anything is
+        decided and only catches up before its next use. On any failure nothing of the command
+        is recorded and ``position`` is marked to be reloaded (or caught up) before its next
+        use, so it never serves unrecorded events and a retry decides on the newest state.
         """
         self.current(position)
+        if position.head_checks > 0 and position.state.session_id is not None:
+            position.head_checks -= 1
+            self._check_head(position)
         batch = self.decide(position, command)
         if batch.events:
             self._record(position, batch.events)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         return batch
+
+    def _check_head(self, position: Position) -> None:
+        """`ConcurrencyConflict` when the store holds events after the position (E3)."""
+        version = position.state.version
+        stored, _ = self.backend.head(position.session_id)
+        if stored > version:
+            position.behind = True
+            position.head_checks = CONTENDED_HEAD_CHECKS
+            raise ConcurrencyConflict(
+                f"session {position.session_id}: versions {version + 1} to {stored} were "
+                f"recorded by another writer (this session object was at version {version}); "
+                "it catches up before its next use; retry"
+            )
 
     def decide(self, position: Position, command: Command) -> Batch:
         """Apply ``command`` to the position's state in memory only; the batch it produced."""
@@ -172,12 +203,14 @@ class Pipeline:
             position.chain = self.backend.append(
                 position.session_id, events, prev_chain=position.chain, head_known=True
             )
-        except (StoreUnavailable, ConcurrencyConflict):
+        except (StoreUnavailable, ConcurrencyConflict) as error:
             # Reload before the next use, not now: after a database failure a second wait on
             # the same lock or timeout would double what the caller waits (ADR-0021); after a
             # conflict the caller may back off first, and a state loaded before that sleep
             # would be stale again when it retries (ADR-0022).
             position.stale = True
+            if isinstance(error, ConcurrencyConflict):  # another writer is active
+                position.head_checks = CONTENDED_HEAD_CHECKS
             raise
         except BaseException:
             self._reload_after(position)
