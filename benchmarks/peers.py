@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.session import Workload
+from turnledger.domain.estimate import FRAMING_TOKENS, utf8_len
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
@@ -89,7 +90,8 @@ def _turns(n: int) -> list[tuple[ConversationMessage, ...]]:
 
 
 def _estimate(text: str) -> int:
-    return len(text.encode("utf-8")) // 4
+    """Turnledger's text estimate (R20): ceil(UTF-8 bytes / 4)."""
+    return -(-utf8_len(text) // 4)
 
 
 # --- turnledger -------------------------------------------------------------------------------
@@ -158,10 +160,13 @@ def _langchain_messages(turns: Sequence[tuple[ConversationMessage, ...]]) -> lis
 
 
 def _count(messages: list[Any]) -> int:
-    """Turnledger's estimate for LangChain messages: UTF-8 bytes / 4 of text and arguments."""
+    """Turnledger's estimate for LangChain messages: 4 framing tokens per message plus UTF-8
+    bytes / 4 of its text and tool-call arguments."""
     total = 0
     for m in messages:
-        total += _estimate(m.content if isinstance(m.content, str) else str(m.content))
+        total += FRAMING_TOKENS + _estimate(
+            m.content if isinstance(m.content, str) else str(m.content)
+        )
         for call in getattr(m, "tool_calls", None) or ():
             total += _estimate(json.dumps(call["args"]))
     return total

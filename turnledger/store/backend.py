@@ -484,15 +484,36 @@ class EventStoreBackend:
 
         ``after``: only the sessions created after that one (a page's last id: the next page
         starts there); ``limit``: at most that many. Reads only the version-1 records, through
-        the notification log's topic filter, a page at a time, and stops once ``limit`` ids
-        are found. Raises `SessionNotFound` when ``after`` is not a session of this store,
-        ``ValueError`` for a ``limit`` < 1.
+        the notification log's topic filter, from the position of ``after``'s first record
+        (one indexed read on SQL databases; elsewhere the list is walked up to it), and stops
+        once ``limit`` ids are found (ADR-0039). Raises `SessionNotFound` when ``after`` is not
+        a session of this store, ``ValueError`` for a ``limit`` < 1.
         """
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
+        self._check_open()
+        start = 1
+        if after is not None:
+            with self._translate("list sessions", after):
+                position = self.database.session_start(after)
+            if position == 0:
+                raise SessionNotFound(f"no session {after} in this store")
+            if position is None:
+                return self._session_ids_after(after, limit)
+            start = position + 1
+        page = _SESSION_PAGE if limit is None else min(limit, _SESSION_PAGE)
         ids: list[UUID] = []
-        found = after is None
-        for session_id in self._iter_session_ids():
+        for session_id in self._iter_session_ids(start, page):
+            ids.append(session_id)
+            if limit is not None and len(ids) == limit:
+                break
+        return ids
+
+    def _session_ids_after(self, after: UUID, limit: int | None) -> list[UUID]:
+        """`session_ids` after ``after`` found by walking the list (memory stores)."""
+        ids: list[UUID] = []
+        found = False
+        for session_id in self._iter_session_ids(1, _SESSION_PAGE):
             if found:
                 ids.append(session_id)
                 if limit is not None and len(ids) == limit:
@@ -503,16 +524,14 @@ class EventStoreBackend:
             raise SessionNotFound(f"no session {after} in this store")
         return ids
 
-    def _iter_session_ids(self) -> Iterator[UUID]:
-        self._check_open()
-        start = 1
+    def _iter_session_ids(self, start: int, page_size: int) -> Iterator[UUID]:
         while True:
             with self._translate("list sessions"):
                 page = self.recorder.select_notifications(
-                    start, _SESSION_PAGE, topics=[self._start_topic]
+                    start, page_size, topics=[self._start_topic]
                 )
             yield from (_to_uuid(n.originator_id) for n in page if n.originator_version == 1)
-            if len(page) < _SESSION_PAGE:
+            if len(page) < page_size:
                 return
             start = page[-1].id + 1
 

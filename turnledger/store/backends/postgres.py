@@ -22,6 +22,7 @@ import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any, Final, Self
+from uuid import UUID
 
 import attrs
 
@@ -289,6 +290,19 @@ class PostgresDatabase(Database):
         finally:
             with contextlib.suppress(psycopg.Error):
                 connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def session_start(self, session_id: UUID) -> int | None:
+        from psycopg import sql
+
+        query = sql.SQL(
+            "SELECT notification_id FROM {}.{} WHERE originator_id = %s AND originator_version = 1"
+        ).format(sql.Identifier(self.schema), sql.Identifier(self._events_table))
+        connection = self.connect_sql().connection
+        try:
+            row = connection.execute(query, (session_id,)).fetchone()
+        finally:
+            connection.close()
+        return 0 if row is None else int(row[0])
 
     def connect_sql(self) -> SqlConnection:
         import psycopg

@@ -17,6 +17,7 @@ import os
 import sqlite3
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Final, Self, cast
+from uuid import UUID
 
 from eventsourcing.persistence import DatabaseError, InterfaceError, OperationalError
 
@@ -183,6 +184,19 @@ class SQLiteDatabase(Database):
         logged = os.path.exists(wal) and os.path.getsize(wal) > 0
         # Immutable ignores a write-ahead log: only when there is none to read.
         return self.uri + ("?mode=ro" if logged else "?immutable=1")
+
+    def session_start(self, session_id: UUID) -> int | None:
+        uri = self._read_only_uri() if self.read_only else self.uri
+        connection = sqlite3.connect(uri, uri=True, timeout=self.limits.lock)
+        try:
+            row = connection.execute(
+                "SELECT rowid FROM stored_events WHERE originator_id = ? "
+                "AND originator_version = 1",
+                (session_id.hex,),
+            ).fetchone()
+        finally:
+            connection.close()
+        return 0 if row is None else int(row[0])
 
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
