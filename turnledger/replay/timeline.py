@@ -579,15 +579,18 @@ def summarize_session(events: Sequence[DomainEvent]) -> dict[str, Any]:
     }
 
 
-def session_summaries(backend: EventStoreBackend) -> list[dict[str, Any]]:
-    """`summarize_session` for every session of the store, oldest first.
+def session_summaries(
+    backend: EventStoreBackend, *, after: UUID | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """`summarize_session` for the sessions of the store, oldest first: every one, or the page
+    ``after`` / ``limit`` select (`EventStoreBackend.session_ids`); only their events are read.
 
     A session with a record that cannot be decoded is summarised up to that record, with
     ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
     A forgotten session (``"forgotten"``: True) shows its id and its number of records only.
     """
     rows: list[dict[str, Any]] = []
-    for session_id in backend.session_ids():
+    for session_id in backend.session_ids(after=after, limit=limit):
         events: list[DomainEvent] = []
         corrupt_at: int | None = None
         records = backend.read_records(session_id)

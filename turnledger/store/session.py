@@ -449,8 +449,7 @@ class Store:
         messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        # check_head=False: a sweep that records nothing must not fail on a newer head.
-        self._pipeline.save(position, SweepOrphans(_now()), check_head=False)
+        self._pipeline.save(position, SweepOrphans(_now()))
         return Session(self._pipeline, position)
 
     def read_state(self, session_id: str | UUID) -> SessionView:
@@ -470,9 +469,16 @@ class Store:
             raise SessionNotFound(f"no session {uuid} in this store")
         return events
 
-    def sessions(self) -> list[str]:
-        """The ids of every session in the store, oldest first."""
-        return [str(u) for u in self.backend.session_ids()]
+    def sessions(
+        self, *, after: str | UUID | None = None, limit: int | None = None
+    ) -> list[str]:
+        """The ids of the sessions in the store, oldest first: every one, or at most ``limit``
+        created after the session ``after`` (the last id of the previous page).
+
+        Raises `SessionNotFound` when ``after`` is not a session of this store.
+        """
+        start = None if after is None else parse_session_id(after)
+        return [str(u) for u in self.backend.session_ids(after=start, limit=limit)]
 
     # -- privacy (issue 11) --
 
