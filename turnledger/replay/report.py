@@ -289,7 +289,6 @@ class _Session:
             if at >= 0:
                 self.turns[at].swept += 1
 
-
     def popped(self, event: MessagePopped) -> None:
         """A popped message leaves its turn's counts (it stays in the log)."""
         at = bisect.bisect_right([t.start for t in self.turns], event.position) - 1
