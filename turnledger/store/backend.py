@@ -38,7 +38,13 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
 
-from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord, TurnledgerError
+from turnledger.domain.errors import (
+    ConcurrencyConflict,
+    CorruptRecord,
+    SessionForgottenError,
+    SessionNotFound,
+    TurnledgerError,
+)
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.store.backends import BACKENDS
 from turnledger.store.backends.memory import drop_memory_store
@@ -52,6 +58,7 @@ from turnledger.store.backends.port import (
     redact_url,
 )
 from turnledger.store.codec import EventCodec, default_codec, describe_error
+from turnledger.store.crypto import Protection, protect
 from turnledger.store.mapper import (
     ZERO_CHAIN,
     ChainProblem,
@@ -172,7 +179,11 @@ class EventStoreBackend:
     """
 
     def __init__(
-        self, database: Database, recorders: Recorders, mapper: TurnledgerMapper
+        self,
+        database: Database,
+        recorders: Recorders,
+        mapper: TurnledgerMapper,
+        protection: Protection | None = None,
     ) -> None:
         self.database = database
         """The backend this store runs on (`turnledger.store.backends`)."""
@@ -185,6 +196,8 @@ class EventStoreBackend:
         self.snapshot_recorder = recorders.snapshots
         """The library's recorder of the ``stored_snapshots`` table."""
         self.mapper = mapper
+        self.protection = protection if protection is not None else Protection()
+        """Keys table, keyring and chain of the store (`turnledger.store.crypto`)."""
         self._tracking_recorder = recorders.tracking
         self._closer = recorders.close
         self._closed = False
@@ -202,6 +215,7 @@ class EventStoreBackend:
             if self._closed:
                 return
             self._closed = True
+        self.protection.close()
         if self._closer is not None:
             with self._translate("close"):
                 self._closer()
@@ -227,7 +241,12 @@ class EventStoreBackend:
     # -- writing --
 
     def append(
-        self, session_id: UUID, events: Sequence[DomainEvent], *, prev_chain: bytes
+        self,
+        session_id: UUID,
+        events: Sequence[DomainEvent],
+        *,
+        prev_chain: bytes,
+        head_known: bool = False,
     ) -> bytes:
         """Record ``events`` of one session in ONE transaction; return the new chain head (E3).
 
@@ -237,6 +256,13 @@ class EventStoreBackend:
         caller holds (the value returned by the previous append or `read_with_chain`;
         `ZERO_CHAIN` for a new session). An empty ``events`` records nothing and returns
         ``prev_chain``.
+
+        By default the stored head is read first, so a batch that does not continue the stored
+        stream is refused before anything is written. ``head_known=True`` skips that read (one
+        round trip per append, ADR-0035): the caller vouches that the first version and
+        ``prev_chain`` continue a head it got from this store (its own last append or a read);
+        a record another writer made since then still fails the insert on the (session,
+        version) key. A gap is then not refused here (the checked reads report it, ADR-0024).
 
         Raises `ConcurrencyConflict` naming the session and the versions when another writer
         recorded any of these versions first — then nothing of this batch is stored; the caller
@@ -249,8 +275,22 @@ class EventStoreBackend:
             return prev_chain
         first = self._check_batch(session_id, events)
         stored, head = self.mapper.to_stored_events(events, prev_chain)
-        current, current_chain = self.head(session_id)
         last = first + len(events) - 1
+        if not head_known:
+            self._check_head(session_id, first, prev_chain)
+        try:
+            with self._translate("append", session_id, first):
+                self.recorder.insert_events(stored)
+        except (ConcurrencyConflict, StoreUnavailable) as failure:
+            # In doubt: the commit may have landed although the insert failed (a connection
+            # lost after COMMIT, a driver retry that then hit the primary key).
+            return self._settle_in_doubt(session_id, first, last, head, failure)
+        return head
+
+    def _check_head(self, session_id: UUID, first: int, prev_chain: bytes) -> None:
+        """Refuse a batch starting at ``first`` after ``prev_chain`` that does not continue
+        the stored head (one read)."""
+        current, current_chain = self.head(session_id)
         if first <= current:
             raise ConcurrencyConflict(
                 f"session {session_id}: version {first} was already recorded by another "
@@ -266,14 +306,6 @@ class EventStoreBackend:
                 f"session {session_id}: prev_chain is not the chain head of version {current}; "
                 "pass the value returned by the previous append or read_with_chain"
             )
-        try:
-            with self._translate("append", session_id, first):
-                self.recorder.insert_events(stored)
-        except (ConcurrencyConflict, StoreUnavailable) as failure:
-            # In doubt: the commit may have landed although the insert failed (a connection
-            # lost after COMMIT, a driver retry that then hit the primary key).
-            return self._settle_in_doubt(session_id, first, last, head, failure)
-        return head
 
     def _settle_in_doubt(
         self, session_id: UUID, first: int, last: int, head: bytes, failure: TurnledgerError
@@ -454,24 +486,62 @@ class EventStoreBackend:
             self.read_records(session_id), self.mapper, expected_version=expected_version
         )
 
-    def session_ids(self) -> list[UUID]:
-        """Every session id, in creation order (the order of their `SessionStarted` records).
+    def session_ids(
+        self, *, after: UUID | None = None, limit: int | None = None
+    ) -> list[UUID]:
+        """Session ids in creation order (the order of their `SessionStarted` records).
 
-        Reads only the version-1 records, through the notification log's topic filter.
+        ``after``: only the sessions created after that one (a page's last id: the next page
+        starts there); ``limit``: at most that many. Reads only the version-1 records, through
+        the notification log's topic filter, from the position of ``after``'s first record
+        (one indexed read on SQL databases; elsewhere the list is walked up to it), and stops
+        once ``limit`` ids are found (ADR-0039). Raises `SessionNotFound` when ``after`` is not
+        a session of this store, ``ValueError`` for a ``limit`` < 1.
         """
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
         self._check_open()
-        ids: list[UUID] = []
         start = 1
+        if after is not None:
+            with self._translate("list sessions", after):
+                position = self.database.session_start(after)
+            if position == 0:
+                raise SessionNotFound(f"no session {after} in this store")
+            if position is None:
+                return self._session_ids_after(after, limit)
+            start = position + 1
+        page = _SESSION_PAGE if limit is None else min(limit, _SESSION_PAGE)
+        ids: list[UUID] = []
+        for session_id in self._iter_session_ids(start, page):
+            ids.append(session_id)
+            if limit is not None and len(ids) == limit:
+                break
+        return ids
+
+    def _session_ids_after(self, after: UUID, limit: int | None) -> list[UUID]:
+        """`session_ids` after ``after`` found by walking the list (memory stores)."""
+        ids: list[UUID] = []
+        found = False
+        for session_id in self._iter_session_ids(1, _SESSION_PAGE):
+            if found:
+                ids.append(session_id)
+                if limit is not None and len(ids) == limit:
+                    return ids
+            elif session_id == after:
+                found = True
+        if not found:
+            raise SessionNotFound(f"no session {after} in this store")
+        return ids
+
+    def _iter_session_ids(self, start: int, page_size: int) -> Iterator[UUID]:
         while True:
             with self._translate("list sessions"):
                 page = self.recorder.select_notifications(
-                    start, _SESSION_PAGE, topics=[self._start_topic]
+                    start, page_size, topics=[self._start_topic]
                 )
-            ids.extend(
-                _to_uuid(n.originator_id) for n in page if n.originator_version == 1
-            )
-            if len(page) < _SESSION_PAGE:
-                return ids
+            yield from (_to_uuid(n.originator_id) for n in page if n.originator_version == 1)
+            if len(page) < page_size:
+                return
             start = page[-1].id + 1
 
     # -- notification log --
@@ -503,7 +573,13 @@ class EventStoreBackend:
         with self._translate("read the notification log"):
             page = self.recorder.select_notifications(max(start, 1), limit, topics=topics)
         decode = self.mapper.to_domain_event
-        return [(n.id, decode(n)) for n in page]
+        found: list[tuple[int, DomainEvent]] = []
+        for notification in page:
+            try:
+                found.append((notification.id, decode(notification)))
+            except SessionForgottenError:
+                continue  # erased content: what was counted before stays counted
+        return found
 
     def tracking_recorder(self) -> TrackingRecorder:
         """A library tracking recorder in the same database (``tracking`` table), for projections
@@ -539,7 +615,7 @@ class EventStoreBackend:
             originator_id=session_id,
             originator_version=version,
             topic=SNAPSHOT_TOPIC,
-            state=self.mapper.seal(payload),
+            state=self.mapper.seal_snapshot(session_id, version, payload),
         )
         try:
             with self._translate("save a snapshot", session_id, version):
@@ -563,7 +639,10 @@ class EventStoreBackend:
             return None
         record = found[0]
         try:
-            payload = self.mapper.unseal(record.state)
+            payload = self.mapper.unseal_snapshot(session_id, record.originator_version,
+                                                  record.state)
+        except TurnledgerError:
+            raise
         except Exception as error:  # cipher or compressor failure: the bytes are damaged
             raise UndecodableRecord(
                 session_id, record.originator_version, record.topic, describe_error(error)
@@ -608,6 +687,9 @@ def open_backend(
     *,
     codec: EventCodec | None = None,
     env: Mapping[str, str] | None = None,
+    key: bytes | None = None,
+    audit_key: bytes | None = None,
+    allow_unkeyed: bool = False,
 ) -> EventStoreBackend:
     """Open the event store at ``url`` (see the module docstring for the URL forms).
 
@@ -616,8 +698,12 @@ def open_backend(
     ``COMPRESSOR_TOPIC`` (e.g. ``eventsourcing.compressor:ZlibCompressor``), ``CIPHER_TOPIC``
     and ``CIPHER_KEY``; the process environment is never read.
 
+    ``key`` (32 bytes) encrypts the store at rest with one data key per session, ``audit_key``
+    (32 bytes) keys its hash chain (`turnledger.store.crypto`, ADR-0045, ADR-0047).
+
     Raises `InvalidStoreURL` (one-line reason) for an unknown scheme, a bad option or a
-    SQLite path that cannot be created, `StoreUnavailable` when the database cannot be reached.
+    SQLite path that cannot be created, `StoreUnavailable` when the database cannot be reached,
+    and the key errors of `turnledger.store.keys` (missing, wrong or needless key).
     """
     if not isinstance(url, str):
         raise InvalidStoreURL(f"a store URL must be a str, got {type(url).__name__}")
@@ -635,9 +721,13 @@ def open_backend(
         )
     database = backend.from_url(url, rest)
     recorders = database.open(dict(env or {}))
-    mapper = TurnledgerMapper(
-        compressor=recorders.compressor,
-        cipher=recorders.cipher,
-        codec=codec if codec is not None else default_codec(),
-    )
-    return EventStoreBackend(database, recorders, mapper)
+    try:
+        protection, mapper = protect(
+            database, recorders, codec if codec is not None else default_codec(),
+            key=key, audit_key=audit_key, allow_unkeyed=allow_unkeyed,
+        )
+    except BaseException:
+        if recorders.close is not None:
+            recorders.close()
+        raise
+    return EventStoreBackend(database, recorders, mapper, protection)

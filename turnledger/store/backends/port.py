@@ -25,6 +25,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Self
+from uuid import UUID
 
 import attrs
 from eventsourcing.domain import EventSourcingError
@@ -202,12 +203,23 @@ class Database(abc.ABC):
         """
         return
 
+    def session_start(self, session_id: UUID) -> int | None:
+        """The notification id of ``session_id``'s first record (0: no such session), read
+        by the key, so a session list can start after it; None: this database cannot tell
+        (the caller walks the list). Raises what the driver raises (`database_errors`)."""
+        return None
+
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
         """A new connection to the SQL database the store lives in, for a projection's tables.
 
         Raises what the driver raises (one of `database_errors`); the caller translates.
         """
+
+    def key_sql(self) -> SqlConnection:
+        """A new connection to where the store keeps its keys and settings tables
+        (`turnledger.store.keys`): its SQL database, unless a backend says otherwise."""
+        return self.connect_sql()
 
 
 def open_library_recorders(
