@@ -46,8 +46,10 @@ from turnledger.domain.estimate import IMAGE_TOKEN_ESTIMATE, estimate_history_to
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -93,6 +95,7 @@ from turnledger.providers import (
     to_openai_responses,
 )
 from turnledger.replay.audit import VerifyReport, Violation, verify
+from turnledger.replay.report import report
 from turnledger.replay.timeline import TimelineEntry, timeline, views_at
 from turnledger.replay.whatif import WhatIfReport, what_if
 from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
@@ -117,6 +120,7 @@ __all__ = [
     "CorruptRecord",
     "DocumentBlock",
     "DomainEvent",
+    "HistoryCleared",
     "HistoryPruning",
     "HistoryTrimmed",
     "ImageBlock",
@@ -124,6 +128,7 @@ __all__ = [
     "InvalidProfile",
     "InvalidStoreURL",
     "MessageAppended",
+    "MessagePopped",
     "OpaqueBlock",
     "OrphansSwept",
     "OverflowRecovered",
@@ -172,6 +177,7 @@ __all__ = [
     "load_profile",
     "load_profile_document",
     "open_store",
+    "report",
     "request_digest",
     "request_window",
     "resolve_capacity",

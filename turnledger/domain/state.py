@@ -190,6 +190,23 @@ class SessionState:
             self.conversation = Window(self.conversation.start, breadcrumb=True)
         self.chat = Window(self.chat.start, breadcrumb=True)
 
+    def newest_in_log(self) -> tuple[int, ConversationMessage] | None:
+        """The position and item of the newest message the conversation view shows from the
+        log: not a leading or retained system message (R4), not the breadcrumb; None when
+        there is none. O(1) unless the newest items were removed from the views."""
+        index, start = self.index, self.window(View.CONVERSATION).start
+        for offset in range(len(index.items) - 1, -1, -1):
+            item = index.items[offset]
+            position = index.base + offset
+            if item is not None and (position >= start or index.rows.is_system(item)):
+                return position, item
+        return None
+
+    def clear(self, next_position: int) -> None:
+        """Remove every message from the views: the log goes on at ``next_position``."""
+        self.index = WindowIndex(CONVERSATION_ROWS, base=next_position)
+        self.conversation = self.chat = Window(next_position)
+
     def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
         """Replace swept items (``None``: removed from the views, still in the log, R36)."""
         self.index.replace(changes)

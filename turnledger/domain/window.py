@@ -297,7 +297,8 @@ class WindowIndex(Generic[T]):
     def append(self, item: T) -> bool:
         """Add ``item`` at `next_position`; True when it joined the leading systems (R4)."""
         position = self.next_position
-        if position == len(self.leading) and self.rows.is_system(item):
+        # Leading: nothing but system messages shown before it (after a clear too, R4).
+        if not self.items and not self.retained and self.rows.is_system(item):
             self.leading.append(item)
             self.head_tokens += self.rows.base_tokens(item)
             self.base += 1

@@ -37,8 +37,10 @@ from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -72,6 +74,7 @@ __all__ = [
     "TimelineEntry",
     "audit_request",
     "dumps",
+    "item_tokens",
     "printable",
     "requests",
     "session_summaries",
@@ -264,8 +267,8 @@ def _route_text(provider: str, model: str) -> str:
     return f"{model} via {provider}"
 
 
-def _item_tokens(item: ConversationMessage) -> int:
-    # What the message costs as it enters the log: it is in the current turn then (R21-R22).
+def item_tokens(item: ConversationMessage) -> int:
+    """What ``item`` costs as it enters the log: it is in the current turn then (R21-R22)."""
     return sum(message_tokens(m, current_turn=True) for m in to_chat_messages((item,)))
 
 
@@ -324,7 +327,7 @@ def _started(event: SessionStarted) -> str:
 
 def _appended(event: MessageAppended) -> str:
     item = event.message
-    text = f"appended {_describe_item(item)} ({_plural(_item_tokens(item), 'token')})"
+    text = f"appended {_describe_item(item)} ({_plural(item_tokens(item), 'token')})"
     if event.original_chars is not None:
         text += f"; tool result truncated from {event.original_chars:,} characters (R38)"
     return text
@@ -411,6 +414,16 @@ def _swept(event: OrphansSwept) -> str:
     return text + " (R36, E5)"
 
 
+def _popped(event: MessagePopped) -> str:
+    return (f"popped {_describe_item(event.message)} at log position {event.position} "
+            "(it stays in the log)")
+
+
+def _cleared(event: HistoryCleared) -> str:
+    return (f"history cleared: {_plural(event.removed, 'message')} left the views (the log "
+            f"keeps them; the next message is at log position {event.next_position})")
+
+
 # Dispatch on the exact event type: events are final classes, and one dict lookup per event
 # keeps a 100,000-event timeline as fast as a match would.
 _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
@@ -426,6 +439,8 @@ _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
     OverflowRecovered: _recovered,
     OverflowUnrecoverable: _unrecoverable,
     OrphansSwept: _swept,
+    MessagePopped: _popped,
+    HistoryCleared: _cleared,
 }
 
 

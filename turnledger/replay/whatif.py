@@ -21,7 +21,8 @@ How each recorded event is replayed:
 - `OverflowReported` → `RecoverFromOverflow` with the recorded error, but only when the what-if
   chat view is at least as large as the one the provider refused; a smaller one is counted as an
   avoided overflow (the provider is assumed to accept fewer tokens than it refused).
-- `OrphansSwept` → `SweepOrphans`. Decision events (trims, breadcrumbs, notices, recoveries) are
+- `OrphansSwept` → `SweepOrphans`; `MessagePopped` → `PopMessage`; `HistoryCleared` →
+  `ClearHistory`. Decision events (trims, breadcrumbs, notices, recoveries) are
   not replayed: they are what is being re-decided.
 
 Every command runs with its recorded timestamp, so the report is deterministic (E12).
@@ -42,7 +43,9 @@ import attrs
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
+    ClearHistory,
     Command,
+    PopMessage,
     PrepareRequest,
     RecoverFromOverflow,
     SelectRoute,
@@ -54,7 +57,9 @@ from turnledger.domain.decider import (
 )
 from turnledger.domain.events import (
     DomainEvent,
+    HistoryCleared,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowReported,
     Purpose,
@@ -68,7 +73,7 @@ from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMes
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
 
-__all__ = ["WhatIfReport", "what_if"]
+__all__ = ["WhatIfReport", "WhatIfRun", "replay_what_if", "what_if"]
 
 
 @attrs.frozen
@@ -246,6 +251,25 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
     nothing. Raises `ReplayError` when the events do not start with `SessionStarted`, and
     `TurnledgerError` if the decider refuses a recorded command under ``profile``.
     """
+    return replay_what_if(events, profile).report
+
+
+@attrs.frozen
+class WhatIfRun:
+    """A what-if replay with the two event streams it compared (the HTML report draws both).
+
+    ``recorded`` are the recorded events, or, when the session recorded no request, the re-run
+    under its own profile with the simulated requests; ``what_if`` are the events the other
+    profile would have recorded. Both start with their `SessionStarted`.
+    """
+
+    report: WhatIfReport
+    recorded: tuple[DomainEvent, ...] = attrs.field(repr=False)
+    what_if: tuple[DomainEvent, ...] = attrs.field(repr=False)
+
+
+def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRun:
+    """`what_if`, keeping both sides' events; raises like `what_if`."""
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
     started = events[0]
@@ -255,7 +279,7 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
     replay = _Replay(profile)
     for event in events:
         replay.replay(event)
-    return WhatIfReport(
+    report = WhatIfReport(
         session_id=str(started.originator_id),
         recorded_profile=started.profile,
         profile=profile,
@@ -265,6 +289,7 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
         overflows_avoided=replay.avoided,
         simulated_requests=simulated,
     )
+    return WhatIfRun(report, tuple(events), tuple(replay.events))
 
 
 def _is_assistant(item: ConversationMessage) -> bool:
@@ -335,6 +360,7 @@ class _Replay:
         self.what_if = _Side()
         self.rows: list[WhatIfRow] = []
         self.avoided = 0
+        self.events: list[DomainEvent] = []  # what the what-if session records
 
     def replay(self, event: DomainEvent) -> None:
         """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
@@ -349,6 +375,7 @@ class _Replay:
 
     def run(self, command: Command) -> list[DomainEvent]:
         new = execute(self.state, command)
+        self.events += new
         self.what_if.counters = fold_counters(new, self.what_if.counters)
         return new
 
@@ -368,6 +395,10 @@ class _Replay:
                 return SelectRoute(event.route, reason, event.timestamp)
             case OrphansSwept():
                 return SweepOrphans(event.timestamp)
+            case MessagePopped():
+                return PopMessage(event.timestamp)
+            case HistoryCleared():
+                return ClearHistory(event.timestamp)
             case OverflowReported(error=error, estimated_tokens=refused):
                 if self.state.chat_tokens() >= refused:
                     return RecoverFromOverflow(error, event.timestamp)

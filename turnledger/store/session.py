@@ -23,8 +23,12 @@ from turnledger.domain.budget import ProviderProfile, ResolvedRoute, Route, Runt
 from turnledger.domain.decider import (
     AppendMessage,
     Batch,
+    ClearHistory,
     Command,
+    Extend,
+    FitWindow,
     ImportConversation,
+    PopMessage,
     PreparedRequest,
     PrepareRequest,
     RecoverFromOverflow,
@@ -44,6 +48,7 @@ from turnledger.domain.errors import (
 from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
+    MessagePopped,
     OverflowRecovered,
     RejectionReason,
     RequestRejected,
@@ -165,6 +170,12 @@ class Session:
         return self._stored_state().version
 
     @property
+    def next_position(self) -> int:
+        """The log position the next appended message gets: the messages recorded so far
+        (popped and cleared ones included, since the log keeps them)."""
+        return self._stored_state().next_position
+
+    @property
     def legacy(self) -> bool:
         return self._stored_state().legacy
 
@@ -200,6 +211,45 @@ class Session:
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
         """
         return self._run(AppendMessage(message, _now())).events
+
+    def extend(
+        self, messages: Iterable[ConversationMessage | ChatMessage]
+    ) -> list[DomainEvent]:
+        """Record several messages in one transaction (a tool loop's step, or a whole turn).
+
+        Each message is recorded as `append` would record it, with every trim it triggers
+        (R27a), so the events and views are those of appending them one by one; but they are
+        saved together (E3): all of them or, on any error, none. Returns the events recorded.
+
+        Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        """
+        if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
+            raise InvalidMessage(
+                f"extend takes an iterable of messages, got {type(messages).__name__}"
+            )
+        return self._run(Extend(tuple(messages), _now())).events
+
+    def fit_window(self) -> list[ChatMessage]:
+        """Apply and record the trims a request would (turn limit, token budget, orphan sweep),
+        and return the chat view: for a runtime that builds its request itself (an agent
+        framework's session). Unlike `prepare_request`, records no request and raises nothing
+        about unanswered tool calls or the capacity."""
+        with self._lock:
+            self._run(FitWindow(_now()))
+            return self._stored_state().chat_view()
+
+    def pop(self) -> ConversationMessage | None:
+        """Remove the newest message of the conversation view from the views and return it
+        (`MessagePopped`; the log keeps it). Leading system messages are never popped (R4);
+        None when there is nothing else."""
+        events = self._run(PopMessage(_now())).events
+        popped = [e for e in events if isinstance(e, MessagePopped)]
+        return popped[0].message if popped else None
+
+    def clear(self) -> list[DomainEvent]:
+        """Remove every message from the views (`HistoryCleared`); the log keeps them.
+        Returns the events recorded (none when the views were empty)."""
+        return self._run(ClearHistory(_now())).events
 
     def prepare_request(
         self,
