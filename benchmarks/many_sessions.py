@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from turnledger.store.session import open_store
 
         with open_store(url) as store:
-            existing = len(store.sessions(limit=1))
+            existing = store.sessions(limit=1)
         data = (generate(url, args.sessions, args.turns, args.workers) if not existing
                 else {"sessions": "reused", "schema": schema})
         print(f"data: {data}", flush=True)
@@ -202,8 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with psycopg.connect(CONNINFO, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    print(f"\n{args.sessions:,} sessions x {args.turns} turns on PostgreSQL "
-          "(wall seconds of the command, child process)")
+    size = (f"{args.sessions:,} sessions x {args.turns} turns" if existing == []
+            else f"the sessions of schema {schema}")
+    print(f"\n{size} on PostgreSQL (wall seconds of the command, child process)")
     print(_table(rows))
     report = {"benchmark": "many_sessions", "python": sys.version.split()[0],
               "platform": platform.platform(), "cpus": os.cpu_count(), "data": data,
