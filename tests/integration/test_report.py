@@ -118,6 +118,15 @@ def test_report_is_deterministic_and_written_to_the_path(tmp_path: Path) -> None
     assert first == path.read_text(encoding="utf-8")
 
 
+def test_report_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """The report holds conversation text: a new report file is created 0600, like the store's."""
+    path = tmp_path / "private.html"
+
+    tl.report(record(3, ()), path)
+
+    assert 0o600 == path.stat().st_mode & 0o777
+
+
 def test_report_rejects_events_that_are_not_a_session() -> None:
     """A report needs a session's events from its SessionStarted: else a TurnledgerError."""
     events = record(3, ())

@@ -975,7 +975,10 @@ def report(
     text = _render(events, what_if)
     if path is not None:
         try:
-            with open(path, "w", encoding="utf-8") as handle:
+            # The report holds the conversation's text: readable by its owner only, like the
+            # store's own files (a decrypted copy of an encrypted store must not widen access).
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as error:
             reason = error.strerror or type(error).__name__
