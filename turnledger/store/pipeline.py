@@ -57,7 +57,7 @@ class Position:
     """Where one session stands: its state, the chain head of its last record, and the version
     of its latest snapshot (0: none)."""
 
-    state: SessionState = attrs.field(factory=SessionState)
+    state: SessionState = attrs.field(factory=lambda: SessionState(compact=True))
     chain: bytes = ZERO_CHAIN
     snapshot_version: int = 0
     stale: bool = False
