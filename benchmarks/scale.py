@@ -104,8 +104,10 @@ class Workload:
 def responses_items(turn: tuple[ConversationMessage, ...]) -> list[dict[str, Any]]:
     """The same turn as OpenAI Responses items, as the Agents SDK stores them."""
     user, calls, results, final = turn
-    assert isinstance(user, Chat) and isinstance(final, Chat)
-    assert isinstance(calls, AssistantToolCalls) and isinstance(results, ToolResults)
+    assert isinstance(user, Chat)
+    assert isinstance(final, Chat)
+    assert isinstance(calls, AssistantToolCalls)
+    assert isinstance(results, ToolResults)
     items: list[dict[str, Any]] = [{"role": "user", "content": user.message.content}]
     if calls.text:
         items.append(_assistant(calls.text))

@@ -190,7 +190,7 @@ class Region(Generic[T]):
     tokens: list[int] = attrs.field(factory=list)
     real: list[int] = attrs.field(factory=list)
     systems: list[tuple[int, T]] = attrs.field(factory=list)
-    suspects: list[tuple[int, T]] = attrs.field(factory=list)
+    suspects: list[tuple[int, T | None]] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -257,7 +257,7 @@ class WindowIndex(Generic[T]):
         """``(position, item)`` of every item still in the views from ``start`` that the orphan
         sweep must see (of the region: its suspects only, ADR-0030); O(window)."""
         first = max(start, self.base)
-        suspects = [(p, item) for p, item in self.region.suspects if p >= start]
+        suspects = [(p, i) for p, i in self.region.suspects if p >= start and i is not None]
         return suspects + [
             (p, item)
             for p, item in enumerate(self.items[first - self.base :], first)
@@ -437,7 +437,7 @@ class WindowIndex(Generic[T]):
             raise ValueError(f"position {position} is summarised, not held: it cannot change")
         old = suspects[position]
         suspects[position] = item
-        self.region.suspects = [(p, i) for p, i in suspects.items() if i is not None]
+        self.region.suspects = list(suspects.items())  # a swept one stays, as None
         segment = bisect_right(self._bounds, position) - 1
         self.region.tokens[segment] += self._item_tokens(item) - self._item_tokens(old)
         self.region.real[segment] += self._is_real(item) - self._is_real(old)

@@ -207,6 +207,8 @@ class Pipeline:
         try:
             payload = encode_snapshot(state, position.chain)
             self.backend.save_snapshot(position.session_id, state.version, payload)
+            # Only the newest snapshot is ever read (ADR-0030): the older ones are dead bytes.
+            self.backend.prune_snapshots(position.session_id, before_version=state.version)
         except TurnledgerError as error:  # a snapshot is a cache: losing one loses nothing
             log.warning("snapshot of session %s at version %d failed: %s",
                         position.session_id, state.version, error)

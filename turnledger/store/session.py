@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -44,6 +44,8 @@ from turnledger.domain.errors import (
 from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
+    MessageAppended,
+    OrphansSwept,
     OverflowRecovered,
     RejectionReason,
     RequestRejected,
@@ -75,6 +77,28 @@ Subscriber = Callable[[DomainEvent], None]
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def summarised_items(
+    backend: EventStoreBackend, state: SessionState, *, page_size: int = 1000
+) -> dict[int, ConversationMessage | None] | None:
+    """The items of ``state``'s conversation view that a compact state does not hold, as the
+    log holds them now (None: swept), read in pages (ADR-0030); None when it holds them all."""
+    span = state.summarised
+    if not span or state.session_id is None:
+        return None
+    older: dict[int, ConversationMessage | None] = {}
+    pages = backend.read_pages(state.session_id, page_size=page_size, upto_version=state.version)
+    for page in pages:
+        for event in page:
+            if isinstance(event, MessageAppended) and event.position in span:
+                older[event.position] = event.message
+            elif isinstance(event, OrphansSwept):
+                older.update((p, None) for p in event.positions if p in span)
+                older.update((p, item) for p, item in event.rewritten if p in span)
+    # The state's own sweeps of its suspects (a read_state sweeps in memory only).
+    older.update((p, item) for p, item in state.index.region.suspects if p in span)
+    return older
 
 
 def parse_session_id(session_id: str | UUID) -> UUID:
@@ -109,8 +133,11 @@ class SessionView:
     """The estimated tokens of the chat view (R20)."""
 
     @classmethod
-    def of(cls, state: SessionState) -> SessionView:
-        """The picture of ``state`` now."""
+    def of(
+        cls, state: SessionState, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> SessionView:
+        """The picture of ``state`` now; ``older``: what a compact state summarises
+        (`SessionState.conversation_view`), read from the log by `summarised_items`."""
         assert state.session_id is not None, "the session has not been started"
         return cls(
             session_id=state.session_id,
@@ -121,7 +148,7 @@ class SessionView:
             route=state.route,
             window_size=len(state.index.items),
             chat=tuple(state.chat_view()),
-            conversation=tuple(state.conversation_view()),
+            conversation=tuple(state.conversation_view(older)),
             tokens=state.chat_tokens(),
         )
 
@@ -180,7 +207,8 @@ class Session:
     def state(self) -> SessionView:
         """A read-only picture of the session now (for replay and diagnostics)."""
         with self._lock:
-            return SessionView.of(self._stored_state())
+            state = self._stored_state()
+            return SessionView.of(state, summarised_items(self._pipeline.backend, state))
 
     def _stored_state(self) -> SessionState:
         """The state, reloaded first when a failed write left it stale (so only what is
@@ -270,7 +298,8 @@ class Session:
     def conversation_view(self) -> list[ConversationMessage]:
         """The structured history after the turn limit (R28-R29)."""
         with self._lock:
-            return self._stored_state().conversation_view()
+            state = self._stored_state()
+            return state.conversation_view(summarised_items(self._pipeline.backend, state))
 
     def events(self, *, after_version: int = 0) -> list[DomainEvent]:
         """The events recorded for this session, in order (reads the store).
@@ -279,6 +308,11 @@ class Session:
         recorded since the session stood at version ``v``.
         """
         return self._pipeline.backend.read(self._position.session_id, after_version=after_version)
+
+    def event_pages(self, *, page_size: int = 1000) -> Iterator[list[DomainEvent]]:
+        """The events recorded for this session, in pages of ``page_size`` (reads the store):
+        the whole log in O(page) memory, however long the session."""
+        return self._pipeline.backend.read_pages(self._position.session_id, page_size=page_size)
 
     def _run(self, command: Command) -> Batch:
         with self._lock:
@@ -407,7 +441,8 @@ class Store:
         """
         position = self._pipeline.load(parse_session_id(session_id))
         self._pipeline.decide(position, SweepOrphans(_now()))
-        return SessionView.of(position.state)
+        older = summarised_items(self.backend, position.state)
+        return SessionView.of(position.state, older)
 
     def events_of(self, session_id: str | UUID) -> list[DomainEvent]:
         """Every recorded event of a session, in order. Raises `SessionNotFound`."""
@@ -416,6 +451,13 @@ class Store:
         if not events:
             raise SessionNotFound(f"no session {uuid} in this store")
         return events
+
+    def event_pages(
+        self, session_id: str | UUID, *, page_size: int = 1000
+    ) -> Iterator[list[DomainEvent]]:
+        """Every recorded event of a session, in pages of ``page_size``, in order: O(page)
+        memory however long the session (`events_of` reads them all at once)."""
+        return self.backend.read_pages(parse_session_id(session_id), page_size=page_size)
 
     def sessions(self) -> list[str]:
         """The ids of every session in the store, oldest first."""
