@@ -25,11 +25,17 @@ from turnledger.domain.budget import (
     resolve_route,
 )
 from turnledger.domain.errors import TurnledgerError
-from turnledger.domain.events import TrimReason, View
+from turnledger.domain.events import (
+    DomainEvent,
+    MessageAppended,
+    OrphansSwept,
+    TrimReason,
+    View,
+)
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.window import CONVERSATION_ROWS, Region, Window, WindowIndex, chat_of
 
-__all__ = ["Loop", "SessionState"]
+__all__ = ["Loop", "SessionState", "collect_summarised"]
 
 
 class Loop(enum.Enum):
@@ -221,3 +227,19 @@ class SessionState:
         """Replace swept items (``None``: removed from the views, still in the log, R36)."""
         self.index.replace(changes)
 
+
+
+def collect_summarised(
+    older: dict[int, ConversationMessage | None],
+    events: Iterable[DomainEvent],
+    span: range,
+) -> None:
+    """Add to ``older`` the items at the positions ``span`` as ``events`` (a session's log, in
+    order, page by page) leave them: appended, then swept (None) or rewritten (R36)."""
+    for event in events:
+        if isinstance(event, MessageAppended):
+            if event.position in span:
+                older[event.position] = event.message
+        elif isinstance(event, OrphansSwept):
+            older.update((p, None) for p in event.positions if p in span)
+            older.update((p, item) for p, item in event.rewritten if p in span)

@@ -190,7 +190,7 @@ class Region(Generic[T]):
     tokens: list[int] = attrs.field(factory=list)
     real: list[int] = attrs.field(factory=list)
     systems: list[tuple[int, T]] = attrs.field(factory=list)
-    suspects: list[tuple[int, T | None]] = attrs.field(factory=list)
+    suspects: list[tuple[int, T]] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -257,7 +257,7 @@ class WindowIndex(Generic[T]):
         """``(position, item)`` of every item still in the views from ``start`` that the orphan
         sweep must see (of the region: its suspects only, ADR-0030); O(window)."""
         first = max(start, self.base)
-        suspects = [(p, i) for p, i in self.region.suspects if p >= start and i is not None]
+        suspects = [(p, i) for p, i in self.region.suspects if p >= start]
         return suspects + [
             (p, item)
             for p, item in enumerate(self.items[first - self.base :], first)
@@ -432,16 +432,26 @@ class WindowIndex(Generic[T]):
         self._reindex(items)
 
     def _replace_suspect(self, position: int, item: T | None) -> None:
-        suspects = dict(self.region.suspects)
+        suspects: dict[int, T | None] = dict(self.region.suspects)
         if position not in suspects:
             raise ValueError(f"position {position} is summarised, not held: it cannot change")
         old = suspects[position]
         suspects[position] = item
-        self.region.suspects = list(suspects.items())  # a swept one stays, as None
         segment = bisect_right(self._bounds, position) - 1
         self.region.tokens[segment] += self._item_tokens(item) - self._item_tokens(old)
         self.region.real[segment] += self._is_real(item) - self._is_real(old)
         self._region_sums()
+        # Keep only the turns that still do not pair, as a compaction of the swept log would.
+        by_segment: dict[int, list[tuple[int, T]]] = {}
+        for p, i in suspects.items():
+            if i is not None:
+                by_segment.setdefault(bisect_right(self._bounds, p) - 1, []).append((p, i))
+        self.region.suspects = [
+            pair
+            for group in by_segment.values()
+            if not self.rows.paired([i for _, i in group])
+            for pair in group
+        ]
 
     def _item_tokens(self, item: T | None) -> int:
         return 0 if item is None else self.rows.base_tokens(item)

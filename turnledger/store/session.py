@@ -44,8 +44,6 @@ from turnledger.domain.errors import (
 from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
-    MessageAppended,
-    OrphansSwept,
     OverflowRecovered,
     RejectionReason,
     RequestRejected,
@@ -53,6 +51,7 @@ from turnledger.domain.events import (
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
+from turnledger.domain.state import collect_summarised
 from turnledger.store.backend import EventStoreBackend, open_backend
 from turnledger.store.pipeline import Pipeline, Position
 
@@ -80,24 +79,25 @@ def _now() -> datetime:
 
 
 def summarised_items(
-    backend: EventStoreBackend, state: SessionState, *, page_size: int = 1000
+    backend: EventStoreBackend,
+    state: SessionState,
+    *,
+    unrecorded: Sequence[DomainEvent] = (),
+    page_size: int = 1000,
 ) -> dict[int, ConversationMessage | None] | None:
     """The items of ``state``'s conversation view that a compact state does not hold, as the
-    log holds them now (None: swept), read in pages (ADR-0030); None when it holds them all."""
+    log holds them now (None: swept), read in pages (ADR-0030); None when it holds them all.
+
+    ``unrecorded``: events applied to ``state`` in memory only (a read-only sweep), after the
+    log's."""
     span = state.summarised
     if not span or state.session_id is None:
         return None
     older: dict[int, ConversationMessage | None] = {}
     pages = backend.read_pages(state.session_id, page_size=page_size, upto_version=state.version)
     for page in pages:
-        for event in page:
-            if isinstance(event, MessageAppended) and event.position in span:
-                older[event.position] = event.message
-            elif isinstance(event, OrphansSwept):
-                older.update((p, None) for p in event.positions if p in span)
-                older.update((p, item) for p, item in event.rewritten if p in span)
-    # The state's own sweeps of its suspects (a read_state sweeps in memory only).
-    older.update((p, item) for p, item in state.index.region.suspects if p in span)
+        collect_summarised(older, page, span)
+    collect_summarised(older, unrecorded, span)
     return older
 
 
@@ -440,8 +440,8 @@ class Store:
         For exports and inspection. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        self._pipeline.decide(position, SweepOrphans(_now()))
-        older = summarised_items(self.backend, position.state)
+        swept = self._pipeline.decide(position, SweepOrphans(_now())).events
+        older = summarised_items(self.backend, position.state, unrecorded=swept)
         return SessionView.of(position.state, older)
 
     def events_of(self, session_id: str | UUID) -> list[DomainEvent]:

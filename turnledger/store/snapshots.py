@@ -98,7 +98,7 @@ class _Compact:
     segment_tokens: tuple[int, ...]
     segment_real: tuple[int, ...]
     systems: tuple[tuple[int, ConversationMessage], ...]
-    suspects: tuple[tuple[int, ConversationMessage | None], ...]
+    suspects: tuple[tuple[int, ConversationMessage], ...]
     conv_cursor: int
     chat_cursor: int
     conv_breadcrumb: bool
