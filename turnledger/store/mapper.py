@@ -1,6 +1,7 @@
 """Stored records: turnledger's eventsourcing `Mapper` and the hash chain (E2, E10, E11).
 
-A record's ``state`` column holds ``msgpack([chain, payload])``, compressed and then encrypted
+A record's ``state`` column holds ``msgpack([chain, payload])`` (a large payload may be zlib'd
+inside it: `turnledger.store.packing`, ADR-0031), compressed and then encrypted
 when the store is configured with a compressor or a cipher (decrypt, then decompress, on the
 way back — the library's order). ``payload`` is the codec's encoding of the event
 (`turnledger.store.codec`); ``chain`` links the record to its predecessor (ADR-0004)::
@@ -34,6 +35,7 @@ from turnledger.store.codec import (
     default_codec,
     describe_error,
 )
+from turnledger.store.packing import envelope_of, open_envelope
 
 __all__ = [
     "CHAIN_SIZE",
@@ -140,7 +142,7 @@ class TurnledgerMapper(Mapper[UUID]):
             chain = chain_digest(
                 chain, event.originator_id, event.originator_version, topic, payload
             )
-            state = self.seal(self.transcoder.encode([chain, payload]))
+            state = self.seal(self.transcoder.encode(envelope_of(chain, payload)))
             stored.append(
                 StoredEvent(
                     originator_id=event.originator_id,
@@ -166,10 +168,7 @@ class TurnledgerMapper(Mapper[UUID]):
         Raises `UndecodableRecord` (a `CorruptRecord`) naming the session and the version.
         """
         try:
-            envelope = self.transcoder.decode(self.unseal(stored.state))
-            if not isinstance(envelope, list) or len(envelope) != 2:
-                raise ValueError("the record is not a [chain, payload] pair")
-            chain, payload = envelope
+            chain, payload = open_envelope(self.transcoder.decode(self.unseal(stored.state)))
             if not isinstance(chain, bytes) or len(chain) != CHAIN_SIZE:
                 raise ValueError(f"the chain is not {CHAIN_SIZE} bytes")
             if not isinstance(payload, bytes):
@@ -201,22 +200,34 @@ class TurnledgerMapper(Mapper[UUID]):
         predecessor's) and its own content (ADR-0004, ADR-0024). Raises `CorruptRecord` naming
         the session and the version of the first record that is missing, edited or undecodable.
         """
+        return self._decode_chained(list(records), first_version, prev_chain)
+
+    def _decode_chained(
+        self, records: list[StoredEvent], first_version: int, prev_chain: bytes
+    ) -> list[tuple[DomainEvent, bytes]]:
         decoded: list[tuple[DomainEvent, bytes]] = []
         expected = first_version
+        decode, open_record, sha256 = self.codec.decode_event, self.open_record, hashlib.sha256
+        known_id: object = None
+        session_id = UUID(int=0)
         for record in records:
             version = record.originator_version
-            session_id = _as_uuid(record)
+            if record.originator_id != known_id:  # one session: converted once, not per record
+                known_id, session_id = record.originator_id, _as_uuid(record)
             if version != expected:
                 what = "repeated" if version < expected else "missing"
                 raise UndecodableRecord(
                     session_id, expected, record.topic,
                     f"version {expected} is {what} (the next record is version {version})",
                 )
-            chain, payload = self.open_record(record)
+            chain, payload = open_record(record)
             # Decode first: an undecodable record is named by its own cause (unknown topic,
             # invalid field) rather than by the chain it also breaks.
-            event = self.codec.decode_event(record.topic, payload, session_id, version)
-            if chain != chain_digest(prev_chain, session_id, version, record.topic, payload):
+            event = decode(record.topic, payload, session_id, version)
+            # `chain_digest`, in one call: the same bytes hashed, without four updates.
+            content = (prev_chain, session_id.bytes, version.to_bytes(8, "big"),
+                       record.topic.encode(), payload)
+            if chain != sha256(b"".join(content)).digest():
                 raise UndecodableRecord(
                     session_id, version, record.topic,
                     "its hash chain does not match its bytes or its predecessor's "
