@@ -24,6 +24,7 @@ from turnledger.replay.audit import Rule, verify
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import default_codec
 from turnledger.store.mapper import ZERO_CHAIN
+from turnledger.store.packing import open_envelope
 from turnledger.store.pipeline import Pipeline, Position
 from turnledger.store.snapshots import compare_snapshot, encode_snapshot
 
@@ -226,7 +227,7 @@ def edit_record(path: Path, session_id: UUID, version: int) -> None:
         "SELECT topic, state FROM stored_events WHERE originator_id=? AND originator_version=?",
         session_id.hex, version,
     )
-    chain, payload = msgpack.unpackb(state)
+    chain, payload = open_envelope(msgpack.unpackb(state))
     edited = decodable_edit(topic, payload, session_id, version)
     sql(path, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
         msgpack.packb([chain, edited]), session_id.hex, version)
@@ -313,7 +314,7 @@ def test_e11_a_restore_from_a_snapshot_checks_the_records_after_it(
         path, "SELECT originator_version, topic, state FROM stored_events WHERE originator_id=? "
         "AND originator_version = ?", session_id.hex, last,
     )
-    chain, body = msgpack.unpackb(payload)
+    chain, body = open_envelope(msgpack.unpackb(payload))
     sql(path, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
         msgpack.packb([chain, decodable_edit(topic, body, session_id, target)]),
         session_id.hex, target)
