@@ -591,7 +591,7 @@ class EventStoreBackend:
                     cursor.execute(
                         f"DELETE FROM {table} WHERE originator_id = ? "
                         "AND originator_version < ?",
-                        (str(session_id), before_version),
+                        (session_id.hex, before_version),
                     )
                 else:
                     from psycopg.sql import SQL, Identifier
