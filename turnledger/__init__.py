@@ -93,6 +93,7 @@ from turnledger.providers import (
     to_openai_responses,
 )
 from turnledger.replay.audit import VerifyReport, Violation, verify
+from turnledger.replay.report import report
 from turnledger.replay.timeline import TimelineEntry, timeline, views_at
 from turnledger.replay.whatif import WhatIfReport, what_if
 from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
@@ -172,6 +173,7 @@ __all__ = [
     "load_profile",
     "load_profile_document",
     "open_store",
+    "report",
     "request_digest",
     "request_window",
     "resolve_capacity",

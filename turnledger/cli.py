@@ -479,6 +479,59 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.domain.events import SessionStarted
+    from turnledger.replay.report import report
+
+    with _open_for_reading(args) as store:
+        events = store.events_of(args.session)
+    started = events[0]
+    assert isinstance(started, SessionStarted)
+    profile = _what_if_profile(started.profile, args.what_if) if args.what_if else None
+    text = report(events, args.output, what_if=profile)
+    print(f"wrote {args.output} ({len(text.encode('utf-8')):,} bytes): open it in a browser",
+          file=out)
+    return EXIT_OK
+
+
+_WHAT_IF_KEYS: dict[str, Callable[[str], object]] = {
+    "max_context_tokens": int,
+    "context_compact_ratio": float,
+    "max_history_messages": int,
+    "max_tool_result_chars": int,
+    "history_pruning.enabled": lambda text: {"true": True, "false": False}[text.lower()],
+    "history_pruning.max_tokens": int,
+}
+_OPTIONAL_KEYS = frozenset({"max_context_tokens", "context_compact_ratio", "max_history_messages"})
+
+
+def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimeProfile:
+    """``profile`` with the ``key=value`` changes of ``--what-if`` (a usage error names a bad
+    key or value; `InvalidProfile` one the profile refuses)."""
+    import attrs
+
+    changes: dict[str, Any] = {}
+    pruning: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in _WHAT_IF_KEYS:
+            known = ", ".join(_WHAT_IF_KEYS)
+            raise UsageError(f"--what-if {pair!r}: expected KEY=VALUE with KEY one of {known}")
+        try:
+            value = None if key in _OPTIONAL_KEYS and text.strip().lower() == "none" else (
+                _WHAT_IF_KEYS[key](text.strip()))
+        except (ValueError, KeyError):
+            raise UsageError(f"--what-if {key}: not a valid value: {text!r}") from None
+        if key.startswith("history_pruning."):
+            pruning[key.partition(".")[2]] = value
+        else:
+            changes[key] = value
+    if pruning:
+        changes["history_pruning"] = attrs.evolve(profile.history_pruning, **pruning)
+    return attrs.evolve(profile, **changes)
+
+
 def cmd_projections_run(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.projections.analytics import Analytics
 
@@ -638,6 +691,25 @@ def _add_audit_commands(sub: _Subparsers) -> None:
                    help="turn limit in complete user turns (R28; 0 keeps only the last turn)")
     _add_json(p)
     p.set_defaults(func=cmd_what_if)
+    _add_report_command(sub)
+
+
+def _add_report_command(sub: _Subparsers) -> None:
+    p = sub.add_parser("report", help="a session's context at a glance, as one HTML file",
+                       description="Write one self-contained HTML file (inline SVG and CSS, no "
+                       "script, nothing fetched) showing the session's context over time, its "
+                       "turns coloured by fate, the timeline and the totals; with --what-if, "
+                       "the same session under another profile side by side. Writes nothing "
+                       "to the store.", epilog=_IDS_HELP)
+    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html",
+                   help="the HTML file to write")
+    p.add_argument("--what-if", action="append", metavar="KEY=VALUE",
+                   help="compare with the recorded profile changed (repeatable): "
+                   "max_context_tokens, context_compact_ratio, max_history_messages, "
+                   "max_tool_result_chars, history_pruning.enabled, history_pruning.max_tokens "
+                   "(none unsets the first three)")
+    p.set_defaults(func=cmd_report)
 
 
 def _add_analytics_commands(sub: _Subparsers) -> None:

@@ -67,7 +67,7 @@ def _flat(text: str) -> str:
 def test_e11_commands_are_discovered_from_the_parser() -> None:
     """The walk finds the top level, every subcommand and `projections run`."""
     expected = [(), ("demo",), ("import",), ("export",), ("sessions",), ("replay",), ("verify",),
-                ("what-if",), ("stats",), ("projections",), ("projections", "run")]
+                ("what-if",), ("report",), ("stats",), ("projections",), ("projections", "run")]
     assert sorted(expected) == sorted(path for path, _ in COMMANDS)
 
 
@@ -113,11 +113,13 @@ SESSION_COMMANDS = [
 
 def _arguments_for(path: tuple[str, ...], parser: argparse.ArgumentParser,
                    session_id: str) -> list[str]:
-    """``path SESSION`` plus the first choice of every required option (``--format openai``)."""
+    """``path SESSION`` plus every required option: its first choice (``--format openai``), or
+    a file name in the test's directory (``--output out.txt``)."""
     args = [*path, session_id]
     for action in _documented_actions(parser):
-        if action.required and action.option_strings and action.choices:
-            args += [action.option_strings[-1], str(next(iter(action.choices)))]
+        if action.required and action.option_strings:
+            value = str(next(iter(action.choices))) if action.choices else "out.txt"
+            args += [action.option_strings[-1], value]
     return args
 
 
@@ -127,8 +129,8 @@ def _arguments_for(path: tuple[str, ...], parser: argparse.ArgumentParser,
 def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     command: Command, sqlite_cli: Cli
 ) -> None:
-    """export, replay, verify and what-if of an unknown session id exit 2 with one line naming it
-    and print nothing on stdout."""
+    """export, replay, verify, what-if and report of an unknown session id exit 2 with one line
+    naming it and print nothing on stdout."""
     path, parser = command
     missing = str(uuid.UUID(int=7))
 
@@ -140,6 +142,7 @@ def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     assert missing in result.stderr
 
 
-def test_e11_session_commands_are_the_four_that_take_a_session() -> None:
+def test_e11_session_commands_are_the_five_that_take_a_session() -> None:
     """The bad-input test above covers every command that takes a session id."""
-    assert [("export",), ("replay",), ("verify",), ("what-if",)] == [p for p, _ in SESSION_COMMANDS]
+    expected = [("export",), ("replay",), ("verify",), ("what-if",), ("report",)]
+    assert expected == [p for p, _ in SESSION_COMMANDS]

@@ -1,8 +1,9 @@
 """The read-only commands work on a read-only copy of a SQLite store (issue 9.9).
 
-``sessions``, ``replay``, ``export``, ``verify``, ``what-if`` and ``stats`` on a store whose
-file and directory cannot be written: each exits 0 with its usual output, and nothing is written
-(no table, no WAL, no analytics rows: ``stats`` computes from the events and says so).
+``sessions``, ``replay``, ``export``, ``verify``, ``what-if``, ``report`` and ``stats`` on a
+store whose file and directory cannot be written: each exits 0 with its usual output, and nothing
+is written to the store (no table, no WAL, no analytics rows: ``stats`` computes from the
+events and says so).
 
 Root ignores file permissions, so when the tests run as root the commands run as ``nobody``
 through ``setpriv`` (skipped with the reason when neither is possible). Two copies: one with the
@@ -99,6 +100,8 @@ def test_e11_read_only_commands_work_on_a_read_only_store(
     """Each read command exits 0 on the read-only copy and writes nothing."""
     db, session_id = read_only_store
     before = _digest(db.parent)
+    out = Path(tempfile.mkdtemp(prefix="tl-report-"))  # where the reader may write its report
+    out.chmod(0o777)
     commands = {
         "sessions": ["sessions"],
         "replay": ["replay", session_id],
@@ -106,15 +109,21 @@ def test_e11_read_only_commands_work_on_a_read_only_store(
         "export": ["export", session_id, "--format", "openai"],
         "verify": ["verify"],
         "what-if": ["what-if", session_id, "--max-context-tokens", "500"],
+        "report": ["report", session_id, "-o", str(out / "r.html")],
         "stats": ["stats"],
     }
-    results = {name: _run(db, *argv) for name, argv in commands.items()}
+    try:
+        results = {name: _run(db, *argv) for name, argv in commands.items()}
+        report = (out / "r.html").read_text(encoding="utf-8")
+    finally:
+        shutil.rmtree(out)
     failed = {name: describe(r) for name, r in results.items() if r.returncode != 0}
     assert {} == failed
     assert session_id in results["sessions"].stdout
     assert "OK" in results["verify"].stdout
     assert session_id[:8] in results["stats"].stdout
     assert "read-only" in results["stats"].stderr
+    assert session_id in report
     assert before == _digest(db.parent)
 
 

@@ -83,7 +83,7 @@ def test_e11_unreachable_postgresql_is_a_one_line_usage_error(tmp_path: Path) ->
 
 COMMANDS = [
     [], ["demo"], ["import"], ["export"], ["sessions"], ["replay"], ["verify"], ["stats"],
-    ["what-if"], ["projections"], ["projections", "run"],
+    ["what-if"], ["report"], ["projections"], ["projections", "run"],
 ]
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "TimelineEntry",
     "audit_request",
     "dumps",
+    "item_tokens",
     "printable",
     "requests",
     "session_summaries",
@@ -264,8 +265,8 @@ def _route_text(provider: str, model: str) -> str:
     return f"{model} via {provider}"
 
 
-def _item_tokens(item: ConversationMessage) -> int:
-    # What the message costs as it enters the log: it is in the current turn then (R21-R22).
+def item_tokens(item: ConversationMessage) -> int:
+    """What ``item`` costs as it enters the log: it is in the current turn then (R21-R22)."""
     return sum(message_tokens(m, current_turn=True) for m in to_chat_messages((item,)))
 
 
@@ -324,7 +325,7 @@ def _started(event: SessionStarted) -> str:
 
 def _appended(event: MessageAppended) -> str:
     item = event.message
-    text = f"appended {_describe_item(item)} ({_plural(_item_tokens(item), 'token')})"
+    text = f"appended {_describe_item(item)} ({_plural(item_tokens(item), 'token')})"
     if event.original_chars is not None:
         text += f"; tool result truncated from {event.original_chars:,} characters (R38)"
     return text

@@ -68,7 +68,7 @@ from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMes
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
 
-__all__ = ["WhatIfReport", "what_if"]
+__all__ = ["WhatIfReport", "WhatIfRun", "replay_what_if", "what_if"]
 
 
 @attrs.frozen
@@ -246,6 +246,25 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
     nothing. Raises `ReplayError` when the events do not start with `SessionStarted`, and
     `TurnledgerError` if the decider refuses a recorded command under ``profile``.
     """
+    return replay_what_if(events, profile).report
+
+
+@attrs.frozen
+class WhatIfRun:
+    """A what-if replay with the two event streams it compared (the HTML report draws both).
+
+    ``recorded`` are the recorded events, or, when the session recorded no request, the re-run
+    under its own profile with the simulated requests; ``what_if`` are the events the other
+    profile would have recorded. Both start with their `SessionStarted`.
+    """
+
+    report: WhatIfReport
+    recorded: tuple[DomainEvent, ...] = attrs.field(repr=False)
+    what_if: tuple[DomainEvent, ...] = attrs.field(repr=False)
+
+
+def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRun:
+    """`what_if`, keeping both sides' events; raises like `what_if`."""
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
     started = events[0]
@@ -255,7 +274,7 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
     replay = _Replay(profile)
     for event in events:
         replay.replay(event)
-    return WhatIfReport(
+    report = WhatIfReport(
         session_id=str(started.originator_id),
         recorded_profile=started.profile,
         profile=profile,
@@ -265,6 +284,7 @@ def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRep
         overflows_avoided=replay.avoided,
         simulated_requests=simulated,
     )
+    return WhatIfRun(report, tuple(events), tuple(replay.events))
 
 
 def _is_assistant(item: ConversationMessage) -> bool:
@@ -335,6 +355,7 @@ class _Replay:
         self.what_if = _Side()
         self.rows: list[WhatIfRow] = []
         self.avoided = 0
+        self.events: list[DomainEvent] = []  # what the what-if session records
 
     def replay(self, event: DomainEvent) -> None:
         """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
@@ -349,6 +370,7 @@ class _Replay:
 
     def run(self, command: Command) -> list[DomainEvent]:
         new = execute(self.state, command)
+        self.events += new
         self.what_if.counters = fold_counters(new, self.what_if.counters)
         return new
 

@@ -1,0 +1,198 @@
+"""`turnledger.report`: one self-contained HTML file per session (issue 13).
+
+The page must be inert whatever the store holds: every stored string is escaped (no tag, no
+attribute, no link comes from content), the page has no script and fetches nothing. A session
+just large enough to aggregate (`POINT_BUDGET` + 10 requests) must still show every trim and
+every rejection, merged into counted markers, and Chromium must load it without one request
+to the local server its messages point at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import pytest
+
+import turnledger as tl
+from benchmarks.report import record_agent_session
+from tests.browser import Element, chromium, dump_dom, elements, screenshot, serve
+from turnledger.domain.events import DomainEvent
+from turnledger.replay.report import POINT_BUDGET, TIMELINE_FULL
+
+# What the report itself writes: anything else in a page came from content.
+ALLOWED_TAGS = {
+    "html", "head", "meta", "title", "style", "body", "header", "section", "h1", "h2", "h3",
+    "p", "div", "span", "code", "table", "thead", "tbody", "tr", "th", "td",
+    "svg", "g", "a", "rect", "circle", "line", "path", "polyline", "polygon", "text",
+}
+TRIM_LANES = {"token_budget", "turn_limit", "overflow"}
+
+
+def hostile_texts(port: int) -> tuple[str, ...]:
+    """Messages that would inject markup or fetch from ``127.0.0.1:port`` if not escaped."""
+    return (
+        '<script>document.title="pwned"</script>',
+        '"><img src=x onerror="document.title=1">',
+        f'<img src="http://127.0.0.1:{port}/img.png">',
+        f'<link rel="stylesheet" href="http://127.0.0.1:{port}/link.css">',
+        f"<style>@import url(http://127.0.0.1:{port}/import.css);</style>",
+        "</style></title></svg>]]><b onclick=x>bold</b>",
+        f"[IMAGE:http://127.0.0.1:{port}/marker.png] &amp; \x1b[2J \u202e",
+    )
+
+
+def record(turns: int, hostile: Sequence[str]) -> list[DomainEvent]:
+    """An agent session of ``turns`` turns on ``memory://`` (benchmarks.report), its events."""
+    with tl.open_store("memory://") as store:
+        session = record_agent_session(store, turns, hostile)
+        return store.events_of(session.id)
+
+
+def check_inert(page: str) -> list[Element]:
+    """Assert that ``page`` holds only the report's own markup; return its elements."""
+    found = elements(page)
+    assert set() == {e.tag for e in found} - ALLOWED_TAGS
+    assert [] == [(e.tag, name) for e in found for name in e.attrs if name.startswith("on")]
+    assert [] == [e.attrs["href"] for e in found if "href" in e.attrs
+                  and not re.fullmatch(r"#[ec]\d+", e.attrs["href"])]
+    assert [] == [e.tag for e in found if "src" in e.attrs]
+    return found
+
+
+def marks(found: Sequence[Element], kinds: set[str]) -> Counter[int]:
+    """Event position → count, over the markers of ``kinds`` (first chart only)."""
+    counts: Counter[int] = Counter()
+    charts = 0
+    for element in found:
+        if element.tag == "svg":
+            charts += "chart" in element.classes
+        if charts == 1 and element.tag == "g" and element.classes & kinds and (
+            "mark" in element.classes or "rejected" in element.classes
+        ):
+            counts[int(element.attrs["data-event"])] += int(element.attrs["data-count"])
+    return counts
+
+
+def test_report_escapes_every_stored_string() -> None:
+    """Hostile messages, tool names, provider and model names and errors become inert text."""
+    texts = hostile_texts(8)
+    name = '<img src=x onerror="alert(1)">'
+    provider = tl.ProviderProfile(name, name, context_window=1_000)
+    with tl.open_store("memory://") as store:
+        session = store.start_session(profile=tl.RuntimeProfile(max_context_tokens=120),
+                                      providers=[provider], route=tl.Route(name, name))
+        for n, text in enumerate(texts):
+            session.append(tl.ChatMessage.user(text))
+            call = tl.ToolCall(f"{text}-{n}", name, "{}")
+            session.append(tl.AssistantToolCalls(text, (call,)))
+            session.append(tl.ToolResults((tl.ToolResult(call.id, text * 3, name),)))
+            session.append(tl.ChatMessage.assistant(text))
+            with contextlib.suppress(tl.ContextWindowExceeded):  # a rejection is drawn too
+                session.prepare_request()
+        session.recover_from_overflow(RuntimeError(texts[0]))
+        events = store.events_of(session.id)
+
+    for what_if in (None, tl.RuntimeProfile(max_context_tokens=60)):
+        page = tl.report(events, what_if=what_if)
+
+        check_inert(page)
+        assert "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt;" in page
+        assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+        assert "\\x1b[2J" in page
+        assert "\\u202e" in page
+
+
+def test_report_is_deterministic_and_written_to_the_path(tmp_path: Path) -> None:
+    """The same events give the same bytes (E12), returned and written to the given path."""
+    events = record(12, ())
+    path = tmp_path / "r.html"
+
+    first = tl.report(events, path)
+
+    assert first == tl.report(events)
+    assert first == path.read_text(encoding="utf-8")
+
+
+def test_report_rejects_events_that_are_not_a_session() -> None:
+    """A report needs a session's events from its SessionStarted: else a TurnledgerError."""
+    events = record(3, ())
+
+    with pytest.raises(tl.TurnledgerError, match="SessionStarted"):
+        tl.report(events[1:])
+
+
+def test_hostile_session_in_chromium_fetches_nothing_and_runs_nothing(tmp_path: Path) -> None:
+    """Messages pointing at a local server and carrying scripts: Chromium loads the report
+    without one request to that server, and the DOM it builds holds the text, escaped."""
+    program = chromium()
+    with serve() as server:
+        texts = hostile_texts(server.port)
+        events = record(len(texts) + 3, texts)
+        page_path = tmp_path / "hostile.html"
+        tl.report(events, page_path, what_if=tl.RuntimeProfile(max_context_tokens=500))
+        dom = dump_dom(program, page_path, tmp_path)
+        assert [] == server.paths
+
+    check_inert(page_path.read_text(encoding="utf-8"))
+    check_inert(dom)
+    # The scripts would have set the document title: it is still the report's own.
+    assert re.search(r"<title>turnledger report: session [0-9a-f-]{36}</title>", dom)
+    # Chromium serialises text nodes with <, > and & escaped (quotes as they are).
+    assert '&lt;script&gt;document.title="pwned"&lt;/script&gt;' in dom
+    assert f'&lt;img src="http://127.0.0.1:{server.port}/img.png"&gt;' in dom
+    assert f"&lt;style&gt;@import url(http://127.0.0.1:{server.port}/import.css)" in dom
+
+
+def test_large_session_report_aggregates_and_renders(tmp_path: Path) -> None:
+    """A session just past the chart's point budget: counted markers for every trim and
+    rejection, merged turns and collapsed timeline rows; Chromium renders it."""
+    program = chromium()
+    events = record(POINT_BUDGET + 10, ())
+    page_path = tmp_path / "large.html"
+    tl.report(events, page_path)
+    dom = dump_dom(program, page_path, tmp_path)
+    png = screenshot(program, page_path, tmp_path / "large.png")
+
+    found = check_inert(page_path.read_text(encoding="utf-8"))
+    trims = Counter(e.originator_version for e in events
+                    if isinstance(e, tl.TrimDecided | tl.OverflowUnrecoverable))
+    rejected = Counter(e.originator_version for e in events if isinstance(e, tl.RequestRejected))
+    assert len(events) > TIMELINE_FULL
+    assert ["1"] == [e.attrs["data-aggregated"] for e in found if "chart" in e.classes]
+    assert trims.total() == marks(found, TRIM_LANES).total()
+    assert set(marks(found, TRIM_LANES)) <= set(trims)  # each marker names one of them
+    assert rejected.total() == marks(found, {"rejected"}).total() > 0
+    assert any(int(e.attrs.get("data-turns", "1")) > 1 for e in found if "turn" in e.classes)
+    assert any("run" in e.classes for e in found if e.tag == "tr")
+    dom_found = check_inert(dom)
+    assert 1 == sum(e.tag == "svg" and "chart" in e.classes for e in dom_found)
+    assert png.stat().st_size > 10_000
+
+
+def test_what_if_side_by_side_draws_the_other_profile(tmp_path: Path) -> None:
+    """With a what-if profile the page holds two charts and two strips on the same scales, the
+    what-if chart's trims being those the replay decides."""
+    events = record(40, ())
+    started = events[0]
+    assert isinstance(started, tl.SessionStarted)
+    smaller = attrs.evolve(started.profile, max_context_tokens=1_500)
+    replayed = tl.what_if(events, smaller)
+
+    page = tl.report(events, what_if=smaller)
+
+    found = check_inert(page)
+    charts = [e for e in found if e.tag == "svg" and "chart" in e.classes]
+    strips = [e for e in found if e.tag == "svg" and "strip" in e.classes]
+    assert (2, 2) == (len(charts), len(strips))
+    scales = {(c.attrs["viewbox"], c.attrs["data-ymax"], c.attrs["data-requests"]) for c in charts}
+    assert 1 == len(scales)  # the same scales side by side
+    what_if_marks = page.split('class="chart"')[2]
+    drawn = sum(int(n) for n in re.findall(
+        r'<g class="mark (?:token_budget|turn_limit|overflow)" data-event="\d+" '
+        r'data-count="(\d+)"', what_if_marks))
+    assert replayed.what_if.trims == drawn
