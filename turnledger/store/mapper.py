@@ -62,12 +62,9 @@ def chain_digest(
     prev_chain: bytes, originator_id: UUID, version: int, topic: str, payload: bytes
 ) -> bytes:
     """The chain value of one record (ADR-0004): SHA-256 over its predecessor and its content."""
-    digest = hashlib.sha256(prev_chain)
-    digest.update(originator_id.bytes)
-    digest.update(version.to_bytes(8, "big"))
-    digest.update(topic.encode())
-    digest.update(payload)
-    return digest.digest()
+    # One call over the joined bytes: the same digest as four updates, for less per record.
+    content = (prev_chain, originator_id.bytes, version.to_bytes(8, "big"), topic.encode(), payload)
+    return hashlib.sha256(b"".join(content)).digest()
 
 
 class EnvelopeTranscoder(Transcoder):
@@ -207,7 +204,7 @@ class TurnledgerMapper(Mapper[UUID]):
     ) -> list[tuple[DomainEvent, bytes]]:
         decoded: list[tuple[DomainEvent, bytes]] = []
         expected = first_version
-        decode, open_record, sha256 = self.codec.decode_event, self.open_record, hashlib.sha256
+        decode, open_record = self.codec.decode_event, self.open_record
         known_id: object = None
         session_id = UUID(int=0)
         for record in records:
@@ -224,10 +221,7 @@ class TurnledgerMapper(Mapper[UUID]):
             # Decode first: an undecodable record is named by its own cause (unknown topic,
             # invalid field) rather than by the chain it also breaks.
             event = decode(record.topic, payload, session_id, version)
-            # `chain_digest`, in one call: the same bytes hashed, without four updates.
-            content = (prev_chain, session_id.bytes, version.to_bytes(8, "big"),
-                       record.topic.encode(), payload)
-            if chain != sha256(b"".join(content)).digest():
+            if chain != chain_digest(prev_chain, session_id, version, record.topic, payload):
                 raise UndecodableRecord(
                     session_id, version, record.topic,
                     "its hash chain does not match its bytes or its predecessor's "
@@ -312,6 +306,7 @@ class _SessionAudit:
         self.session_id = session_id
         self.decode = decode
         self.problems: list[ChainProblem] = []
+        self.uuid: UUID | None = None  # the session's, converted once per run
 
     def report(self, version: int, kind: ProblemKind, detail: str) -> None:
         self.problems.append(ChainProblem(self.session_id, version, kind, detail))
@@ -322,6 +317,7 @@ class _SessionAudit:
         # Each record is checked against the *stored* chain of its predecessor, so one edited
         # record yields one finding instead of breaking every later one.
         known: dict[bytes, int] = {ZERO_CHAIN: 0}  # chain -> version it was written as
+        self.uuid = _as_uuid(records[0]) if records else None
         mismatches: list[_Mismatch] = []
         prev_version = 0
         prev_chain: bytes | None = ZERO_CHAIN  # None: unknown (after a gap or bad record)
@@ -341,7 +337,7 @@ class _SessionAudit:
                 prev_chain = None
                 continue
             if prev_chain is not None and chain != chain_digest(
-                prev_chain, _as_uuid(record), version, record.topic, payload
+                prev_chain, self.uuid or _as_uuid(record), version, record.topic, payload
             ):
                 mismatches.append(_Mismatch(record, chain, payload))
                 prev_chain = chain
@@ -368,7 +364,7 @@ class _SessionAudit:
     def check_decodes(self, record: StoredEvent, payload: bytes) -> None:
         try:
             self.mapper.codec.decode_event(
-                record.topic, payload, _as_uuid(record), record.originator_version
+                record.topic, payload, self.uuid or _as_uuid(record), record.originator_version
             )
         except UndecodableRecord as error:
             self.report(record.originator_version, ProblemKind.UNDECODABLE, error.cause)
