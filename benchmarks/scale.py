@@ -220,6 +220,8 @@ def measure(
         "turns": len(turns),
         "events": events,
         "snapshots_kept": len(snapshots),
+        "replayed_after_snapshot": events - max((s.originator_version for s in snapshots),
+                                                default=0),
         "snapshot_bytes": sum(len(s.state) for s in snapshots),
         "event_bytes": sum(len(r.state) for r in records),
         "file_bytes": file_bytes,

@@ -253,6 +253,14 @@ class WindowIndex(Generic[T]):
         """Turn-start positions at or after ``start``, ascending (R1, R2)."""
         return self._turn_starts[bisect_left(self._turn_starts, start):]
 
+    def count_turns_from(self, start: int) -> int:
+        """``len(turns_from(start))`` without copying them; O(log turns)."""
+        return len(self._turn_starts) - bisect_left(self._turn_starts, start)
+
+    def turn_from(self, start: int, k: int) -> int:
+        """``turns_from(start)[k]`` without copying them; O(log turns)."""
+        return self._turn_starts[bisect_left(self._turn_starts, start) + k]
+
     def present_from(self, start: int) -> list[tuple[int, T]]:
         """``(position, item)`` of every item still in the views from ``start`` that the orphan
         sweep must see (of the region: its suspects only, ADR-0030); O(window)."""
