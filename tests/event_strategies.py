@@ -20,8 +20,10 @@ from turnledger.domain.events import (
     EVENT_TYPES,
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -230,6 +232,8 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
             st.tuples(small_counts, conversation_messages), max_size=2
         ).map(tuple),
     ),
+    MessagePopped: _event(MessagePopped, position=counts, message=conversation_messages),
+    HistoryCleared: _event(HistoryCleared, next_position=counts, removed=counts),
 }
 
 missing = set(EVENT_TYPES) - set(EVENT_STRATEGIES)

@@ -324,9 +324,16 @@ def _damaged_path(args: argparse.Namespace, error: BaseException) -> str | None:
 
 def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.timeline import session_summaries
+    from turnledger.store.session import parse_session_id
 
-    rows, damaged = _salvaging(args, session_summaries)
+    after = None if args.after is None else parse_session_id(args.after)
+    rows, damaged = _salvaging(
+        args, lambda backend: session_summaries(backend, after=after, limit=args.limit)
+    )
     status = EXIT_CHECK_FAILED if damaged else EXIT_OK
+    if args.limit is not None and len(rows) == args.limit:
+        print(f"turnledger: next page: sessions --after {rows[-1]['session_id']} "
+              f"--limit {args.limit}", file=sys.stderr)
     if args.json:
         _dump_json(rows, out)
         return status
@@ -654,7 +661,12 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
 
     p = sub.add_parser("sessions", help="list sessions with counts",
                        description="List the sessions in the store with their event, message, "
-                       "trim and request counts and their route.")
+                       "trim and request counts and their route, oldest first; --limit and "
+                       "--after list one page (only its sessions' events are read).")
+    p.add_argument("--limit", type=_positive_int, metavar="N",
+                   help="list at most N sessions (default: all)")
+    p.add_argument("--after", metavar="SESSION",
+                   help="start after this session (the last id of the previous page)")
     _add_json(p)
     p.set_defaults(func=cmd_sessions)
 
@@ -729,6 +741,13 @@ def _add_analytics_commands(sub: _Subparsers) -> None:
     run.add_argument("--follow", action="store_true", help="keep following new events")
     run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
     run.set_defaults(func=cmd_projections_run)
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _non_negative_int(text: str) -> int:

@@ -34,8 +34,10 @@ from turnledger.domain.events import (
     EVENT_TYPES,
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -309,6 +311,15 @@ STAMP: dict[str, Any] = {"originator_id": SID, "originator_version": 7, "timesta
                          removed=2),
             "orphan sweep removed 2 messages (tool call ids c1, c2) (R36, E5)",
         ),
+        (
+            MessagePopped(**STAMP, position=7, message=Chat(ChatMessage.user("oops"))),
+            "popped user: 'oops' at log position 7 (it stays in the log)",
+        ),
+        (
+            HistoryCleared(**STAMP, next_position=9, removed=8),
+            "history cleared: 8 messages left the views (the log keeps them; the next message "
+            "is at log position 9)",
+        ),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, DomainEvent) else "",
 )
@@ -319,9 +330,14 @@ def test_e6_timeline_summary_of_each_event_type(event: DomainEvent, expected: st
 
 def test_e6_timeline_covers_a_recorded_session(store: Store) -> None:
     """A recorded session's timeline has one entry per event, every type summarised (E6)."""
+    popped = store.start_session()
+    popped.extend([ChatMessage.user("a"), ChatMessage.assistant("b")])
+    popped.pop()
+    popped.clear()
     events = [
         *record_agent(store).session.events(),
         *record_refusals(store).session.events(),
+        *popped.events(),
     ]
     entries = timeline(events)
     assert [e.originator_version for e in events] == [e.position for e in entries]

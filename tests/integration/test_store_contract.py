@@ -543,3 +543,13 @@ def test_e10_version_2_fixture_record_still_loads(backend: EventStoreBackend) ->
     (event,) = V2_EVENTS.values()
     assert [event] == backend.read(event.originator_id)
     assert [] == backend.verify(event.originator_id)
+
+
+def test_e10_pop_and_clear_version_1_fixture_records_still_load(backend: EventStoreBackend) -> None:
+    """MessagePopped and HistoryCleared v1 records (issue 10) read back as written."""
+    from tests.fixtures.records.make_removal_records import EVENTS as REMOVAL_EVENTS
+
+    backend.recorder.insert_events([load_fixture(name) for name in REMOVAL_EVENTS])
+    session_id = next(iter(REMOVAL_EVENTS.values())).originator_id
+    assert list(REMOVAL_EVENTS.values()) == backend.read(session_id)
+    assert [] == backend.verify(session_id)

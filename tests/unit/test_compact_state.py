@@ -19,7 +19,9 @@ from tests.strategies import conversation_histories
 from turnledger.domain.budget import Route, RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
+    ClearHistory,
     Command,
+    PopMessage,
     PrepareRequest,
     RecoverFromOverflow,
     SessionState,
@@ -61,7 +63,7 @@ def _scripts(draw: st.DrawFn) -> tuple[RuntimeProfile, bool, list[Command]]:
             continue  # a breadcrumb is turnledger's, never appended
         commands.append(AppendMessage(item, NOW))
         extra = draw(st.sampled_from(("", "", "", "prepare", "prepare", "overflow", "sweep",
-                                      "orphan")))
+                                      "orphan", "pop", "pops", "clear")))
         if extra == "prepare":
             commands.append(PrepareRequest(0, 0, False, NOW))
         elif extra == "overflow":
@@ -70,6 +72,10 @@ def _scripts(draw: st.DrawFn) -> tuple[RuntimeProfile, bool, list[Command]]:
             commands.append(SweepOrphans(NOW))
         elif extra == "orphan":
             commands.append(AppendMessage(draw(st.sampled_from(_ORPHANS)), NOW))
+        elif extra in ("pop", "pops"):
+            commands += [PopMessage(NOW)] * (1 if extra == "pop" else 6)
+        elif extra == "clear" and draw(st.integers(0, 3)) == 0:
+            commands.append(ClearHistory(NOW))
     return profile, draw(st.booleans()), commands
 
 
@@ -89,12 +95,17 @@ def test_a_compact_state_decides_and_shows_what_a_whole_one_does(
     script: tuple[RuntimeProfile, bool, list[Command]], data: st.DataObject
 ) -> None:
     """Same events, chat view, tokens and conversation view (its summarised part read from
-    the log) after every command; restoring the compact one from its snapshot changes none."""
+    the log) after every command, pops and clears included; restoring the compact one from
+    its snapshot changes none."""
     profile, legacy, commands = script
     whole, compact = SessionState(), SessionState(compact=True)
     log = _start(profile, legacy, whole)
     assert log == _start(profile, legacy, compact)
     for command in commands:
+        if isinstance(command, PopMessage | ClearHistory):  # as `Session.pop` / `clear` do
+            older: dict[int, ConversationMessage | None] = {}
+            collect_summarised(older, log, compact.held_from)
+            compact.index.expand(older)
         events = execute(whole, command)
         assert events == execute(compact, command)
         log += events

@@ -36,8 +36,10 @@ from turnledger.domain.estimate import FRAMING_TOKENS, text_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -83,10 +85,14 @@ from turnledger.domain.window import Cut, Window
 __all__ = [
     "AppendMessage",
     "Batch",
+    "ClearHistory",
     "Command",
     "EnforceTokenBudget",
     "EnforceTurnLimit",
+    "Extend",
+    "FitWindow",
     "ImportConversation",
+    "PopMessage",
     "PrepareRequest",
     "PreparedRequest",
     "RecoverFromOverflow",
@@ -187,6 +193,39 @@ class ImportConversation:
 
 
 @attrs.frozen
+class Extend:
+    """Record several messages as one command: each is appended as `AppendMessage` would,
+    with every trim it triggers, and the events are saved in one transaction (E3)."""
+
+    messages: tuple[ConversationMessage | ChatMessage, ...]
+    now: datetime
+
+
+@attrs.frozen
+class FitWindow:
+    """Apply the trims a request would (turn limit, token budget, orphan sweep: R24, R27a,
+    DECISIONS 7) without preparing one: for a runtime that builds its request itself."""
+
+    now: datetime
+
+
+@attrs.frozen
+class PopMessage:
+    """Remove the newest message of the conversation view from the views (`MessagePopped`);
+    leading system messages are never popped (R4). Records nothing when there is none."""
+
+    now: datetime
+
+
+@attrs.frozen
+class ClearHistory:
+    """Remove every message from the views (`HistoryCleared`); the log keeps them.
+    Records nothing when the views are already empty."""
+
+    now: datetime
+
+
+@attrs.frozen
 class RecoverFromOverflow:
     error: str
     now: datetime
@@ -219,6 +258,10 @@ Command = (
     | RecoverFromOverflow
     | SelectRoute
     | SweepOrphans
+    | Extend
+    | FitWindow
+    | PopMessage
+    | ClearHistory
 )
 
 
@@ -335,6 +378,10 @@ def evolve(state: SessionState, event: DomainEvent) -> SessionState:
             state.trim(view, position)
         case BreadcrumbInserted(view=view):
             state.mark_breadcrumb(view)
+        case MessagePopped(position=position, message=message):
+            state.pop(position, message)
+        case HistoryCleared(next_position=position):
+            state.clear(position)
         case OrphansSwept(positions=positions, rewritten=rewritten):
             # A swept item stays in the log; in the index it becomes a gap (None).
             changes: dict[int, ConversationMessage | None] = dict.fromkeys(positions)
@@ -602,6 +649,19 @@ def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> N
     )
 
 
+def _decide_pop(state: SessionState, batch: Batch) -> None:
+    newest = state.newest_in_log()
+    if newest is not None:
+        batch.add(MessagePopped, position=newest[0], message=newest[1])
+
+
+def _decide_clear(state: SessionState, batch: Batch) -> None:
+    shown = state.conversation_view()
+    removed = len(shown) - (1 if state.window(View.CONVERSATION).breadcrumb else 0)
+    if removed:
+        batch.add(HistoryCleared, next_position=state.next_position, removed=removed)
+
+
 def _decide(state: SessionState, command: Command, batch: Batch) -> None:
     """Add the events one step of ``command`` produces to ``batch``; never mutates ``state``."""
     match command:
@@ -623,8 +683,13 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:
             _decide_route(state, command, batch)
         case SweepOrphans():
             _decide_sweep(state, command, batch)
-        case ImportConversation():
-            raise TypeError("ImportConversation is run as its steps (`run`), not decided alone")
+        case PopMessage():
+            _decide_pop(state, batch)
+        case ClearHistory():
+            _decide_clear(state, batch)
+        case ImportConversation() | Extend() | FitWindow():
+            raise TypeError(f"{type(command).__name__} is run as its steps (`run`), not decided "
+                            "alone")
         case _:
             raise TypeError(f"unknown command {type(command).__name__}")
 
@@ -670,6 +735,14 @@ def _steps(command: Command) -> list[Command]:
                 append = AppendMessage(message, start.now, truncate=live)
                 steps.extend(_steps(append) if live else [append])
             return steps
+        case Extend(messages=messages, now=now):
+            return [step for m in messages for step in _steps(AppendMessage(m, now))]
+        case FitWindow(now=now):
+            return [
+                EnforceTurnLimit(TrimTrigger.PREPARE, now),
+                EnforceTokenBudget(TrimTrigger.PREPARE, None, now),
+                SweepOrphans(now, view=View.CHAT),
+            ]
         case AppendMessage():
             if is_turn_start_item(as_conversation_message(command.message)):
                 return [command, EnforceTurnLimit(TrimTrigger.APPEND, command.now)]  # R27a

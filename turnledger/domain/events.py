@@ -27,8 +27,10 @@ __all__ = [
     "EVENT_TYPES",
     "BreadcrumbInserted",
     "DomainEvent",
+    "HistoryCleared",
     "HistoryTrimmed",
     "MessageAppended",
+    "MessagePopped",
     "OrphansSwept",
     "OverflowRecovered",
     "OverflowReported",
@@ -273,6 +275,27 @@ class OrphansSwept(DomainEvent):
                 _record_seed_structure(pair[1])
 
 
+@attrs.frozen
+class MessagePopped(DomainEvent):
+    """The newest message of the conversation view was removed from the views (an OpenAI
+    Agents SDK ``pop_item``); it stays in the log at ``position``, which ``message`` repeats.
+    """
+
+    position: int
+    message: ConversationMessage
+
+
+@attrs.frozen
+class HistoryCleared(DomainEvent):
+    """Every message recorded so far left the views (an SDK ``clear_session``); the log keeps
+    them. ``next_position`` is the log position the next appended message gets; ``removed``
+    counts the messages the conversation view showed before.
+    """
+
+    next_position: int
+    removed: int
+
+
 def _record_seed_structure(message: object) -> None:
     """Record in a v1 encoded `Chat` how the code that wrote it read it: the seed's rule.
 
@@ -307,4 +330,6 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = (
     OverflowRecovered,
     OverflowUnrecoverable,
     OrphansSwept,
+    MessagePopped,
+    HistoryCleared,
 )

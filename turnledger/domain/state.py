@@ -28,6 +28,7 @@ from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import (
     DomainEvent,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     TrimReason,
     View,
@@ -223,6 +224,36 @@ class SessionState:
             self.conversation = Window(self.conversation.start, breadcrumb=True)
         self.chat = Window(self.chat.start, breadcrumb=True)
 
+    def newest_in_log(self) -> tuple[int, ConversationMessage] | None:
+        """The position and item of the newest message the conversation view shows from the
+        log: not a leading or retained system message (R4), not the breadcrumb; None when
+        there is none. O(1) unless the newest items were removed from the views."""
+        index, start = self.index, self.window(View.CONVERSATION).start
+        for offset in range(len(index.items) - 1, -1, -1):
+            item = index.items[offset]
+            position = index.base + offset
+            if item is not None and (position >= start or index.rows.is_system(item)):
+                return position, item
+        return None
+
+    def clear(self, next_position: int) -> None:
+        """Remove every message from the views: the log goes on at ``next_position``."""
+        self.index = WindowIndex(CONVERSATION_ROWS, base=next_position)
+        self.conversation = self.chat = Window(next_position)
+
+    def pop(self, position: int, item: ConversationMessage) -> None:
+        """Remove the popped ``item`` at ``position`` from the views (the log keeps it)."""
+        index = self.index
+        if index.lo <= position < index.base:
+            index.remove_summarised(position, item)
+        else:
+            index.replace({position: None})
+
+    @property
+    def held_from(self) -> range:
+        """The log positions a compact state summarises instead of holding (`expand`)."""
+        return range(self.index.lo, self.index.base)
+
     def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
         """Replace swept items (``None``: removed from the views, still in the log, R36)."""
         self.index.replace(changes)
@@ -235,11 +266,14 @@ def collect_summarised(
     span: range,
 ) -> None:
     """Add to ``older`` the items at the positions ``span`` as ``events`` (a session's log, in
-    order, page by page) leave them: appended, then swept (None) or rewritten (R36)."""
+    order, page by page) leave them: appended, then popped or swept (None) or rewritten (R36)."""
     for event in events:
         if isinstance(event, MessageAppended):
             if event.position in span:
                 older[event.position] = event.message
+        elif isinstance(event, MessagePopped):
+            if event.position in span:
+                older[event.position] = None
         elif isinstance(event, OrphansSwept):
             older.update((p, None) for p in event.positions if p in span)
             older.update((p, item) for p, item in event.rewritten if p in span)

@@ -406,7 +406,9 @@ class WindowIndex(Generic[T]):
     def append(self, item: T) -> bool:
         """Add ``item`` at `next_position`; True when it joined the leading systems (R4)."""
         position = self.next_position
-        if position == len(self.leading) and self.rows.is_system(item):
+        # Leading: nothing but system messages shown before it (after a clear too, R4).
+        leading = not self.items and not self.retained and self.lo == self.base
+        if leading and self.rows.is_system(item):
             self.leading.append(item)
             self.head_tokens += self.rows.base_tokens(item)
             self.base += 1
@@ -460,6 +462,27 @@ class WindowIndex(Generic[T]):
             if not self.rows.paired([i for _, i in group])
             for pair in group
         ]
+
+    def remove_summarised(self, position: int, item: T) -> None:
+        """Remove ``item``, summarised at ``position``, from the views (a pop, ADR-0030)."""
+        if any(p == position for p, _ in self.region.suspects):
+            self._replace_suspect(position, None)
+            return
+        segment = bisect_right(self._bounds, position) - 1
+        self.region.tokens[segment] -= self._item_tokens(item)
+        self.region.real[segment] -= self._is_real(item)
+        self.region.systems = [(p, i) for p, i in self.region.systems if p != position]
+        self._region_sums()
+
+    def expand(self, older: Mapping[int, T | None]) -> None:
+        """Hold the summarised items again: ``older`` gives each position of ``[lo, base)`` as
+        the log holds it (None: swept). For the rare decisions that need them (a pop past the
+        held items, a clear); the next trim summarises them again."""
+        items = [older.get(p) for p in range(self.lo, self.base)] + self.items
+        self.base = self.lo
+        self.region = Region()
+        self._region_sums()
+        self._reindex(items)
 
     def _item_tokens(self, item: T | None) -> int:
         return 0 if item is None else self.rows.base_tokens(item)

@@ -40,7 +40,9 @@ from turnledger.domain.errors import CorruptRecord, SessionNotFound
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
+    MessagePopped,
     RequestPrepared,
     SessionStarted,
     TrimDecided,
@@ -376,6 +378,7 @@ class _SessionVerifier:
         for index, event in enumerate(events):
             position = event.originator_version
             pending = self._check_follower(event, pending)
+            self._check_removal(state, event)
             try:
                 evolve(state, event)
             except Exception as error:  # a verifier reports what breaks the fold, never dies
@@ -400,6 +403,19 @@ class _SessionVerifier:
                 f"{expected.kind.__name__}: the stream ends first",
             )
         return state
+
+    def _check_removal(self, state: SessionState, event: DomainEvent) -> None:
+        """A pop names the newest message the view showed; a clear, the log's next position."""
+        position = event.originator_version
+        match event:
+            case MessagePopped(position=popped, message=message):
+                if state.newest_in_log() != (popped, message):
+                    self.report(position, Rule.REPLAY, f"MessagePopped names log position "
+                                f"{popped}, which is not the newest message the view showed")
+            case HistoryCleared(next_position=next_position):
+                if next_position != state.next_position:
+                    self.report(position, Rule.REPLAY, f"HistoryCleared says the log goes on "
+                                f"at {next_position}, the log is at {state.next_position}")
 
     # -- R31-R34: each trim and its notices --
 
@@ -492,8 +508,9 @@ class _SessionVerifier:
         if not crumbs:
             return
         at = crumbs[0]
+        # Last is allowed: `MessagePopped` may have removed every kept turn after it.
         misplaced = any(m.role != "system" for m in messages[:at]) or not (
-            at + 1 < len(messages) and is_real_user_message(messages[at + 1])
+            at + 1 == len(messages) or is_real_user_message(messages[at + 1])
         )
         if misplaced:
             self.report(

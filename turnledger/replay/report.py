@@ -45,8 +45,10 @@ from turnledger.domain.estimate import IMAGE_MARKER_PREFIX, image_count
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -111,6 +113,7 @@ _FATES: Final = {
     "token_budget": "dropped by a token-budget trim",
     "turn_limit": "dropped by a turn-limit trim",
     "overflow": "dropped by an overflow recovery",
+    "cleared": "removed by a clear",
 }
 _PLAIN: Final = (MessageAppended, RequestPrepared)
 _ROUTINE: Final = (*_PLAIN, TrimDecided, BreadcrumbInserted, HistoryTrimmed)
@@ -172,6 +175,7 @@ class _Turn:
     preview: str = ""
     drops: dict[View, tuple[str, int, str]] = attrs.field(factory=dict)
     swept: int = 0
+    popped: int = 0
 
     @property
     def fate(self) -> str:
@@ -214,6 +218,13 @@ class _Session:
                     self.trimmed(event)
                 case OrphansSwept():
                     self.swept(event)
+                case MessagePopped():
+                    self.popped(event)
+                case HistoryCleared():
+                    how = f"clear at event {_n(event.originator_version)}"
+                    for view in (View.CHAT, View.CONVERSATION):
+                        self._drop(view, event.next_position,
+                                   ("cleared", event.originator_version, how))
                 case OverflowUnrecoverable():
                     self.marks.append(_Mark("overflow", self.x, event.originator_version, event))
         return self
@@ -277,6 +288,18 @@ class _Session:
             at = bisect.bisect_right(starts, position) - 1
             if at >= 0:
                 self.turns[at].swept += 1
+
+
+    def popped(self, event: MessagePopped) -> None:
+        """A popped message leaves its turn's counts (it stays in the log)."""
+        at = bisect.bisect_right([t.start for t in self.turns], event.position) - 1
+        if at < 0:
+            self.head_tokens -= item_tokens(event.message)
+            return
+        turn = self.turns[at]
+        turn.messages -= 1
+        turn.tokens -= item_tokens(event.message)
+        turn.popped += 1
 
 
 def _first(item: ConversationMessage) -> str:
@@ -640,6 +663,8 @@ def _turn_title(turn: _Turn) -> str:
         extras.append(f"{_n(turn.large)} large tool result(s)")
     if turn.swept:
         extras.append(f"{_n(turn.swept)} message(s) removed by an orphan sweep")
+    if turn.popped:
+        extras.append(f"{_n(turn.popped)} message(s) popped")
     extra = "".join(f" · {x}" for x in extras)
     return (f"turn {_n(turn.number)} (log position {_n(turn.start)}, {_n(turn.messages)} "
             f"messages, ~{_n(turn.tokens)} tokens): {drops}{extra} · {_e(repr(turn.preview))}")
@@ -764,6 +789,7 @@ _ROW_CLASSES: Final = {
     RequestRejected: "decision rejected", RouteSelected: "decision route",
     OrphansSwept: "decision sweep", OverflowReported: "decision overflow",
     OverflowRecovered: "decision overflow", OverflowUnrecoverable: "decision overflow",
+    MessagePopped: "decision", HistoryCleared: "decision",
 }
 
 
@@ -827,7 +853,7 @@ _CSP: Final = (
 )
 _CSS: Final = """
 :root { --kept: #4c9a6a; --token_budget: #e08a2c; --turn_limit: #7b61c9;
-  --overflow: #c23b3b; --sweep: #2f7fc1; --head: #a3a9b0; }
+  --overflow: #c23b3b; --sweep: #2f7fc1; --head: #a3a9b0; --cleared: #d5dae0; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
   margin: 0 auto; padding: 16px 24px 48px; max-width: 1400px; background: #fff; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
@@ -857,6 +883,7 @@ svg a { cursor: pointer; }
 .turn { stroke: #fff; stroke-width: .4; } .turn.kept { fill: var(--kept); }
 .turn.token_budget { fill: var(--token_budget); } .turn.turn_limit { fill: var(--turn_limit); }
 .turn.overflow { fill: var(--overflow); } .turn.head { fill: var(--head); }
+.turn.cleared { fill: var(--cleared); } .sw.cleared { background: var(--cleared); }
 .turn:hover { fill-opacity: .75; } .turn-label { fill: #fff; font-size: 10px; }
 .flag.image { fill: #d6336c; } .flag.large { fill: #343a40; }
 .empty { fill: #7a838c; font-style: italic; }
@@ -887,6 +914,7 @@ _LEGEND: Final = (
     '<span><span class="sw turn_limit"></span>turn-limit trim (◆)</span>'
     '<span><span class="sw overflow"></span>overflow recovery (▲) / rejected request (✕)</span>'
     '<span><span class="sw sweep"></span>orphan sweep (●)</span>'
+    '<span><span class="sw cleared"></span>removed by a clear</span>'
     '<span><span class="sw head"></span>leading system messages</span>'
     '<span><span class="sw image"></span>images</span>'
     '<span><span class="sw large"></span>large or truncated tool result</span>'

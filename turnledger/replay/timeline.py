@@ -37,8 +37,10 @@ from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
     OverflowReported,
@@ -412,6 +414,16 @@ def _swept(event: OrphansSwept) -> str:
     return text + " (R36, E5)"
 
 
+def _popped(event: MessagePopped) -> str:
+    return (f"popped {_describe_item(event.message)} at log position {event.position} "
+            "(it stays in the log)")
+
+
+def _cleared(event: HistoryCleared) -> str:
+    return (f"history cleared: {_plural(event.removed, 'message')} left the views (the log "
+            f"keeps them; the next message is at log position {event.next_position})")
+
+
 # Dispatch on the exact event type: events are final classes, and one dict lookup per event
 # keeps a 100,000-event timeline as fast as a match would.
 _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
@@ -427,6 +439,8 @@ _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
     OverflowRecovered: _recovered,
     OverflowUnrecoverable: _unrecoverable,
     OrphansSwept: _swept,
+    MessagePopped: _popped,
+    HistoryCleared: _cleared,
 }
 
 
@@ -558,14 +572,17 @@ def summarize_session(events: Sequence[DomainEvent]) -> dict[str, Any]:
     }
 
 
-def session_summaries(backend: EventStoreBackend) -> list[dict[str, Any]]:
-    """`summarize_session` for every session of the store, oldest first.
+def session_summaries(
+    backend: EventStoreBackend, *, after: UUID | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """`summarize_session` for the sessions of the store, oldest first: every one, or the page
+    ``after`` / ``limit`` select (`EventStoreBackend.session_ids`); only their events are read.
 
     A session with a record that cannot be decoded is summarised up to that record, with
     ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
     """
     rows: list[dict[str, Any]] = []
-    for session_id in backend.session_ids():
+    for session_id in backend.session_ids(after=after, limit=limit):
         events: list[DomainEvent] = []
         corrupt_at: int | None = None
         for record in backend.read_records(session_id):

@@ -21,7 +21,8 @@ How each recorded event is replayed:
 - `OverflowReported` → `RecoverFromOverflow` with the recorded error, but only when the what-if
   chat view is at least as large as the one the provider refused; a smaller one is counted as an
   avoided overflow (the provider is assumed to accept fewer tokens than it refused).
-- `OrphansSwept` → `SweepOrphans`. Decision events (trims, breadcrumbs, notices, recoveries) are
+- `OrphansSwept` → `SweepOrphans`; `MessagePopped` → `PopMessage`; `HistoryCleared` →
+  `ClearHistory`. Decision events (trims, breadcrumbs, notices, recoveries) are
   not replayed: they are what is being re-decided.
 
 Every command runs with its recorded timestamp, so the report is deterministic (E12).
@@ -42,7 +43,9 @@ import attrs
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
+    ClearHistory,
     Command,
+    PopMessage,
     PrepareRequest,
     RecoverFromOverflow,
     SelectRoute,
@@ -54,7 +57,9 @@ from turnledger.domain.decider import (
 )
 from turnledger.domain.events import (
     DomainEvent,
+    HistoryCleared,
     MessageAppended,
+    MessagePopped,
     OrphansSwept,
     OverflowReported,
     Purpose,
@@ -390,6 +395,10 @@ class _Replay:
                 return SelectRoute(event.route, reason, event.timestamp)
             case OrphansSwept():
                 return SweepOrphans(event.timestamp)
+            case MessagePopped():
+                return PopMessage(event.timestamp)
+            case HistoryCleared():
+                return ClearHistory(event.timestamp)
             case OverflowReported(error=error, estimated_tokens=refused):
                 if self.state.chat_tokens() >= refused:
                     return RecoverFromOverflow(error, event.timestamp)

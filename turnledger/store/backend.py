@@ -39,7 +39,12 @@ from uuid import UUID
 from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
 from eventsourcing.popo import POPOAggregateRecorder
 
-from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord, TurnledgerError
+from turnledger.domain.errors import (
+    ConcurrencyConflict,
+    CorruptRecord,
+    SessionNotFound,
+    TurnledgerError,
+)
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.store.backends import BACKENDS
 from turnledger.store.backends.memory import drop_memory_store
@@ -228,7 +233,12 @@ class EventStoreBackend:
     # -- writing --
 
     def append(
-        self, session_id: UUID, events: Sequence[DomainEvent], *, prev_chain: bytes
+        self,
+        session_id: UUID,
+        events: Sequence[DomainEvent],
+        *,
+        prev_chain: bytes,
+        head_known: bool = False,
     ) -> bytes:
         """Record ``events`` of one session in ONE transaction; return the new chain head (E3).
 
@@ -238,6 +248,13 @@ class EventStoreBackend:
         caller holds (the value returned by the previous append or `read_with_chain`;
         `ZERO_CHAIN` for a new session). An empty ``events`` records nothing and returns
         ``prev_chain``.
+
+        By default the stored head is read first, so a batch that does not continue the stored
+        stream is refused before anything is written. ``head_known=True`` skips that read (one
+        round trip per append, ADR-0035): the caller vouches that the first version and
+        ``prev_chain`` continue a head it got from this store (its own last append or a read);
+        a record another writer made since then still fails the insert on the (session,
+        version) key. A gap is then not refused here (the checked reads report it, ADR-0024).
 
         Raises `ConcurrencyConflict` naming the session and the versions when another writer
         recorded any of these versions first — then nothing of this batch is stored; the caller
@@ -250,8 +267,22 @@ class EventStoreBackend:
             return prev_chain
         first = self._check_batch(session_id, events)
         stored, head = self.mapper.to_stored_events(events, prev_chain)
-        current, current_chain = self.head(session_id)
         last = first + len(events) - 1
+        if not head_known:
+            self._check_head(session_id, first, prev_chain)
+        try:
+            with self._translate("append", session_id, first):
+                self.recorder.insert_events(stored)
+        except (ConcurrencyConflict, StoreUnavailable) as failure:
+            # In doubt: the commit may have landed although the insert failed (a connection
+            # lost after COMMIT, a driver retry that then hit the primary key).
+            return self._settle_in_doubt(session_id, first, last, head, failure)
+        return head
+
+    def _check_head(self, session_id: UUID, first: int, prev_chain: bytes) -> None:
+        """Refuse a batch starting at ``first`` after ``prev_chain`` that does not continue
+        the stored head (one read)."""
+        current, current_chain = self.head(session_id)
         if first <= current:
             raise ConcurrencyConflict(
                 f"session {session_id}: version {first} was already recorded by another "
@@ -267,14 +298,6 @@ class EventStoreBackend:
                 f"session {session_id}: prev_chain is not the chain head of version {current}; "
                 "pass the value returned by the previous append or read_with_chain"
             )
-        try:
-            with self._translate("append", session_id, first):
-                self.recorder.insert_events(stored)
-        except (ConcurrencyConflict, StoreUnavailable) as failure:
-            # In doubt: the commit may have landed although the insert failed (a connection
-            # lost after COMMIT, a driver retry that then hit the primary key).
-            return self._settle_in_doubt(session_id, first, last, head, failure)
-        return head
 
     def _settle_in_doubt(
         self, session_id: UUID, first: int, last: int, head: bytes, failure: TurnledgerError
@@ -479,24 +502,62 @@ class EventStoreBackend:
             self.read_records(session_id), self.mapper, expected_version=expected_version
         )
 
-    def session_ids(self) -> list[UUID]:
-        """Every session id, in creation order (the order of their `SessionStarted` records).
+    def session_ids(
+        self, *, after: UUID | None = None, limit: int | None = None
+    ) -> list[UUID]:
+        """Session ids in creation order (the order of their `SessionStarted` records).
 
-        Reads only the version-1 records, through the notification log's topic filter.
+        ``after``: only the sessions created after that one (a page's last id: the next page
+        starts there); ``limit``: at most that many. Reads only the version-1 records, through
+        the notification log's topic filter, from the position of ``after``'s first record
+        (one indexed read on SQL databases; elsewhere the list is walked up to it), and stops
+        once ``limit`` ids are found (ADR-0039). Raises `SessionNotFound` when ``after`` is not
+        a session of this store, ``ValueError`` for a ``limit`` < 1.
         """
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
         self._check_open()
-        ids: list[UUID] = []
         start = 1
+        if after is not None:
+            with self._translate("list sessions", after):
+                position = self.database.session_start(after)
+            if position == 0:
+                raise SessionNotFound(f"no session {after} in this store")
+            if position is None:
+                return self._session_ids_after(after, limit)
+            start = position + 1
+        page = _SESSION_PAGE if limit is None else min(limit, _SESSION_PAGE)
+        ids: list[UUID] = []
+        for session_id in self._iter_session_ids(start, page):
+            ids.append(session_id)
+            if limit is not None and len(ids) == limit:
+                break
+        return ids
+
+    def _session_ids_after(self, after: UUID, limit: int | None) -> list[UUID]:
+        """`session_ids` after ``after`` found by walking the list (memory stores)."""
+        ids: list[UUID] = []
+        found = False
+        for session_id in self._iter_session_ids(1, _SESSION_PAGE):
+            if found:
+                ids.append(session_id)
+                if limit is not None and len(ids) == limit:
+                    return ids
+            elif session_id == after:
+                found = True
+        if not found:
+            raise SessionNotFound(f"no session {after} in this store")
+        return ids
+
+    def _iter_session_ids(self, start: int, page_size: int) -> Iterator[UUID]:
         while True:
             with self._translate("list sessions"):
                 page = self.recorder.select_notifications(
-                    start, _SESSION_PAGE, topics=[self._start_topic]
+                    start, page_size, topics=[self._start_topic]
                 )
-            ids.extend(
-                _to_uuid(n.originator_id) for n in page if n.originator_version == 1
-            )
-            if len(page) < _SESSION_PAGE:
-                return ids
+            yield from (_to_uuid(n.originator_id) for n in page if n.originator_version == 1)
+            if len(page) < page_size:
+                return
             start = page[-1].id + 1
 
     # -- notification log --

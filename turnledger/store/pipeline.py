@@ -7,7 +7,9 @@ One command goes through `Pipeline.save` (in the spirit of eventsourcing's
    a step, evolve it, decide the next) and returns the numbered `Batch` (with the prepared
    request, rendered once); nothing is stored yet;
 2. **record** — the events go to the backend in ONE transaction, the first event's version
-   being the expected version (E3); a conflict or a failure reloads the state from the store;
+   being the expected version (E3); the store's head is not read first (the position knows
+   it): the (session, version) key refuses a version another writer recorded first, and a
+   conflict or a failure reloads the state from the store (ADR-0035);
 3. **snapshot when due** — every ``snapshot_interval`` events the compact state is saved
    (a cache: a failure is logged, never raised);
 4. **notify** — after the commit: R34's log line for a legacy turn-limit trim, then the
@@ -48,6 +50,9 @@ __all__ = ["Pipeline", "Position"]
 
 log = logging.getLogger("turnledger")
 
+CONTENDED_HEAD_CHECKS = 32
+"""Commands of a session object that read the stored head first after it lost a race."""
+
 Publish = Callable[[Sequence[HistoryTrimmed]], None]
 """Delivers committed `HistoryTrimmed` notices to the store's subscribers."""
 
@@ -64,6 +69,10 @@ class Position:
     """The state may hold events that are not stored: reload before any use (`current`)."""
     behind: bool = False
     """The state is stored but another writer recorded more: catch up before any use."""
+    head_checks: int = 0
+    """Commands that still read the stored head before deciding: set after a conflict, when
+    another writer is active (a cheap catch-up beats deciding on an old state, failing the
+    insert and reloading in full); 0 otherwise: the position knows its head (ADR-0035)."""
 
     @property
     def session_id(self) -> UUID:
@@ -143,17 +152,21 @@ class Pipeline:
             position.behind = False
         return position
 
-    def save(self, position: Position, command: Command, *, check_head: bool = True) -> Batch:
+    def save(self, position: Position, command: Command) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
-        A session another writer has moved on raises `ConcurrencyConflict` before anything
-        is decided (unless ``check_head`` is False: a command that may record nothing); it
-        catches up before its next use, so a retry decides on the newest state. On any
-        failure nothing of the command is recorded and ``position`` is marked to be reloaded
-        before its next use, so it never serves unrecorded events.
+        The store's head is not read first: the position knows it (the chain returned by its
+        own last append or by its load), and a record another writer made at the same version
+        fails the insert on the (session, version) key -> `ConcurrencyConflict` (ADR-0035).
+        After a conflict, the next `CONTENDED_HEAD_CHECKS` commands do read the head first: a
+        session another writer moved on then raises `ConcurrencyConflict` before anything is
+        decided and only catches up before its next use. On any failure nothing of the command
+        is recorded and ``position`` is marked to be reloaded (or caught up) before its next
+        use, so it never serves unrecorded events and a retry decides on the newest state.
         """
         self.current(position)
-        if check_head and position.state.session_id is not None:
+        if position.head_checks > 0 and position.state.session_id is not None:
+            position.head_checks -= 1
             self._check_head(position)
         batch = self.decide(position, command)
         if batch.events:
@@ -168,6 +181,7 @@ class Pipeline:
         stored, _ = self.backend.head(position.session_id)
         if stored > version:
             position.behind = True
+            position.head_checks = CONTENDED_HEAD_CHECKS
             raise ConcurrencyConflict(
                 f"session {position.session_id}: versions {version + 1} to {stored} were "
                 f"recorded by another writer (this session object was at version {version}); "
@@ -187,14 +201,16 @@ class Pipeline:
     def _record(self, position: Position, events: Sequence[DomainEvent]) -> None:
         try:
             position.chain = self.backend.append(
-                position.session_id, events, prev_chain=position.chain
+                position.session_id, events, prev_chain=position.chain, head_known=True
             )
-        except (StoreUnavailable, ConcurrencyConflict):
+        except (StoreUnavailable, ConcurrencyConflict) as error:
             # Reload before the next use, not now: after a database failure a second wait on
             # the same lock or timeout would double what the caller waits (ADR-0021); after a
             # conflict the caller may back off first, and a state loaded before that sleep
             # would be stale again when it retries (ADR-0022).
             position.stale = True
+            if isinstance(error, ConcurrencyConflict):  # another writer is active
+                position.head_checks = CONTENDED_HEAD_CHECKS
             raise
         except BaseException:
             self._reload_after(position)

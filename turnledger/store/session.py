@@ -23,8 +23,12 @@ from turnledger.domain.budget import ProviderProfile, ResolvedRoute, Route, Runt
 from turnledger.domain.decider import (
     AppendMessage,
     Batch,
+    ClearHistory,
     Command,
+    Extend,
+    FitWindow,
     ImportConversation,
+    PopMessage,
     PreparedRequest,
     PrepareRequest,
     RecoverFromOverflow,
@@ -44,6 +48,7 @@ from turnledger.domain.errors import (
 from turnledger.domain.events import (
     DomainEvent,
     HistoryTrimmed,
+    MessagePopped,
     OverflowRecovered,
     RejectionReason,
     RequestRejected,
@@ -90,7 +95,16 @@ def summarised_items(
 
     ``unrecorded``: events applied to ``state`` in memory only (a read-only sweep), after the
     log's."""
-    span = state.summarised
+    return _log_items(backend, state, state.summarised, unrecorded, page_size)
+
+
+def _log_items(
+    backend: EventStoreBackend,
+    state: SessionState,
+    span: range,
+    unrecorded: Sequence[DomainEvent] = (),
+    page_size: int = 1000,
+) -> dict[int, ConversationMessage | None] | None:
     if not span or state.session_id is None:
         return None
     older: dict[int, ConversationMessage | None] = {}
@@ -192,6 +206,12 @@ class Session:
         return self._stored_state().version
 
     @property
+    def next_position(self) -> int:
+        """The log position the next appended message gets: the messages recorded so far
+        (popped and cleared ones included, since the log keeps them)."""
+        return self._stored_state().next_position
+
+    @property
     def legacy(self) -> bool:
         return self._stored_state().legacy
 
@@ -228,6 +248,57 @@ class Session:
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
         """
         return self._run(AppendMessage(message, _now())).events
+
+    def extend(
+        self, messages: Iterable[ConversationMessage | ChatMessage]
+    ) -> list[DomainEvent]:
+        """Record several messages in one transaction (a tool loop's step, or a whole turn).
+
+        Each message is recorded as `append` would record it, with every trim it triggers
+        (R27a), so the events and views are those of appending them one by one; but they are
+        saved together (E3): all of them or, on any error, none. Returns the events recorded.
+
+        Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        """
+        if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
+            raise InvalidMessage(
+                f"extend takes an iterable of messages, got {type(messages).__name__}"
+            )
+        return self._run(Extend(tuple(messages), _now())).events
+
+    def fit_window(self) -> list[ChatMessage]:
+        """Apply and record the trims a request would (turn limit, token budget, orphan sweep),
+        and return the chat view: for a runtime that builds its request itself (an agent
+        framework's session). Unlike `prepare_request`, records no request and raises nothing
+        about unanswered tool calls or the capacity."""
+        with self._lock:
+            self._run(FitWindow(_now()))
+            return self._stored_state().chat_view()
+
+    def pop(self) -> ConversationMessage | None:
+        """Remove the newest message of the conversation view from the views and return it
+        (`MessagePopped`; the log keeps it). Leading system messages are never popped (R4);
+        None when there is nothing else."""
+        with self._lock:
+            self._hold_summarised()
+            events = self._run(PopMessage(_now())).events
+        popped = [e for e in events if isinstance(e, MessagePopped)]
+        return popped[0].message if popped else None
+
+    def clear(self) -> list[DomainEvent]:
+        """Remove every message from the views (`HistoryCleared`); the log keeps them.
+        Returns the events recorded (none when the views were empty)."""
+        with self._lock:
+            self._hold_summarised()
+            return self._run(ClearHistory(_now())).events
+
+    def _hold_summarised(self) -> None:
+        """Give a compact state the items it summarises (read from the log) before a pop or
+        a clear, the decisions that may need them (ADR-0030)."""
+        state = self._stored_state()
+        older = _log_items(self._pipeline.backend, state, state.held_from)
+        if older is not None:
+            state.index.expand(older)
 
     def prepare_request(
         self,
@@ -430,8 +501,7 @@ class Store:
         messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        # check_head=False: a sweep that records nothing must not fail on a newer head.
-        self._pipeline.save(position, SweepOrphans(_now()), check_head=False)
+        self._pipeline.save(position, SweepOrphans(_now()))
         return Session(self._pipeline, position)
 
     def read_state(self, session_id: str | UUID) -> SessionView:
@@ -459,9 +529,16 @@ class Store:
         memory however long the session (`events_of` reads them all at once)."""
         return self.backend.read_pages(parse_session_id(session_id), page_size=page_size)
 
-    def sessions(self) -> list[str]:
-        """The ids of every session in the store, oldest first."""
-        return [str(u) for u in self.backend.session_ids()]
+    def sessions(
+        self, *, after: str | UUID | None = None, limit: int | None = None
+    ) -> list[str]:
+        """The ids of the sessions in the store, oldest first: every one, or at most ``limit``
+        created after the session ``after`` (the last id of the previous page).
+
+        Raises `SessionNotFound` when ``after`` is not a session of this store.
+        """
+        start = None if after is None else parse_session_id(after)
+        return [str(u) for u in self.backend.session_ids(after=start, limit=limit)]
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every new `HistoryTrimmed`, after it commits (R33).

@@ -12,7 +12,7 @@ statement timeouts (so reads obey them too) and libpq's connect timeout.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -29,7 +29,7 @@ from eventsourcing.utils import Environment
 
 from turnledger.store.backends.port import Limits
 
-__all__ = ["bounded_factory", "connection_lost"]
+__all__ = ["bounded_factory", "connection_lost", "missing_objects", "set_up_tables"]
 
 _RECONNECTS = 2
 """Extra attempts of a read whose connection was found dead (one per pooled connection lost)."""
@@ -96,6 +96,53 @@ class _BoundedFactory(PostgresFactory):
     aggregate_recorder_class = _AggregateRecorder
     application_recorder_class = _ApplicationRecorder
     tracking_recorder_class = _TrackingRecorder
+    create_tables = False
+    """Whether a new recorder runs the library's DDL: off while the store is opened (the
+    opener runs it only for what is missing, `set_up_tables`), on afterwards (the tracking
+    table a projection asks for later)."""
+
+    def env_create_table(self) -> bool:
+        return self.create_tables and super().env_create_table()
+
+
+def missing_objects(
+    connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
+) -> list[str]:
+    """The names of the tables, index, composite types and function the library's DDL makes
+    for ``recorders`` that ``schema`` lacks (one query; ``[]``: nothing to create)."""
+    relations: list[str] = []
+    types: list[str] = []
+    functions: list[str] = []
+    for recorder in recorders:
+        relations.append(recorder.events_table_name)
+        types.append(recorder.stored_event_type_name)
+        if isinstance(recorder, PostgresApplicationRecorder):
+            relations.append(recorder.notification_id_index_name)
+            functions.append(recorder.pg_function_name_insert_events)
+    found = connection.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %(schema)s AND c.relname = ANY(%(relations)s)"
+        " UNION ALL SELECT t.typname FROM pg_type t JOIN pg_namespace n"
+        " ON n.oid = t.typnamespace WHERE n.nspname = %(schema)s AND t.typname = ANY(%(types)s)"
+        " UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n"
+        " ON n.oid = p.pronamespace WHERE n.nspname = %(schema)s"
+        " AND p.proname = ANY(%(functions)s)",
+        {"schema": schema, "relations": relations, "types": types, "functions": functions},
+    ).fetchall()
+    present = {row[0] for row in found}
+    return [name for name in [*relations, *types, *functions] if name not in present]
+
+
+def set_up_tables(factory: Any, recorders: Sequence[Any], *, create: bool) -> None:
+    """Run the library's DDL for ``recorders`` (``create``), or only register the composite
+    types they insert with; then let later recorders (tracking) create their own table."""
+    if create:
+        for recorder in recorders:
+            recorder.create_table()
+    else:
+        factory.datastore.register_type_adapters()
+    if isinstance(factory, _BoundedFactory):
+        factory.create_tables = True
 
 
 def bounded_factory(limits: Limits) -> Callable[[Environment], PostgresFactory]:

@@ -25,6 +25,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Self
+from uuid import UUID
 
 import attrs
 from eventsourcing.domain import EventSourcingError
@@ -201,6 +202,12 @@ class Database(abc.ABC):
         to wait for. Raises `StoreUnavailable` when the wait fails or times out.
         """
         return
+
+    def session_start(self, session_id: UUID) -> int | None:
+        """The notification id of ``session_id``'s first record (0: no such session), read
+        by the key, so a session list can start after it; None: this database cannot tell
+        (the caller walks the list). Raises what the driver raises (`database_errors`)."""
+        return None
 
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:

@@ -22,6 +22,7 @@ import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any, Final, Self
+from uuid import UUID
 
 import attrs
 
@@ -33,6 +34,7 @@ from turnledger.store.backends.port import (
     SqlConnection,
     SqlDialect,
     StoreUnavailable,
+    database_errors,
     open_library_recorders,
     redact_url,
     url_number,
@@ -155,7 +157,7 @@ class PostgresDatabase(Database):
 
     def open(self, settings: dict[str, str]) -> Recorders:
         try:
-            from turnledger.store.backends.pg_recorders import bounded_factory
+            from turnledger.store.backends import pg_recorders
         except ImportError as error:
             raise InvalidStoreURL(
                 f"{self.url!r}: PostgreSQL needs psycopg: pip install 'turnledger[postgres]'"
@@ -171,12 +173,48 @@ class PostgresDatabase(Database):
             POSTGRES_CONNECT_TIMEOUT=self.login.connect_timeout,
             POSTGRES_LOCK_TIMEOUT=str(math.ceil(self.limits.lock)),  # the DDL's; see below
             CREATE_TABLE="y",
-            **self.pool,
+            **self._pool_settings(),
         )
-        with self._schema_setup_lock():
-            recorders = open_library_recorders(self, bounded_factory(self.limits), settings)
+        with self._setup_connection() as connection:
+            # No connection and no DDL yet: the recorders only name their tables.
+            recorders = open_library_recorders(
+                self, pg_recorders.bounded_factory(self.limits), settings
+            )
+            try:
+                self._set_up_tables(connection, recorders)
+            except BaseException:
+                if recorders.close is not None:
+                    with contextlib.suppress(Exception):
+                        recorders.close()
+                raise
         self._events_table = getattr(recorders.events, "events_table_name", "stored_events")
         return recorders
+
+    def _pool_settings(self) -> dict[str, str]:
+        """The library's pool settings: one connection opened with the store, the others on
+        demand up to ``pool_size + max_overflow`` (the library opens ``pool_size`` at once)."""
+        size = int(self.pool.get("POSTGRES_POOL_SIZE", "5"))
+        overflow = int(self.pool.get("POSTGRES_MAX_OVERFLOW", "0"))
+        return {"POSTGRES_POOL_SIZE": "1", "POSTGRES_MAX_OVERFLOW": str(size - 1 + overflow)}
+
+    def _set_up_tables(self, connection: Any, recorders: Recorders) -> None:
+        """Run the library's DDL only when something is missing, under the setup lock; else
+        only register the composite types (ADR-0036: the DDL was most of an open's cost)."""
+
+        from turnledger.store.backends import pg_recorders
+
+        tables = [recorders.events, recorders.snapshots]
+        try:
+            missing = pg_recorders.missing_objects(connection, self.schema, tables)
+            if not missing:
+                pg_recorders.set_up_tables(recorders.factory, tables, create=False)
+                return
+            with self._setup_lock(connection):
+                pg_recorders.set_up_tables(recorders.factory, tables, create=True)
+        except database_errors() as error:
+            raise StoreUnavailable(
+                f"cannot open {self.url}: {self.describe_failure(error)}"
+            ) from error
 
     def settle(self) -> None:
         """Wait (up to the lock or connect timeout) for writers still holding the events table.
@@ -209,19 +247,12 @@ class PostgresDatabase(Database):
             ) from error
 
     @contextlib.contextmanager
-    def _schema_setup_lock(self) -> Iterator[None]:
-        """Create the schema and hold an advisory lock on it while the tables are set up.
-
-        One direct connection first: the library's pool would only say "couldn't get a
-        connection" where the driver says why (no such database, authentication failed). The
-        lock serialises the library's table setup (which replaces a function every time)
-        across processes opening the same store at once: without it PostgreSQL may answer
-        "tuple concurrently updated" to one of them.
-        """
+    def _setup_connection(self) -> Iterator[Any]:
+        """One direct connection while the store is opened: the library's pool would only say
+        "couldn't get a connection" where the driver says why (no such database,
+        authentication failed)."""
         import psycopg
-        from psycopg import sql
 
-        lock_key = "turnledger:setup:" + self.schema
         try:
             connection = psycopg.connect(self.login.conninfo(), autocommit=True)
         except psycopg.Error as error:
@@ -229,27 +260,49 @@ class PostgresDatabase(Database):
                 f"cannot open {self.url}: {self.describe_failure(error)}"
             ) from error
         with connection:
-            try:
-                connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
-                found = connection.execute(
-                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
-                ).fetchone()
-                if found is None:
-                    with contextlib.suppress(psycopg.errors.UniqueViolation):  # a racing opener
-                        connection.execute(
-                            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                                sql.Identifier(self.schema)
-                            )
+            yield connection
+
+    @contextlib.contextmanager
+    def _setup_lock(self, connection: Any) -> Iterator[None]:
+        """Create the schema and hold an advisory lock on it while the tables are set up.
+
+        The lock serialises the library's table setup (which replaces a function every time)
+        across processes opening the same new store at once: without it PostgreSQL may answer
+        "tuple concurrently updated" to one of them.
+        """
+        import psycopg
+        from psycopg import sql
+
+        lock_key = "turnledger:setup:" + self.schema
+        connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
+        try:
+            found = connection.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+            ).fetchone()
+            if found is None:
+                with contextlib.suppress(psycopg.errors.UniqueViolation):  # a racing opener
+                    connection.execute(
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            sql.Identifier(self.schema)
                         )
-            except psycopg.Error as error:
-                raise StoreUnavailable(
-                    f"cannot open {self.url}: {self.describe_failure(error)}"
-                ) from error
-            try:
-                yield
-            finally:
-                with contextlib.suppress(psycopg.Error):
-                    connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+                    )
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def session_start(self, session_id: UUID) -> int | None:
+        from psycopg import sql
+
+        query = sql.SQL(
+            "SELECT notification_id FROM {}.{} WHERE originator_id = %s AND originator_version = 1"
+        ).format(sql.Identifier(self.schema), sql.Identifier(self._events_table))
+        connection = self.connect_sql().connection
+        try:
+            row = connection.execute(query, (session_id,)).fetchone()
+        finally:
+            connection.close()
+        return 0 if row is None else int(row[0])
 
     def connect_sql(self) -> SqlConnection:
         import psycopg

@@ -4,8 +4,11 @@ The part after ``sqlite:///`` is the path: ``sqlite:///./x.db`` and ``sqlite:///
 relative to the working directory, ``sqlite:////abs/x.db`` is absolute. Missing parent
 directories are created. Query options: ``lock_timeout`` (seconds to wait for the file's
 lock, decimals allowed, default 5; 0: do not wait), ``mode=ro`` (read-only: nothing is created
-or written, for a store on a read-only file or directory; see `SQLiteDatabase.read_only`).
-Projections keep their tables in the same file.
+or written, for a store on a read-only file or directory; see `SQLiteDatabase.read_only`),
+``synchronous`` (``full``, the default: every commit is on disk when the call returns;
+``normal``: in WAL mode a commit survives a crash of the process but may be lost in a power
+cut or an OS crash, and a call saves an fsync — ADR-0037). Projections keep their tables in
+the same file.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
-from typing import TYPE_CHECKING, Final, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Self, cast
+from uuid import UUID
 
 from eventsourcing.persistence import DatabaseError, InterfaceError, OperationalError
 
@@ -41,16 +45,26 @@ SQLITE_DIALECT: Final = SqlDialect(name="sqlite", placeholder="?", begin="BEGIN 
 """SQLite's SQL for projections (``BEGIN IMMEDIATE`` takes the write lock up front)."""
 
 _DEFAULT_LOCK_TIMEOUT: Final = 5.0  # seconds, the library's default too
+_SYNCHRONOUS: Final = ("full", "normal")
+"""The ``synchronous`` values a store accepts (SQLite's PRAGMA of the same name), default first."""
 
 
 class SQLiteDatabase(Database):
     """One SQLite file, named by an absolute path."""
 
     def __init__(
-        self, url: str, path: str, lock_timeout: float | None, *, read_only: bool = False
+        self,
+        url: str,
+        path: str,
+        lock_timeout: float | None,
+        *,
+        read_only: bool = False,
+        synchronous: str = _SYNCHRONOUS[0],
     ) -> None:
         super().__init__(url)
         self.path = path
+        self.synchronous = synchronous
+        """``PRAGMA synchronous`` of every connection: ``full`` (default) or ``normal``."""
         self.lock_timeout = lock_timeout
         """Seconds to wait for a lock (``lock_timeout`` option), None for the default."""
         self.limits = Limits(
@@ -73,7 +87,7 @@ class SQLiteDatabase(Database):
                 "sqlite:////absolute/path.db"
             )
         raw, _, query = rest[1:].partition("?")
-        options = url_options(url, query, ("lock_timeout", "mode"))
+        options = url_options(url, query, ("lock_timeout", "mode", "synchronous"))
         path = urllib.parse.unquote(raw)
         if "\x00" in path:
             raise InvalidStoreURL(f"{redact_url(url)!r}: the SQLite path holds a NUL byte (%00)")
@@ -90,7 +104,15 @@ class SQLiteDatabase(Database):
             raise InvalidStoreURL(
                 f"{redact_url(url)!r}: option mode must be ro or rw, got {mode!r}"
             )
-        return cls(url, os.path.abspath(path), seconds, read_only=mode == "ro")
+        synchronous = options.get("synchronous", _SYNCHRONOUS[0])
+        if synchronous not in _SYNCHRONOUS:
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: option synchronous must be full or normal, "
+                f"got {synchronous!r}"
+            )
+        return cls(
+            url, os.path.abspath(path), seconds, read_only=mode == "ro", synchronous=synchronous
+        )
 
     @property
     def uri(self) -> str:
@@ -108,6 +130,7 @@ class SQLiteDatabase(Database):
             self._prepare_file()
             settings.update(SQLITE_DBNAME=self.uri, CREATE_TABLE="y")
         lock = self.limits.lock
+        pragma = f"PRAGMA synchronous={self.synchronous.upper()}"
 
         def factory(env: Environment) -> SQLiteFactory:
             built = SQLiteFactory(env)
@@ -115,6 +138,7 @@ class SQLiteDatabase(Database):
             # the value to sqlite3.connect(timeout=...), which takes any float: 0 must mean
             # "do not wait" (a busy timeout under a millisecond is none at all).
             built.datastore.pool.lock_timeout = cast(int, max(lock, 1e-9))
+            _set_synchronous(built.datastore.pool, pragma)
             return built
 
         try:
@@ -161,6 +185,19 @@ class SQLiteDatabase(Database):
         # Immutable ignores a write-ahead log: only when there is none to read.
         return self.uri + ("?mode=ro" if logged else "?immutable=1")
 
+    def session_start(self, session_id: UUID) -> int | None:
+        uri = self._read_only_uri() if self.read_only else self.uri
+        connection = sqlite3.connect(uri, uri=True, timeout=self.limits.lock)
+        try:
+            row = connection.execute(
+                "SELECT rowid FROM stored_events WHERE originator_id = ? "
+                "AND originator_version = 1",
+                (session_id.hex,),
+            ).fetchone()
+        finally:
+            connection.close()
+        return 0 if row is None else int(row[0])
+
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
             memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -172,4 +209,19 @@ class SQLiteDatabase(Database):
             check_same_thread=False,
             timeout=self.limits.lock,
         )
+        connection.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         return SqlConnection(connection, SQLITE_DIALECT)
+
+
+def _set_synchronous(pool: Any, pragma: str) -> None:
+    """Make ``pool`` (the library's) run ``pragma`` on every connection it creates: SQLite's
+    ``synchronous`` belongs to a connection, not to the file."""
+    from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool
+
+    class PragmaPool(SQLiteConnectionPool):
+        def _create_connection(self) -> SQLiteConnection:
+            connection = super()._create_connection()
+            connection.cursor().execute(pragma)
+            return connection
+
+    pool.__class__ = PragmaPool

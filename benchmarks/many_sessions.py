@@ -1,0 +1,215 @@
+"""Benchmark: a PostgreSQL store of many sessions — list, stats, projection catch-up (issue 12.6).
+
+The data: ``--sessions`` sessions (default 10,000) of ``--turns`` agent turns each (default 100:
+user, tool call(s), 1-2 KB tool results, assistant, and one ``prepare_request``), recorded
+through the library on ``memory://`` once per template (three `benchmarks.session.Workload`
+seeds), then re-keyed to each new session id and re-chained (`TurnledgerMapper`), and inserted
+one session per transaction by ``--workers`` processes through the library's recorder (the
+bytes a live session would have written, without the per-append round trips). Snapshots are
+not copied (a cache: nothing timed here reads them).
+
+Timed, each as the command a user runs (``python -m turnledger --store URL ...`` in a child
+process, so imports and the store's open are included):
+
+- ``sessions --limit 100 --json``: the first page; ``sessions --after ID --limit 100 --json``:
+  a page from the middle;
+- ``sessions --json``: every session (reads every event: the pre-paging behaviour);
+- ``projections run``: the analytics catch-up from zero (its ``tl_*`` tables dropped first);
+- ``stats --json``: the statistics once caught up.
+
+``--before PATH`` runs the same commands from the tree at PATH too (first on ``PYTHONPATH``),
+interleaved with ours; a command that tree does not have is reported as such.
+
+Run from the project root::
+
+    .venv/bin/python -m benchmarks.many_sessions                  # 10,000 x 100 turns
+    .venv/bin/python -m benchmarks.many_sessions --sessions 500   # quick
+
+Writes ``benchmarks/results/many_sessions.json``; the schema ``bench_many_*`` is dropped at the
+end unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+RESULTS = Path(__file__).parent / "results" / "many_sessions.json"
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+CONNINFO = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES = 3
+
+
+def _template(seed: int, turns: int) -> list[Any]:
+    """The events of one session of ``turns`` turns, recorded through the library."""
+    from benchmarks.session import Workload
+    from turnledger import RuntimeProfile
+    from turnledger.store.session import open_store
+
+    workload = Workload(seed=seed)
+    with open_store(f"memory://many-template-{seed}") as store:
+        session = store.start_session(RuntimeProfile())
+        for i in range(turns):
+            for message in workload.turn(i):
+                session.append(message)
+            session.prepare_request()
+        return store.events_of(session.id)
+
+
+def _generate(url: str, worker: int, workers: int, sessions: int, turns: int) -> int:
+    """Insert this worker's share of the sessions; the number of events it inserted."""
+    from turnledger.store.backend import open_backend
+    from turnledger.store.mapper import ZERO_CHAIN
+
+    templates = [_template(seed, turns) for seed in range(TEMPLATES)]
+    inserted = 0
+    with open_backend(url) as backend:
+        for index in range(worker, sessions, workers):
+            session_id = uuid.uuid4()
+            events = [attrs.evolve(e, originator_id=session_id)
+                      for e in templates[index % TEMPLATES]]
+            stored, _ = backend.mapper.to_stored_events(events, ZERO_CHAIN)
+            backend.recorder.insert_events(stored)
+            inserted += len(stored)
+    return inserted
+
+
+def generate(url: str, sessions: int, turns: int, workers: int) -> dict[str, Any]:
+    from turnledger.store.session import open_store
+
+    open_store(url).close()  # the tables, before the workers race to make them
+    began = time.perf_counter()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers) as pool:
+        counts = pool.starmap(_generate, [(url, w, workers, sessions, turns)
+                                          for w in range(workers)])
+    return {"sessions": sessions, "turns": turns, "events": sum(counts),
+            "seconds": round(time.perf_counter() - began, 1)}
+
+
+def _cli(url: str, args: Sequence[str], tree: Path | None) -> tuple[float, str, int]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*([str(tree)] if tree else []), str(ROOT)])
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "turnledger", "--store", url, *args],
+                          env=env, capture_output=True, text=True, timeout=7200, check=False,
+                          cwd=tempfile.gettempdir())  # not the project root: PYTHONPATH rules
+    return time.perf_counter() - began, done.stdout, done.returncode
+
+
+def _drop_analytics(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(CONNINFO, autocommit=True) as conn:
+        for table in ("tl_tracking", "tl_session_route", "tl_session_stats", "tl_route_stats"):
+            conn.execute(f'DROP TABLE IF EXISTS "{schema}".{table}')
+
+
+def measure(url: str, schema: str, trees: dict[str, Path | None],
+            full_list: bool) -> list[dict[str, Any]]:
+    seconds, out, code = _cli(url, ["sessions", "--limit", "100", "--json"], None)
+    assert code == 0, out
+    middle = None
+    page = json.loads(out)
+    after: str | None = page[-1]["session_id"] if page else None
+    for _ in range(20):  # walk to a page in the middle of a large store (at most 20 pages)
+        if after is None:
+            break
+        _, out, _ = _cli(url, ["sessions", "--after", after, "--limit", "100", "--json"], None)
+        rows = json.loads(out)
+        if len(rows) < 100:
+            break
+        middle, after = after, rows[-1]["session_id"]
+    commands: list[tuple[str, list[str], bool]] = [
+        ("sessions --limit 100 (first page)", ["sessions", "--limit", "100", "--json"], False),
+    ]
+    if middle:
+        commands.append((f"sessions --after ID --limit 100 (page {middle[:8]}…)",
+                         ["sessions", "--after", middle, "--limit", "100", "--json"], False))
+    if full_list:
+        commands.append(("sessions (all, every event read)", ["sessions", "--json"], False))
+    commands += [("projections run (catch-up from zero)", ["projections", "run"], True),
+                 ("stats (caught up)", ["stats", "--json"], False)]
+    rows = []
+    for label, args, from_zero in commands:
+        for name, tree in trees.items():
+            if from_zero:
+                _drop_analytics(schema)
+            seconds, out, code = _cli(url, args, tree)
+            rows.append({"command": label, "tree": name,
+                         "seconds": round(seconds, 2) if code == 0 else None,
+                         "exit": code})
+            print(f"  {label} [{name}]: {rows[-1]['seconds']} s (exit {code})", flush=True)
+    return rows
+
+
+def _table(rows: Sequence[dict[str, Any]]) -> str:
+    columns = ["command", "tree", "seconds", "exit"]
+    cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2, help="generating processes")
+    parser.add_argument("--before", type=Path, help="a tree to time as 'before' too")
+    parser.add_argument("--no-full-list", action="store_true",
+                        help="skip `sessions` without a limit (reads every event)")
+    parser.add_argument("--schema", help="reuse this schema's data (generated when empty)")
+    parser.add_argument("--keep", action="store_true", help="keep the schema")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    schema = args.schema or f"bench_many_{os.getpid()}"
+    url = f"{PG}?schema={schema}"
+    try:
+        from turnledger.store.session import open_store
+
+        with open_store(url) as store:
+            existing = len(store.sessions(limit=1))
+        data = (generate(url, args.sessions, args.turns, args.workers) if not existing
+                else {"sessions": "reused", "schema": schema})
+        print(f"data: {data}", flush=True)
+        trees: dict[str, Path | None] = {"ours": None}
+        if args.before:
+            trees = {"before": args.before, "ours": None}
+        rows = measure(url, schema, trees, not args.no_full_list)
+    finally:
+        if not args.keep:
+            import psycopg
+
+            with psycopg.connect(CONNINFO, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    print(f"\n{args.sessions:,} sessions x {args.turns} turns on PostgreSQL "
+          "(wall seconds of the command, child process)")
+    print(_table(rows))
+    report = {"benchmark": "many_sessions", "python": sys.version.split()[0],
+              "platform": platform.platform(), "cpus": os.cpu_count(), "data": data,
+              "before": str(args.before) if args.before else None, "rows": rows}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""LangChain and LangGraph on turnledger sessions (issue 10, point 3).
+
+Needs ``pip install 'turnledger[langchain]'`` (langchain-core; LangGraph for its agents).
+
+- **Conversions** (`from_langchain`, `to_langchain`, and their ``*_messages`` forms):
+  ``HumanMessage`` / ``SystemMessage`` / ``AIMessage`` (with ``tool_calls``) / ``ToolMessage``
+  ⇄ turnledger messages, losslessly: the content (a string or a list of content blocks, images
+  included) goes through the OpenAI Chat Completions conversion, which keeps every block; every
+  other field LangChain sets (``id``, ``name``, ``additional_kwargs``, ``response_metadata``,
+  ``usage_metadata``, ``artifact``, ``status``...) is kept verbatim beside it. A message that
+  would not come back equal is refused (`InvalidMessage`), never stored changed.
+- **History**: `TurnledgerChatMessageHistory`, a ``BaseChatMessageHistory`` backed by a
+  turnledger session (for ``RunnableWithMessageHistory``): ``messages`` is what the model should
+  see now (whole turns within the budget, the breadcrumb when older turns were cut; the trims
+  are recorded), ``add_messages`` records a step in one transaction, ``clear`` is recorded.
+- **Trimming step**: `TurnledgerTrimmer` records the messages of a LangGraph thread as they
+  come and returns the whole-turn window: as LangGraph's ``pre_model_hook``
+  (``create_react_agent(model, tools, pre_model_hook=trimmer.as_runnable())``: it answers
+  ``{"llm_input_messages": window}``, so the graph state keeps every message while the model
+  sees the window), and as an LCEL step on a message list (``trimmer.as_runnable() | model``).
+
+Async calls run the store's blocking I/O in a worker thread (`off_loop`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.errors import InvalidMessage, TurnledgerError
+from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.providers import from_openai_chat, to_openai_chat
+from turnledger.integrations import off_loop, open_session
+from turnledger.store.session import Session, Store
+
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "turnledger.integrations.langchain needs langchain-core: "
+        "pip install 'turnledger[langchain]'"
+    ) from error
+
+__all__ = [
+    "TurnledgerChatMessageHistory",
+    "TurnledgerTrimmer",
+    "from_langchain",
+    "from_langchain_messages",
+    "to_langchain",
+    "to_langchain_messages",
+]
+
+_ROLES: dict[type[BaseMessage], str] = {
+    HumanMessage: "user",
+    AIMessage: "assistant",
+    SystemMessage: "system",
+    ToolMessage: "tool",
+}
+_CLASSES = {role: cls for cls, role in _ROLES.items()}
+_KEY = "langchain"  # the verbatim LangChain fields, beside the Chat Completions ones
+
+
+def _openai_form(message: BaseMessage, where: str) -> dict[str, Any]:
+    """``message`` as one Chat Completions message plus its other LangChain fields."""
+    role = _ROLES.get(type(message))
+    if role is None:
+        raise InvalidMessage(f"{where}: {type(message).__name__} is not supported (use "
+                             "HumanMessage, AIMessage, SystemMessage or ToolMessage)")
+    rest = message.model_dump(exclude_defaults=True)
+    for key in ("content", "type", "tool_calls", "tool_call_id"):
+        rest.pop(key, None)
+    raw: dict[str, Any] = {"role": role, "content": message.content}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        raw["tool_calls"] = [_call_json(call, where) for call in message.tool_calls]
+    if isinstance(message, ToolMessage):
+        raw["tool_call_id"] = message.tool_call_id
+    if rest:
+        raw[_KEY] = rest
+    return raw
+
+
+def _call_json(call: Mapping[str, Any], where: str) -> dict[str, Any]:
+    if not call.get("id"):
+        raise InvalidMessage(f"{where}: a tool call has no id, so no result can answer it")
+    arguments = json.dumps(call["args"], ensure_ascii=False)
+    return {"id": call["id"], "type": "function",
+            "function": {"name": call["name"], "arguments": arguments}}
+
+
+def from_langchain(message: BaseMessage, *, where: str = "message") -> ConversationMessage:
+    """The turnledger message of one LangChain message (module doc).
+
+    Raises `InvalidMessage` for another message class, a tool call without an id, or fields
+    that are not JSON; nothing is converted with a loss.
+    """
+    try:
+        raw = json.loads(json.dumps(_openai_form(message, where)))
+    except (TypeError, ValueError) as error:
+        raise InvalidMessage(f"{where}: a field is not JSON-serialisable: {error}") from None
+    converted = from_openai_chat([raw])
+    if len(converted) != 1 or to_openai_chat(converted) != [raw]:
+        raise InvalidMessage(f"{where}: {type(message).__name__} would not come back equal")
+    return converted[0]
+
+
+def from_langchain_messages(messages: Iterable[BaseMessage]) -> list[ConversationMessage]:
+    """`from_langchain` of each message; the error names the index of a bad one."""
+    return [from_langchain(m, where=f"messages[{i}]") for i, m in enumerate(messages)]
+
+
+def _message_of(raw: dict[str, Any]) -> BaseMessage:
+    fields = dict(raw.pop(_KEY, None) or {})
+    role = raw["role"]
+    content = raw.get("content")
+    fields["content"] = "" if content is None else content
+    if "tool_calls" in raw:
+        fields["tool_calls"] = [
+            {"id": c["id"], "name": c["function"]["name"],
+             "args": json.loads(c["function"]["arguments"] or "{}"), "type": "tool_call"}
+            for c in raw["tool_calls"]
+        ]
+    if role == "tool":
+        fields["tool_call_id"] = raw["tool_call_id"]
+    message: BaseMessage = _CLASSES[role](**fields)
+    return message
+
+
+def to_langchain_messages(
+    history: Iterable[ConversationMessage | ChatMessage],
+) -> list[BaseMessage]:
+    """The LangChain messages of a turnledger history or chat view (one per provider message:
+    a `ToolResults` of two results is two ``ToolMessage``); the breadcrumb is a
+    ``HumanMessage``."""
+    return [_message_of(raw) for raw in to_openai_chat(history)]
+
+
+def to_langchain(message: ConversationMessage | ChatMessage) -> BaseMessage:
+    """The LangChain message of one turnledger message (`to_langchain_messages`)."""
+    converted = to_langchain_messages([message])
+    if len(converted) != 1:
+        raise InvalidMessage(f"this message is {len(converted)} LangChain messages: use "
+                             "to_langchain_messages")
+    return converted[0]
+
+
+class TurnledgerChatMessageHistory(BaseChatMessageHistory):
+    """A LangChain chat message history kept in a turnledger session (module doc)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """What the model should see now; the trims this takes are recorded (fit_window)."""
+        return to_langchain_messages(self.session.fit_window())
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Record ``messages`` in one transaction (`Session.extend`)."""
+        self.session.extend(from_langchain_messages(messages))
+
+    def clear(self) -> None:
+        """Remove every message from the views (recorded; the log keeps them)."""
+        self.session.clear()
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return await off_loop(lambda: self.messages)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await off_loop(self.add_messages, messages)
+
+    async def aclear(self) -> None:
+        await off_loop(self.clear)
+
+
+class TurnledgerTrimmer:
+    """Records a conversation's LangChain messages and answers the whole-turn window.
+
+    One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``,
+    named by `session_uuid`), or the one ``session_id`` given; sessions start with ``profile``,
+    ``providers`` and ``route``. The messages given are the whole conversation so far (a
+    graph's ``messages``): those not recorded yet are recorded in one transaction, then the
+    trims a request would make are decided and recorded, and the window is returned.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self._options = (profile, tuple(providers), route)
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def session_for(self, config: RunnableConfig | None = None) -> Session:
+        """The session of the thread of ``config`` (or of ``session_id``); opened once."""
+        name = self.session_id or ((config or {}).get("configurable") or {}).get("thread_id")
+        if not name:
+            raise TurnledgerError("TurnledgerTrimmer needs a session_id or a thread_id in "
+                                  "config['configurable']")
+        with self._lock:
+            if name not in self._sessions:
+                profile, providers, route = self._options
+                self._sessions[name] = open_session(
+                    self.store, str(name), profile=profile, providers=providers, route=route
+                )
+            return self._sessions[name]
+
+    def window(
+        self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
+    ) -> list[BaseMessage]:
+        """Record what is new in ``messages`` and return the window the model should see."""
+        session = self.session_for(config)
+        recorded = session.next_position
+        if len(messages) < recorded:
+            raise TurnledgerError(
+                f"session {session.id} recorded {recorded} messages but only {len(messages)} "
+                "were given: give the whole conversation, in order"
+            )
+        new = messages[recorded:]
+        if new:
+            session.extend(from_langchain_messages(new))
+        return to_langchain_messages(session.fit_window())
+
+    def invoke(self, value: Any, config: RunnableConfig | None = None) -> Any:
+        """A graph state (``{"messages": [...]}``) → ``{"llm_input_messages": window}``; a
+        message list → the window."""
+        if isinstance(value, Mapping):
+            return {"llm_input_messages": self.window(value["messages"], config)}
+        return self.window(list(value), config)
+
+    async def ainvoke(self, value: Any, config: RunnableConfig | None = None) -> Any:
+        """`invoke`, with the store's I/O in a worker thread."""
+        return await off_loop(self.invoke, value, config)
+
+    def as_runnable(self) -> Runnable[Any, Any]:
+        """This step as a Runnable (sync and async): a LangGraph ``pre_model_hook`` or an LCEL
+        step before a chat model."""
+        return RunnableLambda(self.invoke, afunc=self.ainvoke, name="turnledger_trim")
