@@ -33,6 +33,7 @@ from turnledger.domain.events import (
     RequestRejected,
     RouteReason,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
     TrimReason,
@@ -234,6 +235,7 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
     ),
     MessagePopped: _event(MessagePopped, position=counts, message=conversation_messages),
     HistoryCleared: _event(HistoryCleared, next_position=counts, removed=counts),
+    SessionForgotten: _event(SessionForgotten, reason=names),
 }
 
 missing = set(EVENT_TYPES) - set(EVENT_STRATEGIES)

@@ -38,6 +38,7 @@ from turnledger.domain.errors import (
     CorruptRecord,
     InvalidMessage,
     InvalidProfile,
+    SessionForgottenError,
     SessionNotFound,
     TurnledgerError,
     UnansweredToolCalls,
@@ -57,6 +58,7 @@ from turnledger.domain.events import (
     RequestPrepared,
     RequestRejected,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
 )
@@ -99,6 +101,14 @@ from turnledger.replay.report import report
 from turnledger.replay.timeline import TimelineEntry, timeline, views_at
 from turnledger.replay.whatif import WhatIfReport, what_if
 from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
+from turnledger.store.keys import (
+    AuditKeyRequired,
+    InvalidKey,
+    KeyRequired,
+    NotEncrypted,
+    UnkeyedChain,
+    WrongKey,
+)
 from turnledger.store.session import Session, Store, open_store
 
 __all__ = [
@@ -110,6 +120,7 @@ __all__ = [
     "IMAGE_TOKEN_ESTIMATE",
     "Analytics",
     "AssistantToolCalls",
+    "AuditKeyRequired",
     "BreadcrumbInserted",
     "Chat",
     "ChatMessage",
@@ -124,11 +135,14 @@ __all__ = [
     "HistoryPruning",
     "HistoryTrimmed",
     "ImageBlock",
+    "InvalidKey",
     "InvalidMessage",
     "InvalidProfile",
     "InvalidStoreURL",
+    "KeyRequired",
     "MessageAppended",
     "MessagePopped",
+    "NotEncrypted",
     "OpaqueBlock",
     "OrphansSwept",
     "OverflowRecovered",
@@ -147,6 +161,8 @@ __all__ = [
     "ServerToolResult",
     "ServerToolUse",
     "Session",
+    "SessionForgotten",
+    "SessionForgottenError",
     "SessionNotFound",
     "SessionStarted",
     "Store",
@@ -163,9 +179,11 @@ __all__ = [
     "TrimResult",
     "TurnledgerError",
     "UnansweredToolCalls",
+    "UnkeyedChain",
     "VerifyReport",
     "Violation",
     "WhatIfReport",
+    "WrongKey",
     "canonical_json",
     "effective_context_budget",
     "estimate_history_tokens",

@@ -105,26 +105,67 @@ def _dump_json(value: object, out: TextIO) -> None:
 
 # --- commands -------------------------------------------------------------------------------
 
-def _open(args: argparse.Namespace) -> Any:
+def _keys(args: argparse.Namespace) -> dict[str, Any]:
+    """The keys for `open_store`: ``--key-file`` / ``--audit-key-file``, else the
+    environment (TURNLEDGER_KEY, TURNLEDGER_AUDIT_KEY), which `open_store` reads itself."""
+    from turnledger.store.keys import read_key_file
+
+    keys: dict[str, Any] = {}
+    if getattr(args, "key_file", None):
+        keys["key"] = read_key_file(args.key_file, "key")
+    if getattr(args, "audit_key_file", None):
+        keys["audit_key"] = read_key_file(args.audit_key_file, "audit key")
+    return keys
+
+
+def _audit_key(args: argparse.Namespace) -> bytes | None:
+    from turnledger.store.keys import parse_key
+    from turnledger.store.session import AUDIT_KEY_VARIABLE
+
+    given = _keys(args).get("audit_key")
+    if given is not None:
+        return bytes(given)
+    text = os.environ.get(AUDIT_KEY_VARIABLE)
+    return parse_key(text, "audit key") if text else None
+
+
+def _master_key(args: argparse.Namespace) -> bytes | None:
+    from turnledger.store.keys import parse_key
+    from turnledger.store.session import KEY_VARIABLE
+
+    given = _keys(args).get("key")
+    if given is not None:
+        return bytes(given)
+    text = os.environ.get(KEY_VARIABLE)
+    return parse_key(text, "key") if text else None
+
+
+def _salvage_keys(args: argparse.Namespace) -> dict[str, bytes | None]:
+    """The keys a salvage of an encrypted or keyed store reads with."""
+    return {"key": _master_key(args), "audit_key": _audit_key(args)}
+
+
+def _open(args: argparse.Namespace, **options: Any) -> Any:
     from turnledger.store.session import open_store
 
-    return open_store(args.store)
+    return open_store(args.store, **_keys(args), **options)
 
 
-def _open_for_reading(args: argparse.Namespace) -> Any:
+def _open_for_reading(args: argparse.Namespace, **options: Any) -> Any:
     """The store for a command that writes no event; a read-only SQLite store is opened
     read-only (``mode=ro``) rather than refused. ``args.read_only`` says which happened."""
     from turnledger.store.session import open_store
 
     args.read_only = False
+    keys = _keys(args)
     try:
-        return open_store(args.store)
+        return open_store(args.store, **keys, **options)
     except TurnledgerError as error:
         fallback = _read_only_url(args.store)
         if fallback is None:
             raise
         try:
-            store = open_store(fallback)
+            store = open_store(fallback, **keys, **options)
         except TurnledgerError:
             raise error from None
     args.read_only = True
@@ -305,7 +346,7 @@ def _salvaging(args: argparse.Namespace, read: Callable[[Any], T]) -> tuple[T, b
             raise
         print(f"turnledger: damaged store: {_one_line(error)}; reading what can be salvaged",
               file=sys.stderr)
-        salvage = salvage_sqlite(path)
+        salvage = salvage_sqlite(path, **_salvage_keys(args))
     try:
         for damage in salvage.damage:
             print(f"turnledger: skipped: session {damage.session_id} version {damage.version}: "
@@ -392,16 +433,19 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
     progress = _Progress("verifying")
     ids = [args.session] if args.session else None
+    anchor = _read_anchor(args.anchor) if args.anchor else None
     try:
-        store = _open_for_reading(args)
+        store = _open_for_reading(args, allow_unkeyed=True)
     except TurnledgerError as error:  # a file too damaged to open: verify what can be read
         path = _damaged_path(args, error)
         if path is None:
             raise
-        report = verify_salvaged(path, error, ids, progress=progress)
+        report = verify_salvaged(path, error, ids, progress=progress, **_salvage_keys(args))
     else:
         with store:
             report = verify(store.backend, ids, progress=progress)
+            if anchor is not None:
+                report = _with_anchor(report, store.backend, anchor, _audit_key(args))
     progress.close()
     if args.json:
         print(report.to_json(), file=out)
@@ -416,6 +460,134 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
         print(f"verified {report.sessions_checked:,} sessions, {report.events_checked:,} events "
               f"in {report.seconds:.2f} s: {status}", file=out)
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def _read_anchor(path: str) -> dict[str, Any]:
+    from turnledger.replay.anchor import load_anchor
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read the anchor {path}: {error}") from None
+    return load_anchor(text)
+
+
+def _with_anchor(report: Any, backend: Any, anchor: dict[str, Any], audit_key: Any) -> Any:
+    import attrs
+
+    from turnledger.replay.anchor import check_anchor
+
+    found = check_anchor(backend, anchor, audit_key)
+    return attrs.evolve(report, violations=(*report.violations, *found))
+
+
+def cmd_anchor(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.replay.anchor import take_anchor
+
+    with _open_for_reading(args) as store:
+        anchor = take_anchor(store.backend, _audit_key(args))
+    text = json.dumps(anchor, sort_keys=True, indent=2)
+    if args.output:
+        _write_private(Path(args.output), text + "\n")
+        kind = anchor["mac"]["kind"]
+        print(f"anchored {len(anchor['sessions']):,} sessions and the log up to notification "
+              f"{anchor['log']['notification_id']:,} ({kind}) in {args.output}; keep it "
+              "where the store's writers cannot change it", file=out)
+    else:
+        print(text, file=out)
+    return EXIT_OK
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new or existing file readable by its owner only."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def cmd_keygen(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.store.keys import new_key_text
+
+    key = new_key_text()
+    if args.output:
+        _write_private(Path(args.output), key + "\n")
+        print(f"wrote a new key to {args.output} (mode 0600)", file=out)
+    else:
+        print(key, file=out)
+    return EXIT_OK
+
+
+def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
+    with _open(args) as store:
+        changed = store.forget(args.session, reason=args.reason)
+    if changed:
+        print(f"forgot session {args.session}: its data key was destroyed, its content can no "
+              "longer be read; its chain, event count and analytics counters remain", file=out)
+    else:
+        print(f"session {args.session} was already forgotten", file=out)
+    return EXIT_OK
+
+
+def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
+    with _open(args) as store:
+        if not store.encrypted:
+            from turnledger.store.keys import NotEncrypted
+
+            raise NotEncrypted(f"{redact_url(args.store)} is not encrypted: purge forgets "
+                               "sessions by destroying their data keys; give the store's key")
+        age = f"{args.older_than.total_seconds() / 86400:g} days"
+        idle = store.idle_sessions(args.older_than)
+        verb = "forgetting" if args.yes else "would forget"
+        for session_id, last in idle:
+            print(f"{verb} {session_id} (last event {last.isoformat(timespec='seconds')})",
+                  file=out)
+            if args.yes:
+                store.forget(session_id, reason=f"retention: idle longer than {age}")
+    if not idle:
+        print(f"no session is idle longer than {age}", file=out)
+    elif not args.yes:
+        print(f"{len(idle):,} sessions; run again with --yes to forget them", file=out)
+    else:
+        print(f"forgot {len(idle):,} sessions", file=out)
+    return EXIT_OK
+
+
+def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.store.keys import key_id, parse_key, read_key_file
+
+    if args.new_key_file:
+        new_key = read_key_file(args.new_key_file, "new key")
+    elif os.environ.get("TURNLEDGER_NEW_KEY"):
+        new_key = parse_key(os.environ["TURNLEDGER_NEW_KEY"], "new key")
+    else:
+        raise UsageError("give the new key: --new-key-file FILE or TURNLEDGER_NEW_KEY")
+    with _open(args) as store:
+        count = store.rekey(new_key)
+    print(f"re-wrapped {count:,} data keys under the new key (id {key_id(new_key, 'master')}); "
+          "no event was rewritten; open the store with the new key from now on", file=out)
+    return EXIT_OK
+
+
+def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
+    from turnledger.store.rechain import rechain
+
+    audit_key = _audit_key(args)
+    if audit_key is None:
+        raise UsageError("give the audit key to chain under: TURNLEDGER_AUDIT_KEY or "
+                         "--audit-key-file")
+    if not args.yes:
+        print("rechain rewrites the chain value of every record under the audit key (after "
+              "checking the unkeyed chain) and drops the snapshots; run again with --yes",
+              file=out)
+        return EXIT_OK
+    with _open(args, allow_unkeyed=True) as store:
+        count = rechain(store.backend, audit_key)
+    print(f"re-chained {count:,} records under the audit key; take an anchor now "
+          "(`turnledger anchor --output FILE`)", file=out)
+    return EXIT_OK
 
 
 def _statistics(backend: Any) -> tuple[Any, Any, Any]:
@@ -601,13 +773,29 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"store URL: sqlite:///path.db, memory://, postgresql://user@host:port/db "
         f"(default: $TURNLEDGER_STORE, else {DEFAULT_STORE_URL})",
     )
+    _add_key_options(parser, False)
     parser.add_argument("--version", action="version", version=f"turnledger {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     _add_transcript_commands(sub)
     _add_audit_commands(sub)
     _add_analytics_commands(sub)
+    _add_privacy_commands(sub)
+    for command in sub.choices.values():
+        _add_key_options(command, True)
     return parser
+
+
+def _add_key_options(parser: argparse.ArgumentParser, local: bool) -> None:
+    """``--key-file`` and ``--audit-key-file``, before the command or after it (``local``:
+    a subcommand's copy, which does not overwrite what was given before the command)."""
+    default = argparse.SUPPRESS if local else None
+    parser.add_argument("--key-file", metavar="FILE", default=default,
+                        help="the store's encryption key (base64 or hex text, or 32 raw bytes); "
+                        "default: $TURNLEDGER_KEY")
+    parser.add_argument("--audit-key-file", metavar="FILE", default=default,
+                        help="the audit key of a keyed hash chain; default: "
+                        "$TURNLEDGER_AUDIT_KEY")
 
 
 _IDS_HELP = (
@@ -688,6 +876,9 @@ def _add_audit_commands(sub: _Subparsers) -> None:
                        "hash chains and snapshots. Exit 1 when a violation is found.",
                        epilog=_IDS_HELP)
     p.add_argument("session", nargs="?", help="check only this session (default: all)")
+    p.add_argument("--anchor", metavar="FILE",
+                   help="also check the store against an anchor (`turnledger anchor`): "
+                   "deleted sessions and deleted newest records are violations")
     _add_json(p)
     p.set_defaults(func=cmd_verify)
 
@@ -741,6 +932,66 @@ def _add_analytics_commands(sub: _Subparsers) -> None:
     run.add_argument("--follow", action="store_true", help="keep following new events")
     run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
     run.set_defaults(func=cmd_projections_run)
+    _add_key_options(run, True)
+
+
+def _add_privacy_commands(sub: _Subparsers) -> None:
+    p = sub.add_parser("keygen", help="print a new random key (encryption or audit)",
+                       description="Print a new random 32-byte key as base64, for "
+                       "TURNLEDGER_KEY, TURNLEDGER_AUDIT_KEY or a key file.")
+    p.add_argument("--output", metavar="FILE", help="write it to FILE (mode 0600) instead")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("forget", help="erase a session's content (destroy its data key)",
+                       description="Destroy the session's data key and record "
+                       "SessionForgotten: its content becomes unreadable for everyone; its "
+                       "chain still verifies and its analytics counters stay. Needs an "
+                       "encrypted store.")
+    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("--reason", default="", help="why (recorded in the SessionForgotten event)")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("purge", help="forget the sessions idle longer than an age",
+                       description="List the sessions whose last event is older than the "
+                       "given age; with --yes, forget them (retention).")
+    p.add_argument("--older-than", required=True, type=_age, metavar="AGE",
+                   help="an age such as 90d, 12h, 2w, 30m")
+    p.add_argument("--yes", action="store_true", help="forget them (default: only list)")
+    p.set_defaults(func=cmd_purge)
+
+    p = sub.add_parser("rekey", help="rotate the master key (re-wrap every data key)",
+                       description="Re-wrap every session's data key under a new master key, "
+                       "in one transaction; no event is rewritten.")
+    p.add_argument("--new-key-file", metavar="FILE",
+                   help="the new key (default: $TURNLEDGER_NEW_KEY)")
+    p.set_defaults(func=cmd_rekey)
+
+    p = sub.add_parser("anchor", help="print head digests to keep outside the store",
+                       description="Record every session's last version and chain value and "
+                       "the log's last notification and chain value, MAC'd with the audit key; "
+                       "`verify --anchor FILE` then detects deleted records and sessions.")
+    p.add_argument("--output", metavar="FILE", help="write it to FILE (mode 0600)")
+    p.set_defaults(func=cmd_anchor)
+
+    p = sub.add_parser("rechain", help="move a store to a keyed (HMAC) hash chain",
+                       description="Check the unkeyed chain, then rewrite every record's chain "
+                       "value as HMAC-SHA256 under the audit key and drop the snapshots.")
+    p.add_argument("--yes", action="store_true", help="do it (default: only explain)")
+    p.set_defaults(func=cmd_rechain)
+
+
+_AGE_UNITS: dict[str, int] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> Any:
+    from datetime import timedelta
+
+    number, unit = text[:-1], text[-1:].lower()
+    if unit not in _AGE_UNITS or not number.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"an age is a whole number and a unit (s, m, h, d, w), e.g. 90d; got {text!r}"
+        )
+    return timedelta(seconds=int(number) * _AGE_UNITS[unit])
 
 
 def _positive_int(text: str) -> int:

@@ -67,7 +67,8 @@ def _flat(text: str) -> str:
 def test_e11_commands_are_discovered_from_the_parser() -> None:
     """The walk finds the top level, every subcommand and `projections run`."""
     expected = [(), ("demo",), ("import",), ("export",), ("sessions",), ("replay",), ("verify",),
-                ("what-if",), ("report",), ("stats",), ("projections",), ("projections", "run")]
+                ("what-if",), ("report",), ("stats",), ("projections",), ("projections", "run"),
+                ("keygen",), ("forget",), ("purge",), ("rekey",), ("anchor",), ("rechain",)]
     assert sorted(expected) == sorted(path for path, _ in COMMANDS)
 
 
@@ -129,8 +130,8 @@ def _arguments_for(path: tuple[str, ...], parser: argparse.ArgumentParser,
 def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     command: Command, sqlite_cli: Cli
 ) -> None:
-    """export, replay, verify, what-if and report of an unknown session id exit 2 with one line
-    naming it and print nothing on stdout."""
+    """export, replay, verify, what-if, report and forget of an unknown session id exit 2 with
+    one line naming it and print nothing on stdout."""
     path, parser = command
     missing = str(uuid.UUID(int=7))
 
@@ -142,7 +143,7 @@ def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     assert missing in result.stderr
 
 
-def test_e11_session_commands_are_the_five_that_take_a_session() -> None:
+def test_e11_session_commands_are_the_six_that_take_a_session() -> None:
     """The bad-input test above covers every command that takes a session id."""
-    expected = [("export",), ("replay",), ("verify",), ("what-if",), ("report",)]
+    expected = [("export",), ("replay",), ("verify",), ("what-if",), ("report",), ("forget",)]
     assert expected == [p for p, _ in SESSION_COMMANDS]

@@ -553,3 +553,15 @@ def test_e10_pop_and_clear_version_1_fixture_records_still_load(backend: EventSt
     session_id = next(iter(REMOVAL_EVENTS.values())).originator_id
     assert list(REMOVAL_EVENTS.values()) == backend.read(session_id)
     assert [] == backend.verify(session_id)
+
+
+def test_e10_session_forgotten_version_1_fixture_record_still_loads(
+    backend: EventStoreBackend,
+) -> None:
+    """A SessionForgotten v1 record (issue 11) reads back as written, on a plain store too."""
+    from tests.fixtures.records.make_forget_records import EVENTS as FORGET_EVENTS
+
+    backend.recorder.insert_events([load_fixture(name) for name in FORGET_EVENTS])
+    session_id = next(iter(FORGET_EVENTS.values())).originator_id
+    assert list(FORGET_EVENTS.values()) == backend.read(session_id)
+    assert [] == backend.verify(session_id)

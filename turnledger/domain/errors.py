@@ -8,6 +8,7 @@ __all__ = [
     "CorruptRecord",
     "InvalidMessage",
     "InvalidProfile",
+    "SessionForgottenError",
     "SessionNotFound",
     "TurnledgerError",
     "UnansweredToolCalls",
@@ -54,6 +55,17 @@ class UnansweredToolCalls(TurnledgerError):
 
 class SessionNotFound(TurnledgerError, LookupError):
     """No session with this id exists in the store."""
+
+
+class SessionForgottenError(TurnledgerError):
+    """The session was forgotten (`SessionForgotten`): its content can no longer be read.
+
+    Its id, its event count and its analytics counters remain; its messages do not.
+    """
+
+    def __init__(self, message: str, *, session_id: str = "") -> None:
+        super().__init__(message)
+        self.session_id = session_id
 
 
 class ConcurrencyConflict(TurnledgerError):

@@ -41,6 +41,7 @@ __all__ = [
     "RequestRejected",
     "RouteReason",
     "RouteSelected",
+    "SessionForgotten",
     "SessionStarted",
     "TrimDecided",
     "TrimReason",
@@ -296,6 +297,18 @@ class HistoryCleared(DomainEvent):
     removed: int
 
 
+@attrs.frozen
+class SessionForgotten(DomainEvent):
+    """The session's content was erased: its data key was destroyed (issue 11, ADR-0046).
+
+    Recorded by `Store.forget` (``reason`` says why: an erasure request, ``retention``). The
+    records before it stay in the log as ciphertext nobody can read; their hash chain still
+    verifies. Stored unencrypted: it holds no content.
+    """
+
+    reason: str = ""
+
+
 def _record_seed_structure(message: object) -> None:
     """Record in a v1 encoded `Chat` how the code that wrote it read it: the seed's rule.
 
@@ -332,4 +345,5 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = (
     OrphansSwept,
     MessagePopped,
     HistoryCleared,
+    SessionForgotten,
 )

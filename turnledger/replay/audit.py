@@ -44,6 +44,7 @@ from turnledger.domain.events import (
     HistoryTrimmed,
     MessagePopped,
     RequestPrepared,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
 )
@@ -85,6 +86,10 @@ class Rule(enum.StrEnum):
     BREADCRUMB = "R31-breadcrumb"
     TRIM_NOTICE = "R31-R34-trim-notice"
     TOOL_PAIRING = "R37-tool-pairing"
+    ANCHOR = "E2-anchor"
+    """The store disagrees with an anchor kept outside it (ADR-0048)."""
+    KEYED_CHAIN = "E2-keyed-chain"
+    """An audit key was given but the store keeps an unkeyed chain (ADR-0047)."""
 
     @property
     def requirement(self) -> str:
@@ -156,7 +161,12 @@ def verify(
         path = _sqlite_path(backend)
         if path is None or not is_damage(error):
             raise
-        return verify_salvaged(path, error, session_ids, progress)
+        keyring = backend.protection.keyring
+        return verify_salvaged(
+            path, error, session_ids, progress,
+            key=None if keyring is None else keyring.master,
+            audit_key=backend.protection.audit_key,
+        )
 
 
 def verify_salvaged(
@@ -164,14 +174,18 @@ def verify_salvaged(
     error: BaseException,
     session_ids: Iterable[UUID | str] | None = None,
     progress: Progress | None = None,
+    *,
+    key: bytes | None = None,
+    audit_key: bytes | None = None,
 ) -> VerifyReport:
-    """Verify what `salvage_sqlite` can read of the damaged SQLite file at ``path``.
+    """Verify what `salvage_sqlite` can read of the damaged SQLite file at ``path`` (with the
+    store's ``key`` and ``audit_key`` when it is encrypted or keyed).
 
     ``error`` is why the store could not be read whole; it is the first violation, followed by
     one per unreadable row or region, then the findings on the salvaged sessions.
     """
     began = time.perf_counter()
-    salvage = salvage_sqlite(path)
+    salvage = salvage_sqlite(path, key=key, audit_key=audit_key)
     try:
         report = _verify(salvage.backend, session_ids, progress, began)
     finally:
@@ -208,6 +222,13 @@ def _verify(
         ids = [parse_session_id(s) for s in session_ids]
         total = None
     violations: list[Violation] = []
+    if backend.protection.unkeyed_despite_audit_key:
+        violations.append(Violation(
+            STORE_WIDE, 0, Rule.KEYED_CHAIN,
+            "an audit key was given but the store keeps an unkeyed sha256 chain: whoever can "
+            "write the database can rewrite it unseen (a downgrade, or a store never moved to "
+            "a keyed chain: `turnledger rechain --yes`)",
+        ))
     done = 0
     for session_id in ids:
         records = backend.read_records(session_id)
@@ -287,7 +308,15 @@ class _SessionVerifier:
         self._seen.add((position, rule))
 
     def run(self) -> None:
-        for problem in verify_chain(self.records, self.backend.mapper):
+        mapper = self.backend.mapper
+        if mapper.is_forgotten(self.session_id):
+            # Erased content (ADR-0046): the chain over the ciphertext is all that can be
+            # checked, and it must still hold.
+            for problem in verify_chain(self.records, mapper, decode_events=False):
+                self._chain_problem(problem)
+            self._check_forget_recorded()
+            return
+        for problem in verify_chain(self.records, mapper):
             self._chain_problem(problem)
         events, chains = self._decode()
         snapshot = self._snapshot()
@@ -308,6 +337,18 @@ class _SessionVerifier:
                 state.version, to_chat_messages(state.conversation_view()), "conversation view"
             )
             self._check_breadcrumb(state.version, state.chat_view(), "chat view")
+
+    def _check_forget_recorded(self) -> None:
+        """A destroyed data key must be followed by `SessionForgotten` at the stream's end."""
+        topic = self.backend.mapper.codec.topic_of(SessionForgotten)
+        if self.records and self.records[-1].topic != topic:
+            last = self.records[-1].originator_version
+            self.report(
+                last + 1, Rule.MISSING_RECORD,
+                "the session's data key was destroyed but its stream does not end with "
+                "SessionForgotten: an interrupted forget (run `turnledger forget` again) or a "
+                "changed keys table",
+            )
 
     # -- records --
 

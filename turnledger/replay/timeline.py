@@ -49,6 +49,7 @@ from turnledger.domain.events import (
     RequestPrepared,
     RequestRejected,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
     TrimReason,
@@ -414,6 +415,11 @@ def _swept(event: OrphansSwept) -> str:
     return text + " (R36, E5)"
 
 
+def _forgotten(event: SessionForgotten) -> str:
+    why = f" ({event.reason})" if event.reason else ""
+    return f"session forgotten{why}: its data key was destroyed, its content erased"
+
+
 def _popped(event: MessagePopped) -> str:
     return (f"popped {_describe_item(event.message)} at log position {event.position} "
             "(it stays in the log)")
@@ -441,6 +447,7 @@ _SUMMARIES: Final[dict[type[DomainEvent], Callable[[Any], str]]] = {
     OrphansSwept: _swept,
     MessagePopped: _popped,
     HistoryCleared: _cleared,
+    SessionForgotten: _forgotten,
 }
 
 
@@ -580,12 +587,15 @@ def session_summaries(
 
     A session with a record that cannot be decoded is summarised up to that record, with
     ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
+    A forgotten session (``"forgotten"``: True) shows its id and its number of records only.
     """
     rows: list[dict[str, Any]] = []
     for session_id in backend.session_ids(after=after, limit=limit):
         events: list[DomainEvent] = []
         corrupt_at: int | None = None
-        for record in backend.read_records(session_id):
+        records = backend.read_records(session_id)
+        forgotten = backend.mapper.is_forgotten(session_id)
+        for record in [] if forgotten else records:
             try:
                 events.append(backend.mapper.decode_record(record)[0])
             except CorruptRecord:
@@ -594,5 +604,9 @@ def session_summaries(
         row = summarize_session(events)
         row["session_id"] = str(session_id)
         row["corrupt_at"] = corrupt_at
+        row["forgotten"] = forgotten
+        if forgotten:  # erased content (ADR-0046): only its records can be counted
+            row["events"] = len(records)
+            row["route"] = "(forgotten)"
         rows.append(row)
     return rows

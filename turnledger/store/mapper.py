@@ -10,15 +10,20 @@ way back — the library's order). ``payload`` is the codec's encoding of the ev
                       || topic.encode() || payload)            with chain(0) = 32 zero bytes
 
 `verify_chain` recomputes it over a session's raw records and reports edited, missing,
-reordered and undecodable records. The chain is tamper *evidence*, not a signature: it has no
-secret, so whoever rewrites a record and every later one can forge it, and deleting the newest
+reordered and undecodable records. Without a secret the chain is tamper *evidence*, not a
+signature: whoever rewrites a record and every later one can forge it, and deleting the newest
 records is only visible against an external anchor (``expected_version``, e.g. a snapshot's).
+
+Issue 11 adds hooks, used by `turnledger.store.crypto`: the chained bytes are what `conceal`
+returns (the payload here; its ciphertext in an encrypted store, ADR-0045) and `reveal` gives
+the payload back; with an audit key the chain is `keyed_chain_digest`, an HMAC (ADR-0047).
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import hmac
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -46,6 +51,7 @@ __all__ = [
     "TurnledgerMapper",
     "UndecodableRecord",
     "chain_digest",
+    "keyed_chain_digest",
     "verify_chain",
 ]
 
@@ -65,6 +71,22 @@ def chain_digest(
     # One call over the joined bytes: the same digest as four updates, for less per record.
     content = (prev_chain, originator_id.bytes, version.to_bytes(8, "big"), topic.encode(), payload)
     return hashlib.sha256(b"".join(content)).digest()
+
+
+def keyed_chain_digest(
+    audit_key: bytes,
+    prev_chain: bytes,
+    originator_id: UUID,
+    version: int,
+    topic: str,
+    payload: bytes,
+) -> bytes:
+    """The keyed chain value of one record (ADR-0047): HMAC-SHA256 under the audit key over
+    the same bytes `chain_digest` hashes, so nobody without the key can recompute it."""
+    message = b"".join(
+        (prev_chain, originator_id.bytes, version.to_bytes(8, "big"), topic.encode(), payload)
+    )
+    return hmac.digest(audit_key, message, "sha256")
 
 
 class EnvelopeTranscoder(Transcoder):
@@ -93,6 +115,7 @@ class TurnledgerMapper(Mapper[UUID]):
         cipher: Cipher | None = None,
         *,
         codec: EventCodec | None = None,
+        audit_key: bytes | None = None,
     ) -> None:
         super().__init__(
             transcoder=transcoder if transcoder is not None else EnvelopeTranscoder(),
@@ -100,6 +123,61 @@ class TurnledgerMapper(Mapper[UUID]):
             cipher=cipher,
         )
         self.codec = codec if codec is not None else default_codec()
+        self.audit_key = audit_key
+        """With an audit key the chain is `keyed_chain_digest` (ADR-0047), else `chain_digest`."""
+
+    # --- hooks of the per-session encryption (turnledger.store.crypto, ADR-0045) ---------------
+
+    def chain_of(
+        self, prev_chain: bytes, originator_id: UUID, version: int, topic: str, body: bytes
+    ) -> bytes:
+        """The chain value of a record whose chained bytes are ``body``."""
+        if self.audit_key is None:
+            return chain_digest(prev_chain, originator_id, version, topic, body)
+        return keyed_chain_digest(self.audit_key, prev_chain, originator_id, version, topic, body)
+
+    def conceal(self, event: DomainEvent, topic: str, payload: bytes) -> bytes:
+        """The bytes stored (and chained) for an event's payload: the payload itself here."""
+        return payload
+
+    def reveal(self, stored: StoredEvent, body: bytes) -> bytes:
+        """The payload of a record's chained bytes (the inverse of `conceal`)."""
+        return body
+
+    def is_forgotten(self, session_id: UUID) -> bool:
+        """Whether the session's content was erased (never, without per-session keys)."""
+        return False
+
+    def seal_snapshot(self, session_id: UUID, version: int, payload: bytes) -> bytes:
+        """The stored bytes of a snapshot (sealed like the store's records, MAC'd under the
+        audit key when there is one)."""
+        return self.mac_snapshot(session_id, version, self.seal(payload))
+
+    def unseal_snapshot(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        """The inverse of `seal_snapshot`; ``ValueError`` when its MAC does not match."""
+        return self.unseal(self.check_snapshot_mac(session_id, version, data))
+
+    def mac_snapshot(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        """``data`` followed by its HMAC under the audit key (``data`` alone without one): a
+        snapshot's own SHA-256 digest (ADR-0023) can be recomputed by whoever rewrites it."""
+        if self.audit_key is None:
+            return data
+        return data + self._snapshot_tag(session_id, version, data)
+
+    def check_snapshot_mac(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        """The inverse of `mac_snapshot`; ``ValueError`` when the MAC does not match."""
+        if self.audit_key is None:
+            return data
+        body, tag = data[:-CHAIN_SIZE], data[-CHAIN_SIZE:]
+        if not hmac.compare_digest(tag, self._snapshot_tag(session_id, version, body)):
+            raise ValueError("its MAC under the audit key does not match (rewritten without "
+                             "the key, or written by another store)")
+        return body
+
+    def _snapshot_tag(self, session_id: UUID, version: int, data: bytes) -> bytes:
+        assert self.audit_key is not None
+        message = b"turnledger:snapshot" + session_id.bytes + version.to_bytes(8, "big") + data
+        return hmac.digest(self.audit_key, message, "sha256")
 
     # --- bytes at rest ------------------------------------------------------------------------
 
@@ -136,10 +214,9 @@ class TurnledgerMapper(Mapper[UUID]):
         stored: list[StoredEvent] = []
         for event in events:
             topic, payload = self.codec.encode_event(event)
-            chain = chain_digest(
-                chain, event.originator_id, event.originator_version, topic, payload
-            )
-            state = self.seal(self.transcoder.encode(envelope_of(chain, payload)))
+            body = self.conceal(event, topic, payload)
+            chain = self.chain_of(chain, event.originator_id, event.originator_version, topic, body)
+            state = self.seal(self.transcoder.encode(envelope_of(chain, body)))
             stored.append(
                 StoredEvent(
                     originator_id=event.originator_id,
@@ -181,9 +258,9 @@ class TurnledgerMapper(Mapper[UUID]):
 
     def decode_record(self, stored: StoredEvent) -> tuple[DomainEvent, bytes]:
         """(event, chain) of a record; raises `UndecodableRecord` naming session and version."""
-        chain, payload = self.open_record(stored)
+        chain, body = self.open_record(stored)
         event = self.codec.decode_event(
-            stored.topic, payload, _as_uuid(stored), stored.originator_version
+            stored.topic, self.reveal(stored, body), _as_uuid(stored), stored.originator_version
         )
         return event, chain
 
@@ -204,7 +281,6 @@ class TurnledgerMapper(Mapper[UUID]):
     ) -> list[tuple[DomainEvent, bytes]]:
         decoded: list[tuple[DomainEvent, bytes]] = []
         expected = first_version
-        decode, open_record = self.codec.decode_event, self.open_record
         known_id: object = None
         session_id = UUID(int=0)
         for record in records:
@@ -217,11 +293,12 @@ class TurnledgerMapper(Mapper[UUID]):
                     session_id, expected, record.topic,
                     f"version {expected} is {what} (the next record is version {version})",
                 )
-            chain, payload = open_record(record)
+            chain, body = self.open_record(record)
             # Decode first: an undecodable record is named by its own cause (unknown topic,
             # invalid field) rather than by the chain it also breaks.
-            event = decode(record.topic, payload, session_id, version)
-            if chain != chain_digest(prev_chain, session_id, version, record.topic, payload):
+            payload = self.reveal(record, body)
+            event = self.codec.decode_event(record.topic, payload, session_id, version)
+            if chain != self.chain_of(prev_chain, session_id, version, record.topic, body):
                 raise UndecodableRecord(
                     session_id, version, record.topic,
                     "its hash chain does not match its bytes or its predecessor's "
@@ -336,7 +413,7 @@ class _SessionAudit:
                 self.report(version, ProblemKind.UNDECODABLE, error.cause)
                 prev_chain = None
                 continue
-            if prev_chain is not None and chain != chain_digest(
+            if prev_chain is not None and chain != self.mapper.chain_of(
                 prev_chain, self.uuid or _as_uuid(record), version, record.topic, payload
             ):
                 mismatches.append(_Mismatch(record, chain, payload))
@@ -364,7 +441,10 @@ class _SessionAudit:
     def check_decodes(self, record: StoredEvent, payload: bytes) -> None:
         try:
             self.mapper.codec.decode_event(
-                record.topic, payload, self.uuid or _as_uuid(record), record.originator_version
+                record.topic,
+                self.mapper.reveal(record, payload),
+                self.uuid or _as_uuid(record),
+                record.originator_version,
             )
         except UndecodableRecord as error:
             self.report(record.originator_version, ProblemKind.UNDECODABLE, error.cause)
@@ -378,7 +458,7 @@ class _SessionAudit:
             for prev_chain, prev_version in pending:
                 for mismatch in list(unresolved):
                     record = mismatch.record
-                    candidate = chain_digest(
+                    candidate = self.mapper.chain_of(
                         prev_chain, _as_uuid(record), prev_version + 1, record.topic,
                         mismatch.payload,
                     )

@@ -101,10 +101,14 @@ def is_sqlite_file(path: str) -> bool:
         return False
 
 
-def salvage_sqlite(path: str) -> Salvage:
+def salvage_sqlite(
+    path: str, *, key: bytes | None = None, audit_key: bytes | None = None
+) -> Salvage:
     """Copy the readable events and snapshots of the SQLite file at ``path`` into memory.
 
-    Raises ``sqlite3.Error`` only when the file cannot be opened read-only at all.
+    ``key`` and ``audit_key`` read an encrypted or keyed store: the data keys and settings are
+    read from the file's own tables (issue 11). Raises ``sqlite3.Error`` only when the file
+    cannot be opened read-only at all.
     """
     damage: list[Damage] = []
     with tempfile.TemporaryDirectory(prefix="turnledger-salvage-") as tmp:
@@ -118,10 +122,47 @@ def salvage_sqlite(path: str) -> Salvage:
         finally:
             connection.close()
     backend = open_backend("memory://")
+    if key is not None or audit_key is not None:
+        _read_with_keys(backend, path, key, audit_key)
     backend.recorder.insert_events(events)
     if snapshots:
         backend.snapshot_recorder.insert_events(snapshots)
     return Salvage(backend, tuple(damage))
+
+
+def _read_with_keys(
+    backend: EventStoreBackend, path: str, key: bytes | None, audit_key: bytes | None
+) -> None:
+    """Give the salvage backend the mapper the damaged file's own keys and settings call for."""
+    from turnledger.store.backends.port import SqlConnection
+    from turnledger.store.backends.sqlite import SQLITE_DIALECT
+    from turnledger.store.crypto import UNKEYED_CHAIN, Keyring, Protection, SealedMapper
+    from turnledger.store.keys import KeyTable
+    from turnledger.store.mapper import TurnledgerMapper
+
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+
+    def connect() -> SqlConnection:
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None,
+                                     check_same_thread=False)
+        return SqlConnection(connection, SQLITE_DIALECT)
+
+    table = KeyTable(connect, path)
+    try:
+        settings = table.settings()
+    except StoreUnavailable:  # the keys table is damaged too: read what needs no key
+        settings = {}
+    chain = settings.get("chain", UNKEYED_CHAIN)
+    chain_key = None if chain == UNKEYED_CHAIN else audit_key
+    codec = backend.mapper.codec
+    keyring = Keyring(table, key) if key is not None and "encryption" in settings else None
+    mapper = (
+        SealedMapper(keyring, codec=codec, audit_key=chain_key) if keyring is not None
+        else TurnledgerMapper(codec=codec, audit_key=chain_key)
+    )
+    backend.protection.close()
+    backend.protection = Protection(keys=table, keyring=keyring, chain=chain, audit_key=audit_key)
+    backend.mapper = mapper
 
 
 def _padded_copy(path: str, tmp: str, damage: list[Damage]) -> str:

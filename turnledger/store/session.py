@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -53,11 +54,13 @@ from turnledger.domain.events import (
     RejectionReason,
     RequestRejected,
     RouteReason,
+    SessionForgotten,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.state import collect_summarised
-from turnledger.store.backend import EventStoreBackend, open_backend
+from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
+from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import Pipeline, Position
 
 __all__ = [
@@ -540,6 +543,94 @@ class Store:
         start = None if after is None else parse_session_id(after)
         return [str(u) for u in self.backend.session_ids(after=start, limit=limit)]
 
+    # -- privacy (issue 11) --
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the store is encrypted at rest (opened with its key)."""
+        return self.backend.protection.keyring is not None
+
+    def forget(self, session_id: str | UUID, reason: str = "") -> bool:
+        """Erase a session's content: destroy its data key, record `SessionForgotten` (ADR-0046).
+
+        The analytics tables are brought up to date first, so the session's counters stay.
+        Afterwards nobody can read its messages (reads raise `SessionForgottenError`); its id,
+        event count and hash chain remain, and `verify` still checks the chain. Other sessions
+        are untouched. Returns False when it was already forgotten (nothing changes then).
+
+        Raises `NotEncrypted` for a store without a key (a plaintext log cannot erase one
+        session), `SessionNotFound`.
+        """
+        uuid = parse_session_id(session_id)
+        version, _ = self.backend.head(uuid)
+        if version == 0:
+            raise SessionNotFound(f"no session {uuid} in this store")
+        keyring = self.backend.protection.keyring
+        if keyring is None:
+            raise NotEncrypted(
+                f"{self.backend.url} is not encrypted: forgetting a session needs a store "
+                "opened with a key (its content is erased by destroying its data key)"
+            )
+        if keyring.is_forgotten(uuid) and self._ends_forgotten(uuid, version):
+            return False
+        self._count_before_forgetting()
+        keyring.forget(uuid)
+
+        def record() -> None:
+            head, chain = self.backend.head(uuid)
+            if self._ends_forgotten(uuid, head):
+                return
+            event = SessionForgotten(uuid, head + 1, _now(), reason=str(reason))
+            self.backend.append(uuid, [event], prev_chain=chain)
+
+        retry_on_conflict(record)
+        return True
+
+    def _ends_forgotten(self, session_id: UUID, version: int) -> bool:
+        last = self.backend.read_records(session_id, after_version=version - 1)
+        topic = self.backend.mapper.codec.topic_of(SessionForgotten)
+        return bool(last) and last[-1].topic == topic
+
+    def _count_before_forgetting(self) -> None:
+        from turnledger.projections.analytics import Analytics
+
+        with Analytics(self.backend) as analytics:
+            analytics.catch_up()
+
+    def forgotten(self, session_id: str | UUID) -> bool:
+        """Whether the session's content was erased (`forget`)."""
+        return self.backend.mapper.is_forgotten(parse_session_id(session_id))
+
+    def idle_sessions(
+        self, older_than: timedelta, *, now: datetime | None = None
+    ) -> list[tuple[str, datetime]]:
+        """(session id, time of its last event) of each session not yet forgotten whose last
+        event is older than ``older_than`` (retention: `turnledger purge`)."""
+        limit = (now or _now()) - older_than
+        found: list[tuple[str, datetime]] = []
+        for uuid in self.backend.session_ids():
+            if self.backend.mapper.is_forgotten(uuid):
+                continue
+            version, _ = self.backend.head(uuid)
+            last = self.backend.read_records(uuid, after_version=version - 1)
+            if not last:
+                continue
+            event = self.backend.mapper.to_domain_event(last[-1])
+            if isinstance(event, SessionForgotten):
+                continue
+            if event.timestamp < limit:
+                found.append((str(uuid), event.timestamp))
+        return found
+
+    def rekey(self, new_key: bytes | str) -> int:
+        """Rotate the master key: re-wrap every data key under ``new_key`` (no event is
+        rewritten); the store is then opened with ``new_key``. Returns how many data keys were
+        re-wrapped. Raises `NotEncrypted`, `InvalidKey`."""
+        keyring = self.backend.protection.keyring
+        if keyring is None:
+            raise NotEncrypted(f"{self.backend.url} is not encrypted: there is no key to rotate")
+        return keyring.rekey(parse_key(new_key, "new key"))
+
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every new `HistoryTrimmed`, after it commits (R33).
 
@@ -571,11 +662,41 @@ class Store:
                     log.exception("HistoryTrimmed subscriber %r failed", callback)
 
 
-def open_store(url: str | None = None, **options: Any) -> Store:
+KEY_VARIABLE = "TURNLEDGER_KEY"
+"""The environment variable `open_store` takes the encryption key from when none is given."""
+AUDIT_KEY_VARIABLE = "TURNLEDGER_AUDIT_KEY"
+"""The environment variable `open_store` takes the audit key from when none is given."""
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    key: bytes | str | None = None,
+    audit_key: bytes | str | None = None,
+    allow_unkeyed: bool = False,
+    **options: Any,
+) -> Store:
     """Open a store: ``sqlite:///path.db`` (default ``./turnledger.db``), ``memory://``,
     ``postgresql://user@host:port/dbname``.
 
+    ``key`` encrypts the store at rest (32 bytes, or their base64 or hex text; default: the
+    ``TURNLEDGER_KEY`` environment variable, if set): one data key per session, wrapped by this
+    master key (ADR-0045). ``audit_key`` (same forms; default ``TURNLEDGER_AUDIT_KEY``) makes
+    the hash chain an HMAC-SHA256 (ADR-0047). ``allow_unkeyed`` opens a store whose chain is
+    unkeyed although an audit key is given (for `verify`, which reports it).
+
     Raises `InvalidStoreURL` for a URL that cannot be used, `StoreUnavailable` when the
-    database cannot be reached.
+    database cannot be reached, `InvalidKey`, `KeyRequired`, `WrongKey`, `NotEncrypted`,
+    `AuditKeyRequired`, `UnkeyedChain` (`turnledger.store.keys`) for a key that does not fit.
     """
-    return Store(open_backend(url or DEFAULT_STORE_URL), **options)
+    if key is None:
+        key = os.environ.get(KEY_VARIABLE) or None
+    if audit_key is None:
+        audit_key = os.environ.get(AUDIT_KEY_VARIABLE) or None
+    backend = open_backend(
+        url or DEFAULT_STORE_URL,
+        key=None if key is None else parse_key(key, "key"),
+        audit_key=None if audit_key is None else parse_key(audit_key, "audit key"),
+        allow_unkeyed=allow_unkeyed,
+    )
+    return Store(backend, **options)

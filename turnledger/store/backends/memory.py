@@ -11,6 +11,7 @@ import dataclasses
 import sqlite3
 import threading
 import urllib.parse
+import uuid
 from typing import Self
 from uuid import UUID
 
@@ -63,11 +64,25 @@ class MemoryEventRecorder(POPOApplicationRecorder):
             del self._stored_events_index[str(session_id)][version]
 
 
+def _keys_uri() -> str:
+    return f"file:turnledger-keys-{uuid.uuid4().hex}?mode=memory&cache=shared"
+
+
 @attrs.define
 class _MemoryRecorders:
     events: MemoryEventRecorder = attrs.field(factory=MemoryEventRecorder)
     snapshots: POPOAggregateRecorder = attrs.field(factory=POPOAggregateRecorder)
     tracking: POPOTrackingRecorder = attrs.field(factory=POPOTrackingRecorder)
+    keys_uri: str = attrs.field(factory=_keys_uri)
+    """A shared in-memory SQLite database for the keys table (`Database.key_sql`); it lives
+    as long as ``keys_keeper`` (this store) does."""
+    keys_keeper: sqlite3.Connection = attrs.field(
+        default=attrs.Factory(lambda self: _connect_keys(self.keys_uri), takes_self=True)
+    )
+
+
+def _connect_keys(uri: str) -> sqlite3.Connection:
+    return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
 
 
 _named: dict[str, _MemoryRecorders] = {}
@@ -86,6 +101,7 @@ class MemoryDatabase(Database):
     def __init__(self, url: str, name: str) -> None:
         super().__init__(url)
         self.name = name
+        self._keys_uri = _keys_uri()
 
     @classmethod
     def from_url(cls, url: str, rest: str) -> Self:
@@ -102,12 +118,17 @@ class MemoryDatabase(Database):
         else:
             recorders = _MemoryRecorders()
         tracking = recorders.tracking
+        self._keys_uri = recorders.keys_uri
         return Recorders.of(
             POPOFactory(Environment("", settings)),
             recorders.events,
             recorders.snapshots,
             lambda: tracking,
         )
+
+    def key_sql(self) -> SqlConnection:
+        """The store's own in-memory keys database (shared by every backend of a name)."""
+        return SqlConnection(_connect_keys(self._keys_uri), SQLITE_DIALECT)
 
     def connect_sql(self) -> SqlConnection:
         # No SQL database behind a memory store: the same tables in a private SQLite database.

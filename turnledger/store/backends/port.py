@@ -216,6 +216,11 @@ class Database(abc.ABC):
         Raises what the driver raises (one of `database_errors`); the caller translates.
         """
 
+    def key_sql(self) -> SqlConnection:
+        """A new connection to where the store keeps its keys and settings tables
+        (`turnledger.store.keys`): its SQL database, unless a backend says otherwise."""
+        return self.connect_sql()
+
 
 def open_library_recorders(
     database: Database,

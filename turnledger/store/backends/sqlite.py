@@ -167,8 +167,9 @@ class SQLiteDatabase(Database):
         if os.path.isdir(self.path):
             raise InvalidStoreURL(f"{self.url!r}: {self.path} is a directory")
         try:
-            with open(self.path, "ab"):
-                pass
+            # Owner-only: a new store holds conversations (issue 11). SQLite gives its -wal
+            # and -shm files the mode of the database file. An existing file keeps its mode.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         except OSError as error:
             raise InvalidStoreURL(
                 f"{self.url!r}: cannot create {self.path}: "
@@ -184,6 +185,15 @@ class SQLiteDatabase(Database):
         logged = os.path.exists(wal) and os.path.getsize(wal) > 0
         # Immutable ignores a write-ahead log: only when there is none to read.
         return self.uri + ("?mode=ro" if logged else "?immutable=1")
+
+    def key_sql(self) -> SqlConnection:
+        """The file itself, read-only under ``mode=ro`` (the keys are needed to read)."""
+        if not self.read_only:
+            return self.connect_sql()
+        connection = sqlite3.connect(
+            self._read_only_uri(), uri=True, isolation_level=None, check_same_thread=False
+        )
+        return SqlConnection(connection, SQLITE_DIALECT)
 
     def session_start(self, session_id: UUID) -> int | None:
         uri = self._read_only_uri() if self.read_only else self.uri

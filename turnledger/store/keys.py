@@ -1,0 +1,426 @@
+"""Keys: the master key, the audit key, and the keys table of a store (issue 11, ADR-0046).
+
+A store encrypted at rest has one *master key* (32 bytes, kept by the operator, never stored)
+and one random *data key* per session, stored in the ``tl_keys`` table *wrapped* (AES-256-GCM)
+by the master key. Forgetting a session destroys its wrapped data key; rotating the master key
+(`KeyTable.rewrap`) re-wraps every data key and rewrites no event. The ``tl_settings`` table
+records what a store needs to be opened right: the id (not the bytes) of its master key and
+which hash chain its records carry (ADR-0047).
+
+Tables (the store's own database: the SQLite file, the PostgreSQL schema; a memory store keeps
+them in an in-memory SQLite database of its own):
+
+- ``tl_keys``: ``session_id`` (text, primary key), ``key_id`` (the id of the master key that
+  wrapped it), ``wrapped`` (blob: nonce + AES-GCM of the data key; NULL once forgotten),
+  ``created_at``, ``forgotten_at`` (ISO-8601 text; NULL until forgotten).
+- ``tl_settings``: ``name`` (text, primary key), ``value`` (text): ``encryption`` (the master
+  key's id), ``chain`` (``sha256`` or ``hmac-sha256:<audit key id>``).
+
+Key text: 32 bytes as base64 (44 characters) or as 64 hex digits; a key file holds that text
+or the 32 raw bytes. `new_key_text` makes one (``turnledger keygen``). A key's *id* is the
+first 8 bytes of HMAC-SHA256(key, purpose): it tells a wrong key from a damaged record and
+reveals nothing about the key. ``cryptography`` is imported when a key is used, never before.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hmac
+import os
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+from uuid import UUID
+
+import attrs
+
+from turnledger.domain.errors import TurnledgerError
+from turnledger.store.backends.port import SqlConnection, StoreUnavailable, database_errors
+
+__all__ = [
+    "KEY_SIZE",
+    "AuditKeyRequired",
+    "InvalidKey",
+    "KeyRequired",
+    "KeyTable",
+    "NotEncrypted",
+    "UnkeyedChain",
+    "WrongKey",
+    "key_id",
+    "new_key_text",
+    "parse_key",
+    "read_key_file",
+]
+
+KEY_SIZE: Final = 32
+"""Bytes of every key: AES-256 for the master and data keys, HMAC-SHA256 for the audit key."""
+
+_NONCE: Final = 12
+_WRAP_AAD: Final = b"turnledger data key:"
+
+
+# --- errors (all exit 2 in the CLI: bad usage, never "corrupt store") -----------------------
+
+class InvalidKey(TurnledgerError, ValueError):
+    """A key that is not 32 bytes as base64 or hex (or a key file that cannot be read)."""
+
+
+class KeyRequired(TurnledgerError):
+    """The store is encrypted and no key was given."""
+
+
+class WrongKey(TurnledgerError):
+    """The key given is not the store's key (or the audit key not the store's audit key)."""
+
+
+class NotEncrypted(TurnledgerError):
+    """A key was given for a store that holds unencrypted events, or a key operation
+    (forget, rekey) was asked of a store that is not encrypted."""
+
+
+class AuditKeyRequired(TurnledgerError):
+    """The store's chain is keyed (HMAC-SHA256) and no audit key was given."""
+
+
+class UnkeyedChain(TurnledgerError):
+    """An audit key was given for a store whose chain is unkeyed; `turnledger rechain` moves
+    it to a keyed chain (ADR-0047)."""
+
+
+# --- key material ---------------------------------------------------------------------------
+
+def new_key_text() -> str:
+    """A new random key as base64 text (44 characters)."""
+    return base64.b64encode(os.urandom(KEY_SIZE)).decode("ascii")
+
+
+def parse_key(value: bytes | str, what: str = "key") -> bytes:
+    """The 32 key bytes of ``value``: raw bytes, base64 text or 64 hex digits.
+
+    Raises `InvalidKey` naming ``what`` (never showing the value).
+    """
+    if isinstance(value, bytes) and len(value) == KEY_SIZE:
+        return value
+    try:
+        text = value.decode("ascii") if isinstance(value, bytes) else value
+    except UnicodeDecodeError:
+        text = ""
+    if not isinstance(text, str):
+        raise InvalidKey(f"the {what} must be bytes or text, got {type(value).__name__}")
+    text = text.strip()
+    decoded: bytes | None = None
+    if len(text) == 2 * KEY_SIZE:
+        with contextlib.suppress(ValueError):
+            decoded = bytes.fromhex(text)
+    if decoded is None:
+        with contextlib.suppress(binascii.Error, ValueError):
+            decoded = base64.b64decode(text.replace("-", "+").replace("_", "/"), validate=True)
+    if decoded is None or len(decoded) != KEY_SIZE:
+        raise InvalidKey(
+            f"the {what} must be {KEY_SIZE} bytes written as base64 (44 characters) or as "
+            f"{2 * KEY_SIZE} hex digits; `turnledger keygen` prints a new one"
+        )
+    return decoded
+
+
+def read_key_file(path: str | os.PathLike[str], what: str = "key") -> bytes:
+    """The key in the file at ``path`` (its text, or 32 raw bytes); `InvalidKey` otherwise."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InvalidKey(
+            f"cannot read the {what} file {path}: {error.strerror or type(error).__name__}"
+        ) from None
+    try:
+        return parse_key(data if len(data) == KEY_SIZE else data.strip(), what)
+    except InvalidKey as error:
+        raise InvalidKey(f"{path}: {error}") from None
+
+
+def key_id(key: bytes, purpose: str) -> str:
+    """A short public id of ``key`` for ``purpose`` (16 hex digits; reveals nothing of it)."""
+    return hmac.digest(key, b"turnledger key id:" + purpose.encode(), "sha256")[:8].hex()
+
+
+def _aesgcm(key: bytes) -> Any:
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError as error:
+        raise NotEncrypted(
+            f"encryption needs the cryptography package: pip install 'turnledger[encryption]' "
+            f"({error})"
+        ) from None
+    return AESGCM(key)
+
+
+def data_cipher(data_key: bytes) -> Any:
+    """The AES-GCM cipher of a data key."""
+    return _aesgcm(data_key)
+
+
+def wrap(master: bytes, session_id: UUID, data_key: bytes) -> bytes:
+    """``data_key`` encrypted under ``master``, bound to ``session_id``: nonce + ciphertext."""
+    nonce = os.urandom(_NONCE)
+    sealed: bytes = _aesgcm(master).encrypt(nonce, data_key, _WRAP_AAD + session_id.bytes)
+    return nonce + sealed
+
+
+def unwrap(master: bytes, session_id: UUID, wrapped: bytes) -> bytes | None:
+    """The data key of ``wrapped``; None when it does not open under ``master`` (damaged)."""
+    from cryptography.exceptions import InvalidTag
+
+    try:
+        data_key: bytes = _aesgcm(master).decrypt(
+            wrapped[:_NONCE], wrapped[_NONCE:], _WRAP_AAD + session_id.bytes
+        )
+    except (InvalidTag, ValueError):
+        return None
+    return data_key
+
+
+# --- the keys table -------------------------------------------------------------------------
+
+@attrs.frozen
+class KeyRow:
+    """One row of ``tl_keys``: a session's wrapped data key (None once forgotten)."""
+
+    session_id: UUID
+    key_id: str
+    wrapped: bytes | None
+    forgotten_at: str | None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class KeyTable:
+    """``tl_keys`` and ``tl_settings`` in a store's database, over one connection.
+
+    ``connect`` opens the connection (`Database.key_sql`); it is opened on first use and
+    again after a failure. Safe to share between threads. Database failures raise
+    `StoreUnavailable`. Reads of a store that has no such tables find nothing.
+    """
+
+    def __init__(self, connect: Callable[[], SqlConnection], where: str) -> None:
+        self._connect = connect
+        self._where = where
+        self._sql: SqlConnection | None = None
+        self._lock = threading.RLock()
+        self._created = False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sql is not None:
+                with contextlib.suppress(*database_errors()):
+                    self._sql.connection.close()
+                self._sql = None
+
+    @contextlib.contextmanager
+    def _cursor(self, action: str, *, write: bool = False) -> Iterator[tuple[Any, str]]:
+        """(DB-API cursor, placeholder) inside a transaction when ``write``."""
+        with self._lock:
+            try:
+                if self._sql is None:
+                    self._sql = self._connect()
+                sql = self._sql
+                cursor = sql.connection.cursor()
+                if write:
+                    cursor.execute(sql.dialect.begin)
+                try:
+                    yield cursor, sql.dialect.placeholder
+                except BaseException:
+                    if write:
+                        with contextlib.suppress(*database_errors()):
+                            cursor.execute("ROLLBACK")
+                    raise
+                if write:
+                    cursor.execute("COMMIT")
+            except database_errors() as error:
+                self.close()
+                raise StoreUnavailable(f"cannot {action} in {self._where}: {error}") from error
+
+    def _ensure_tables(self) -> None:
+        if self._created:
+            return
+        with self._lock:
+            blob = "BYTEA" if self._dialect_name() == "postgresql" else "BLOB"
+            for attempt in range(3):
+                try:
+                    with self._cursor("create the keys table", write=True) as (cursor, _):
+                        cursor.execute(
+                            "CREATE TABLE IF NOT EXISTS tl_keys (session_id TEXT PRIMARY KEY, "
+                            f"key_id TEXT NOT NULL, wrapped {blob}, created_at TEXT NOT NULL, "
+                            "forgotten_at TEXT)"
+                        )
+                        cursor.execute(
+                            "CREATE TABLE IF NOT EXISTS tl_settings (name TEXT PRIMARY KEY, "
+                            "value TEXT NOT NULL)"
+                        )
+                    break
+                except StoreUnavailable:  # two processes creating at once (PostgreSQL)
+                    if attempt == 2:
+                        raise
+            self._created = True
+
+    def _dialect_name(self) -> str:
+        with self._lock:
+            if self._sql is None:
+                try:
+                    self._sql = self._connect()
+                except database_errors() as error:
+                    raise StoreUnavailable(f"cannot open {self._where}: {error}") from error
+            return self._sql.dialect.name
+
+    # -- settings --
+
+    def settings(self) -> dict[str, str]:
+        """Every setting; ``{}`` for a store that has none (no table)."""
+        try:
+            with self._cursor("read the settings") as (cursor, _):
+                cursor.execute("SELECT name, value FROM tl_settings")
+                return {str(name): str(value) for name, value in cursor.fetchall()}
+        except StoreUnavailable as error:
+            if _no_table(error):
+                return {}
+            raise
+
+    def claim_setting(self, name: str, value: str) -> str:
+        """Set ``name`` to ``value`` unless it is set; the value it has afterwards."""
+        self._ensure_tables()
+        with self._cursor("write a setting", write=True) as (cursor, mark):
+            cursor.execute(
+                f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark}) "
+                "ON CONFLICT (name) DO NOTHING",
+                (name, value),
+            )
+            cursor.execute(f"SELECT value FROM tl_settings WHERE name = {mark}", (name,))
+            return str(cursor.fetchone()[0])
+
+    def replace_setting(self, name: str, value: str) -> None:
+        """Set ``name`` to ``value`` whatever it was."""
+        self._ensure_tables()
+        with self._cursor("write a setting", write=True) as (cursor, mark):
+            cursor.execute(f"DELETE FROM tl_settings WHERE name = {mark}", (name,))
+            cursor.execute(
+                f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark})", (name, value)
+            )
+
+    # -- data keys --
+
+    def get(self, session_id: UUID) -> KeyRow | None:
+        """The session's row, or None."""
+        try:
+            with self._cursor("read a data key") as (cursor, mark):
+                cursor.execute(
+                    "SELECT key_id, wrapped, forgotten_at FROM tl_keys "
+                    f"WHERE session_id = {mark}",
+                    (str(session_id),),
+                )
+                found = cursor.fetchone()
+        except StoreUnavailable as error:
+            if _no_table(error):
+                return None
+            raise
+        if found is None:
+            return None
+        wrapped = None if found[1] is None else bytes(found[1])
+        return KeyRow(session_id, str(found[0]), wrapped, found[2])
+
+    def add(self, session_id: UUID, master_id: str, wrapped: bytes) -> KeyRow:
+        """Store a session's wrapped data key unless it has one; the row it has afterwards."""
+        self._ensure_tables()
+        with self._cursor("store a data key", write=True) as (cursor, mark):
+            cursor.execute(
+                "INSERT INTO tl_keys (session_id, key_id, wrapped, created_at) "
+                f"VALUES ({mark}, {mark}, {mark}, {mark}) ON CONFLICT (session_id) DO NOTHING",
+                (str(session_id), master_id, wrapped, _now()),
+            )
+        row = self.get(session_id)
+        assert row is not None, "a row just inserted or found"
+        return row
+
+    def forget(self, session_id: UUID, master_id: str) -> None:
+        """Destroy the session's data key (keep the row: it says when it was forgotten).
+
+        SQLite overwrites the freed bytes (``secure_delete``) and the write-ahead log is
+        checkpointed and truncated, so the key's old bytes leave the files; PostgreSQL vacuums
+        the table, so its dead row version goes once no older transaction sees it (ADR-0046).
+        """
+        self._ensure_tables()
+        with self._lock:
+            sqlite = self._dialect_name() == "sqlite"
+            if sqlite:
+                with self._cursor("prepare the erasure") as (cursor, _):
+                    cursor.execute("PRAGMA secure_delete = ON")
+            with self._cursor("destroy a data key", write=True) as (cursor, mark):
+                cursor.execute(
+                    f"INSERT INTO tl_keys (session_id, key_id, wrapped, created_at) VALUES "
+                    f"({mark}, {mark}, NULL, {mark}) ON CONFLICT (session_id) DO NOTHING",
+                    (str(session_id), master_id, _now()),
+                )
+                cursor.execute(
+                    f"UPDATE tl_keys SET wrapped = NULL, forgotten_at = {mark} "
+                    f"WHERE session_id = {mark} AND forgotten_at IS NULL",
+                    (_now(), str(session_id)),
+                )
+            if sqlite:
+                with self._cursor("truncate the write-ahead log") as (cursor, _):
+                    cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    cursor.fetchall()
+            else:  # PostgreSQL: drop the dead row version that still holds the wrapped key
+                with self._cursor("vacuum the keys table") as (cursor, _):
+                    cursor.execute("VACUUM tl_keys")
+
+    def rewrap(self, old: bytes, new: bytes) -> int:
+        """Re-wrap every data key under ``new`` and record its id, in one transaction.
+
+        Raises `WrongKey` when a data key does not open under ``old`` (nothing is changed).
+        Returns the number of data keys re-wrapped.
+        """
+        self._ensure_tables()
+        old_id, new_id = key_id(old, "master"), key_id(new, "master")
+        with self._cursor("re-wrap the data keys", write=True) as (cursor, mark):
+            cursor.execute(
+                "SELECT session_id, key_id, wrapped FROM tl_keys WHERE wrapped IS NOT NULL"
+            )
+            rows = cursor.fetchall()
+            for session_text, wrapped_by, wrapped in rows:
+                session_id = UUID(str(session_text))
+                data_key = unwrap(old, session_id, bytes(wrapped))
+                if data_key is None or wrapped_by != old_id:
+                    raise WrongKey(
+                        f"the data key of session {session_id} does not open under the current "
+                        "key; nothing was re-wrapped"
+                    )
+                cursor.execute(
+                    f"UPDATE tl_keys SET key_id = {mark}, wrapped = {mark} "
+                    f"WHERE session_id = {mark}",
+                    (new_id, wrap(new, session_id, data_key), str(session_text)),
+                )
+            cursor.execute(f"DELETE FROM tl_settings WHERE name = {mark}", ("encryption",))
+            cursor.execute(
+                f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark})",
+                ("encryption", new_id),
+            )
+        return len(rows)
+
+    def forgotten(self) -> set[UUID]:
+        """The sessions whose data key was destroyed."""
+        try:
+            with self._cursor("read the keys table") as (cursor, _):
+                cursor.execute("SELECT session_id FROM tl_keys WHERE forgotten_at IS NOT NULL")
+                return {UUID(str(row[0])) for row in cursor.fetchall()}
+        except StoreUnavailable as error:
+            if _no_table(error):
+                return set()
+            raise
+
+
+def _no_table(error: StoreUnavailable) -> bool:
+    text = str(error.__cause__ or error).lower()
+    return "no such table" in text or ("relation" in text and "does not exist" in text)

@@ -1,0 +1,130 @@
+"""Move a store from the unkeyed sha256 chain to the keyed HMAC-SHA256 chain (ADR-0047).
+
+`rechain` first checks the whole unkeyed chain (it refuses a store whose chain does not
+verify: re-chaining would launder an edit), then computes every record's keyed chain value
+over the same stored bytes and writes the records back with it, drops the snapshots (they
+carry chain values; they are caches) and records the store's ``chain`` setting — in one
+transaction on SQLite and PostgreSQL. The events' payloads are not touched. From then on the
+store is opened with its audit key, and an edit by anyone without it is detected.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.store.backend import EventStoreBackend
+from turnledger.store.backends.memory import MemoryEventRecorder
+from turnledger.store.backends.port import StoreUnavailable, database_errors
+from turnledger.store.crypto import UNKEYED_CHAIN, keyed_chain_setting
+from turnledger.store.keys import parse_key
+from turnledger.store.mapper import ZERO_CHAIN, keyed_chain_digest, verify_chain
+
+__all__ = ["AlreadyKeyed", "rechain"]
+
+
+class AlreadyKeyed(TurnledgerError):
+    """The store's chain is keyed already."""
+
+
+def rechain(backend: EventStoreBackend, audit_key: bytes | str) -> int:
+    """Re-chain every record of ``backend`` under ``audit_key``; the number of records.
+
+    ``audit_key``: 32 bytes or their text. Reopen the store with the audit key afterwards.
+    Raises `AlreadyKeyed`, `CorruptRecord` (the unkeyed chain does not verify: nothing is
+    written), `StoreUnavailable`.
+    """
+    audit_key = parse_key(audit_key, "audit key")
+    if backend.protection.chain != UNKEYED_CHAIN:
+        raise AlreadyKeyed(f"{backend.url} already keeps a keyed chain")
+    rewritten = _rechained(backend, audit_key)
+    setting = keyed_chain_setting(audit_key)
+    if isinstance(backend.recorder, MemoryEventRecorder):
+        for record in rewritten:
+            backend.recorder.overwrite_record(
+                _uuid(record), record.originator_version, record.topic, record.state
+            )
+        _drop_memory_snapshots(backend)
+    else:
+        _rewrite_sql(backend, rewritten, setting)
+    if backend.protection.keys is not None:
+        backend.protection.keys.replace_setting("chain", setting)
+    return len(rewritten)
+
+
+def _uuid(record: StoredEvent) -> UUID:
+    value = record.originator_id
+    return value if isinstance(value, UUID) else UUID(str(value))
+
+
+def _rechained(backend: EventStoreBackend, audit_key: bytes) -> list[StoredEvent]:
+    mapper = backend.mapper
+    rewritten: list[StoredEvent] = []
+    for session_id in backend.session_ids():
+        records = backend.read_records(session_id)
+        problems = verify_chain(records, mapper, decode_events=False)
+        if problems:
+            raise CorruptRecord(
+                f"the unkeyed chain does not verify ({problems[0]}); nothing was re-chained: "
+                "run `turnledger verify` and settle what it finds first",
+                session_id=str(session_id), version=problems[0].version,
+            )
+        chain = ZERO_CHAIN
+        for record in records:
+            _, body = mapper.open_record(record)
+            chain = keyed_chain_digest(
+                audit_key, chain, session_id, record.originator_version, record.topic, body
+            )
+            state = mapper.seal(mapper.transcoder.encode([chain, body]))
+            rewritten.append(StoredEvent(
+                record.originator_id, record.originator_version, record.topic, state
+            ))
+    return rewritten
+
+
+def _drop_memory_snapshots(backend: EventStoreBackend) -> None:
+    recorder = backend.snapshot_recorder
+    lock = getattr(recorder, "_database_lock", None)
+    if lock is None:
+        return
+    with lock:
+        recorder._stored_events.clear()  # type: ignore[attr-defined]  # noqa: SLF001
+        recorder._stored_events_index.clear()  # type: ignore[attr-defined]  # noqa: SLF001
+
+
+def _rewrite_sql(backend: EventStoreBackend, records: list[StoredEvent], setting: str) -> None:
+    if backend.protection.keys is not None:
+        backend.protection.keys.claim_setting("chain", UNKEYED_CHAIN)  # creates the table
+    sql = backend.connect_sql()
+    mark = sql.dialect.placeholder
+    events = getattr(backend.recorder, "events_table_name", "stored_events")
+    snapshots = getattr(backend.snapshot_recorder, "events_table_name", "stored_snapshots")
+    sqlite = sql.dialect.name == "sqlite"
+    try:
+        cursor = sql.connection.cursor()
+        cursor.execute(sql.dialect.begin)
+        try:
+            for record in records:
+                session_id = _uuid(record)
+                cursor.execute(
+                    f"UPDATE {events} SET state = {mark} WHERE originator_id = {mark} AND "
+                    f"originator_version = {mark}",
+                    (record.state, session_id.hex if sqlite else session_id,
+                     record.originator_version),
+                )
+            cursor.execute(f"DELETE FROM {snapshots}")
+            cursor.execute(f"DELETE FROM tl_settings WHERE name = {mark}", ("chain",))
+            cursor.execute(
+                f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark})",
+                ("chain", setting),
+            )
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
+    except database_errors() as error:
+        raise StoreUnavailable(f"cannot re-chain {backend.url}: {error}") from error
+    finally:
+        sql.connection.close()
