@@ -120,7 +120,7 @@ def _drop_analytics(schema: str) -> None:
 
 
 def measure(url: str, schema: str, trees: dict[str, Path | None],
-            full_list: bool) -> list[dict[str, Any]]:
+            full_list: bool, catch_up: bool = True) -> list[dict[str, Any]]:
     seconds, out, code = _cli(url, ["sessions", "--limit", "100", "--json"], None)
     assert code == 0, out
     middle = None
@@ -142,8 +142,9 @@ def measure(url: str, schema: str, trees: dict[str, Path | None],
                          ["sessions", "--after", middle, "--limit", "100", "--json"], False))
     if full_list:
         commands.append(("sessions (all, every event read)", ["sessions", "--json"], False))
-    commands += [("projections run (catch-up from zero)", ["projections", "run"], True),
-                 ("stats (caught up)", ["stats", "--json"], False)]
+    if catch_up:
+        commands += [("projections run (catch-up from zero)", ["projections", "run"], True),
+                     ("stats (caught up)", ["stats", "--json"], False)]
     rows = []
     for label, args, from_zero in commands:
         for name, tree in trees.items():
@@ -175,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, help="a tree to time as 'before' too")
     parser.add_argument("--no-full-list", action="store_true",
                         help="skip `sessions` without a limit (reads every event)")
+    parser.add_argument("--no-catch-up", action="store_true",
+                        help="skip the projection catch-up and stats")
     parser.add_argument("--schema", help="reuse this schema's data (generated when empty)")
     parser.add_argument("--keep", action="store_true", help="keep the schema")
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -185,22 +188,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         from turnledger.store.session import open_store
 
         with open_store(url) as store:
-            existing = len(store.sessions(limit=1))
+            existing = store.sessions(limit=1)
         data = (generate(url, args.sessions, args.turns, args.workers) if not existing
                 else {"sessions": "reused", "schema": schema})
         print(f"data: {data}", flush=True)
         trees: dict[str, Path | None] = {"ours": None}
         if args.before:
             trees = {"before": args.before, "ours": None}
-        rows = measure(url, schema, trees, not args.no_full_list)
+        rows = measure(url, schema, trees, not args.no_full_list, not args.no_catch_up)
     finally:
         if not args.keep:
             import psycopg
 
             with psycopg.connect(CONNINFO, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    print(f"\n{args.sessions:,} sessions x {args.turns} turns on PostgreSQL "
-          "(wall seconds of the command, child process)")
+    size = (f"{args.sessions:,} sessions x {args.turns} turns" if existing == []
+            else f"the sessions of schema {schema}")
+    print(f"\n{size} on PostgreSQL (wall seconds of the command, child process)")
     print(_table(rows))
     report = {"benchmark": "many_sessions", "python": sys.version.split()[0],
               "platform": platform.platform(), "cpus": os.cpu_count(), "data": data,

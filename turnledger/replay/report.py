@@ -118,6 +118,7 @@ _FATES: Final = {
 _PLAIN: Final = (MessageAppended, RequestPrepared)
 _ROUTINE: Final = (*_PLAIN, TrimDecided, BreadcrumbInserted, HistoryTrimmed)
 _TITLE_VERSIONS: Final = 12  # event positions listed in a merged marker's hover text
+_SWITCH_PX: Final = 20.0  # route switches closer than this share one rule
 
 
 def _e(text: object) -> str:
@@ -288,7 +289,6 @@ class _Session:
             at = bisect.bisect_right(starts, position) - 1
             if at >= 0:
                 self.turns[at].swept += 1
-
 
     def popped(self, event: MessagePopped) -> None:
         """A popped message leaves its turn's counts (it stays in the log)."""
@@ -492,23 +492,36 @@ def _limits(buckets: Sequence[_Bucket], frame: _Frame) -> list[str]:
 
 
 def _switches(switches: Sequence[_Mark], frame: _Frame, links: _Links) -> list[str]:
-    out = []
-    labelled = len(switches) <= 12
-    for n, mark in enumerate(switches):
-        x = frame.px(mark.x)
-        y = _TOP + 11 + (n % 3) * 12  # staggered: neighbouring switches' labels do not overlap
-        # Near the right edge the label runs leftwards, so that it stays inside the chart.
-        anchor = f'x="{x - 3:.1f}" text-anchor="end"' if x > frame.right - 160 else (
-            f'x="{x + 3:.1f}"')
-        label = (f'<text class="switch-label" {anchor} y="{y}">'
-                 f'→ {_e(_route_of(mark.event))}</text>') if labelled else ""
-        inner = (f'<g class="switch"{links.target([mark.version])} data-event="{mark.version}">'
-                 f'<title>event '
-                 f'{_n(mark.version)}: {_e(mark.summary)}</title>'
-                 f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP}" y2="{_TOP + _PLOT_H}"/>'
-                 f'{label}</g>')
-        out.append(_link(links.event(mark.version), inner))
-    return out
+    """One rule per route switch; switches closer than `_SWITCH_PX` share one, with a count."""
+    cells: dict[int, list[_Mark]] = {}
+    for mark in switches:
+        cells.setdefault(int(frame.px(mark.x) // _SWITCH_PX), []).append(mark)
+    labelled = len(cells) <= 12
+    return [_switch_group(group, n, frame, links, labelled)
+            for n, group in enumerate(cells.values())]
+
+
+def _switch_group(
+    group: Sequence[_Mark], n: int, frame: _Frame, links: _Links, labelled: bool
+) -> str:
+    first = group[0]
+    x = frame.px(first.x)
+    if len(group) == 1:
+        title, text = f"event {_n(first.version)}: {_e(first.summary)}", _route_of(first.event)
+    else:
+        shown = ", ".join(_n(m.version) for m in group[:_TITLE_VERSIONS])
+        more = ", …" if len(group) > _TITLE_VERSIONS else ""
+        title, text = f"{_n(len(group))} route switches: events {shown}{more}", f"×{len(group)}"
+    y = _TOP + 11 + (n % 3) * 12  # staggered: neighbouring switches' labels do not overlap
+    # Near the right edge the label runs leftwards, so that it stays inside the chart.
+    anchor = f'x="{x - 3:.1f}" text-anchor="end"' if x > frame.right - 160 else (
+        f'x="{x + 3:.1f}"')
+    label = (f'<text class="switch-label" {anchor} y="{y}">→ {_e(text)}</text>'
+             if labelled else "")
+    inner = (f'<g class="switch"{links.target(m.version for m in group)} '
+             f'data-event="{first.version}" data-count="{len(group)}"><title>{title}</title>'
+             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP}" y2="{_TOP + _PLOT_H}"/>{label}</g>')
+    return _link(links.event(first.version), inner)
 
 
 def _route_of(event: DomainEvent) -> str:
