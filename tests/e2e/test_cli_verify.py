@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from uuid import UUID
 
+import msgpack
 import pytest
 
 from tests.backends import Target
+from turnledger.store.packing import open_envelope
 
 from .conftest import Cli, describe
 
@@ -69,6 +71,20 @@ def test_e6_verify_exits_0_on_a_healthy_store_and_json_counts_everything(cli: Cl
     )
 
 
+def _edit_payload(old: bytes, new: bytes) -> Callable[[bytes], bytes]:
+    """Replace bytes in a record's payload, opened from its envelope (it may be zlib'd,
+    ADR-0031) and written back as a plain pair: still a valid record, a broken chain."""
+
+    def edit(state: bytes) -> bytes:
+        chain, payload = open_envelope(msgpack.unpackb(state))
+        assert isinstance(payload, bytes)
+        assert old in payload
+        packed: bytes = msgpack.packb([chain, payload.replace(old, new)])
+        return packed
+
+    return edit
+
+
 def test_e2_verify_names_session_and_position_of_bytes_edited_in_the_sqlite_file(
     sqlite_cli: Cli,
 ) -> None:
@@ -77,7 +93,7 @@ def test_e2_verify_names_session_and_position_of_bytes_edited_in_the_sqlite_file
     victim = ids[1]
     # Same length, still valid msgpack: only the hash chain can tell (E2, ADR-0004).
     _rewrite_state(sqlite_cli.target, victim, TOOL_RESULTS_VERSION,
-                   lambda state: state.replace(b"4.2M", b"9.9M"))
+                   _edit_payload(b"4.2M", b"9.9M"))
 
     result = sqlite_cli.run("verify")
 
@@ -136,7 +152,7 @@ def test_e2_verify_names_session_and_position_of_a_row_edited_in_postgresql(
     """Editing one record's state with psycopg in the PostgreSQL schema: verify exits 1."""
     victim = postgres_cli.import_fixture("openai")[1]
     _rewrite_state(postgres_cli.target, victim, TOOL_RESULTS_VERSION,
-                   lambda state: state.replace(b"4.2M", b"9.9M"))
+                   _edit_payload(b"4.2M", b"9.9M"))
 
     result = postgres_cli.run("verify")
 

@@ -24,8 +24,9 @@ from turnledger.replay.audit import Rule, verify
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import default_codec
 from turnledger.store.mapper import ZERO_CHAIN
+from turnledger.store.packing import open_envelope
 from turnledger.store.pipeline import Pipeline, Position
-from turnledger.store.snapshots import compare_snapshot
+from turnledger.store.snapshots import compare_snapshot, encode_snapshot
 
 FLIP_SAMPLE = 512  # bits of one snapshot flipped by the test (benchmarks/snapshot_flips.py: all)
 VERIFY_EVERY = 8  # whole `verify` runs on every 8th flip; its snapshot check on every flip
@@ -51,22 +52,14 @@ def replayed(
     return state, chain
 
 
-def whole_state(state: SessionState, chain: bytes) -> tuple[object, ...]:
-    """Everything a snapshot holds: facts, route, legacy flag, chain and the whole window."""
-    index = state.index
-    return (
-        state.session_id, state.version, chain, state.profile, state.providers, state.legacy,
-        state.route.route, tuple(index.leading), tuple(index.retained), index.base,
-        tuple(index.items), state.conversation, state.chat,
-    )
-
-
 def differences(position: Position, state: SessionState, chain: bytes) -> list[str]:
-    """The fields in which a loaded position differs from a replayed state (all compared)."""
-    names = ("session_id", "version", "chain", "profile", "providers", "legacy", "route",
-             "leading", "retained", "base", "items", "conversation window", "chat window")
-    loaded, expected = whole_state(position.state, position.chain), whole_state(state, chain)
-    return [name for name, a, b in zip(names, loaded, expected, strict=True) if a != b]
+    """The fields in which a loaded position differs from a replayed state (all compared).
+
+    Both are put in the snapshot's canonical form (ADR-0030: the chat window held, the rest
+    of the conversation window summarised), whatever their amortised history, and every field
+    of that form is compared, the facts, chain, window and summary alike.
+    """
+    return compare_snapshot(encode_snapshot(position.state, position.chain), state, chain)
 
 
 def load(backend: EventStoreBackend, session_id: UUID) -> Position:
@@ -186,8 +179,10 @@ def test_e5_a_format_1_snapshot_is_replayed_on_restore_and_checked_by_verify(
 ) -> None:
     """An intact snapshot of the undigested format 1: restore replays and warns; verify passes."""
     path, session_id = recorded
-    version, current = snapshot_row(path, session_id)
-    _, _, body = msgpack.unpackb(current)
+    version, _ = snapshot_row(path, session_id)
+    with open_sqlite(path) as store:
+        folded, folded_chain = replayed(store.backend, session_id, upto_version=version)
+    _, _, body = msgpack.unpackb(encode_snapshot(folded, folded_chain, snapshot_format=2))
     old = msgpack.unpackb(body, timestamp=3)
     old["format"] = 1
     set_snapshot(path, session_id, version, msgpack.packb(old, datetime=True))
@@ -207,8 +202,10 @@ def test_e5_verify_names_the_snapshot_field_that_differs_from_the_log(
 ) -> None:
     """A well-formed snapshot whose profile differs from the log is reported by field name."""
     path, session_id = recorded
-    version, current = snapshot_row(path, session_id)
-    _, _, body = msgpack.unpackb(current)
+    version, _ = snapshot_row(path, session_id)
+    with open_sqlite(path) as store:
+        folded, folded_chain = replayed(store.backend, session_id, upto_version=version)
+    _, _, body = msgpack.unpackb(encode_snapshot(folded, folded_chain, snapshot_format=2))
     old = msgpack.unpackb(body, timestamp=3)
     old["format"] = 1
     old["profile"]["max_context_tokens"] = 1456
@@ -230,7 +227,7 @@ def edit_record(path: Path, session_id: UUID, version: int) -> None:
         "SELECT topic, state FROM stored_events WHERE originator_id=? AND originator_version=?",
         session_id.hex, version,
     )
-    chain, payload = msgpack.unpackb(state)
+    chain, payload = open_envelope(msgpack.unpackb(state))
     edited = decodable_edit(topic, payload, session_id, version)
     sql(path, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
         msgpack.packb([chain, edited]), session_id.hex, version)
@@ -317,7 +314,7 @@ def test_e11_a_restore_from_a_snapshot_checks_the_records_after_it(
         path, "SELECT originator_version, topic, state FROM stored_events WHERE originator_id=? "
         "AND originator_version = ?", session_id.hex, last,
     )
-    chain, body = msgpack.unpackb(payload)
+    chain, body = open_envelope(msgpack.unpackb(payload))
     sql(path, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
         msgpack.packb([chain, decodable_edit(topic, body, session_id, target)]),
         session_id.hex, target)

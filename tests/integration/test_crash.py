@@ -211,13 +211,13 @@ def _check_after_kill(
             return
         known = 0 if full else len(checked.events)
         events = [*checked.events[:known], *session.events(after_version=known)]
-
-    if full:
-        checked.fold = assert_session_consistent(session, events, why)
-    else:
-        checked.fold = assert_session_consistent(
-            session, events, why, checked=known, fold=checked.fold
-        )
+        # With the store open: a session's full conversation view reads the log (ADR-0030).
+        if full:
+            checked.fold = assert_session_consistent(session, events, why)
+        else:
+            checked.fold = assert_session_consistent(
+                session, events, why, checked=known, fold=checked.fold
+            )
     checked.events = events
     # The child continues from the last recorded message: none lost, none written twice.
     recorded = [message_seq(e.message) for e in events if isinstance(e, MessageAppended)]

@@ -75,6 +75,7 @@ from turnledger.replay.timeline import (
     views_at,
 )
 from turnledger.replay.whatif import what_if
+from turnledger.store.packing import open_envelope
 from turnledger.store.session import Session, Store, open_store
 
 OPENAI = ProviderProfile("openai", "gpt-4o", 128_000)
@@ -586,7 +587,7 @@ def test_e2_verify_reports_an_edited_record_by_session_and_position(sqlite_path:
         "SELECT state FROM stored_events WHERE originator_id=? AND originator_version=?",
         UUID(session_id).hex, version,
     )
-    chain, payload = msgpack.unpackb(state)
+    chain, payload = open_envelope(msgpack.unpackb(state))
     edited = payload.replace(b"question", b"QUESTION")
     assert edited != payload
     sql(

@@ -378,8 +378,8 @@ def evolve(state: SessionState, event: DomainEvent) -> SessionState:
             state.trim(view, position)
         case BreadcrumbInserted(view=view):
             state.mark_breadcrumb(view)
-        case MessagePopped(position=position):
-            state.sweep({position: None})
+        case MessagePopped(position=position, message=message):
+            state.pop(position, message)
         case HistoryCleared(next_position=position):
             state.clear(position)
         case OrphansSwept(positions=positions, rewritten=rewritten):

@@ -25,11 +25,18 @@ from turnledger.domain.budget import (
     resolve_route,
 )
 from turnledger.domain.errors import TurnledgerError
-from turnledger.domain.events import TrimReason, View
+from turnledger.domain.events import (
+    DomainEvent,
+    MessageAppended,
+    MessagePopped,
+    OrphansSwept,
+    TrimReason,
+    View,
+)
 from turnledger.domain.messages import ChatMessage, ConversationMessage
-from turnledger.domain.window import CONVERSATION_ROWS, Window, WindowIndex, chat_of
+from turnledger.domain.window import CONVERSATION_ROWS, Region, Window, WindowIndex, chat_of
 
-__all__ = ["Loop", "SessionState"]
+__all__ = ["Loop", "SessionState", "collect_summarised"]
 
 
 class Loop(enum.Enum):
@@ -71,6 +78,11 @@ class SessionState:
     ``conversation`` and ``chat`` are the windows of the two views (E4); a legacy session reads
     ``chat`` for both (`Loop`). ``index`` holds the log from the earliest window on, the
     leading system messages and the system messages retained from forgotten items.
+
+    A ``compact`` state (the store's sessions) holds items from the chat window on only and
+    summarises the rest of the conversation window (`Region`, ADR-0030): what a decision reads
+    stays O(window) whatever the turn limit; `conversation_view` then needs the summarised
+    items from the log (``older``). A state folded by the replay tools holds them all.
     """
 
     session_id: UUID | None = None
@@ -82,6 +94,7 @@ class SessionState:
     conversation: Window = attrs.field(factory=Window)
     chat: Window = attrs.field(factory=Window)
     index: WindowIndex[ConversationMessage] = attrs.field(factory=_new_index)
+    compact: bool = attrs.field(default=False, kw_only=True)
 
     @classmethod
     def restored(
@@ -99,15 +112,22 @@ class SessionState:
         retained: Iterable[ConversationMessage],
         base: int,
         items: Iterable[ConversationMessage | None],
+        lo: int | None = None,
+        region: Region[ConversationMessage] | None = None,
     ) -> SessionState:
-        """A state rebuilt from a snapshot: its facts, and its index from the kept messages.
+        """A compact state rebuilt from a snapshot: its facts, and its index from the kept
+        messages and the summary of the region ``[lo, base)`` (ADR-0030).
 
         ``items`` is the log from ``base`` (``None``: a swept item, R36); O(window).
         """
-        index = WindowIndex(CONVERSATION_ROWS, list(leading), list(retained), base, list(items))
+        index = WindowIndex(
+            CONVERSATION_ROWS, list(leading), list(retained), base, list(items),
+            lo=base if lo is None else lo, region=Region() if region is None else region,
+        )
         resolved = resolve_route(profile, providers, route)
         return cls(
-            session_id, version, profile, providers, legacy, resolved, conversation, chat, index
+            session_id, version, profile, providers, legacy, resolved, conversation, chat, index,
+            compact=True,
         )
 
     # -- facts --
@@ -137,9 +157,21 @@ class SessionState:
 
     # -- views --
 
-    def conversation_view(self) -> list[ConversationMessage]:
-        """The structured history after the turn limit, breadcrumb included (R28-R29, E4)."""
-        return self.index.render(self.window(View.CONVERSATION))
+    def conversation_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ConversationMessage]:
+        """The structured history after the turn limit, breadcrumb included (R28-R29, E4).
+
+        A compact state needs the items it summarises (`summarised`) as ``older``: position
+        -> item as the log holds it now (None: swept); ``ValueError`` without them.
+        """
+        return self.index.render(self.window(View.CONVERSATION), older)
+
+    @property
+    def summarised(self) -> range:
+        """The log positions of the conversation view this state does not hold (ADR-0030)."""
+        start = max(self.window(View.CONVERSATION).start, self.index.lo)
+        return range(start, max(start, self.index.base))
 
     def chat_view(self) -> list[ChatMessage]:
         """The provider-facing working history (R27a: equals the last prepared request)."""
@@ -183,6 +215,8 @@ class SessionState:
                 self.conversation = Window(first_kept, self.conversation.breadcrumb)
         # A legacy session's conversation start follows its chat start, so this is its window.
         self.index.forget_before(min(self.conversation.start, self.chat.start))
+        if self.compact:
+            self.index.compact_before(self.chat.start)
 
     def mark_breadcrumb(self, view: View) -> None:
         """A breadcrumb now precedes ``view``'s kept turns, and the chat view's too (R31)."""
@@ -207,7 +241,39 @@ class SessionState:
         self.index = WindowIndex(CONVERSATION_ROWS, base=next_position)
         self.conversation = self.chat = Window(next_position)
 
+    def pop(self, position: int, item: ConversationMessage) -> None:
+        """Remove the popped ``item`` at ``position`` from the views (the log keeps it)."""
+        index = self.index
+        if index.lo <= position < index.base:
+            index.remove_summarised(position, item)
+        else:
+            index.replace({position: None})
+
+    @property
+    def held_from(self) -> range:
+        """The log positions a compact state summarises instead of holding (`expand`)."""
+        return range(self.index.lo, self.index.base)
+
     def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
         """Replace swept items (``None``: removed from the views, still in the log, R36)."""
         self.index.replace(changes)
 
+
+
+def collect_summarised(
+    older: dict[int, ConversationMessage | None],
+    events: Iterable[DomainEvent],
+    span: range,
+) -> None:
+    """Add to ``older`` the items at the positions ``span`` as ``events`` (a session's log, in
+    order, page by page) leave them: appended, then popped or swept (None) or rewritten (R36)."""
+    for event in events:
+        if isinstance(event, MessageAppended):
+            if event.position in span:
+                older[event.position] = event.message
+        elif isinstance(event, MessagePopped):
+            if event.position in span:
+                older[event.position] = None
+        elif isinstance(event, OrphansSwept):
+            older.update((p, None) for p in event.positions if p in span)
+            older.update((p, item) for p, item in event.rewritten if p in span)

@@ -132,9 +132,9 @@ def window_for_count(
 
     ``breadcrumb=False``: the kept view gets no breadcrumb (the legacy loop, R34).
     """
-    starts = index.turns_from(window.start)
-    dropped = turns_to_drop_for_count(len(starts), max_turns)
-    return Window(starts[dropped], breadcrumb) if dropped else None
+    # Counted, not copied: with the turn limit off the window may hold every turn.
+    dropped = turns_to_drop_for_count(index.count_turns_from(window.start), max_turns)
+    return Window(index.turn_from(window.start, dropped), breadcrumb) if dropped else None
 
 
 def window_for_budget(

@@ -16,8 +16,8 @@ render, price and count a trim here, so each of those rules has one home (ADR-00
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache, partial
 from itertools import accumulate, compress, count
 from operator import is_not, mul
@@ -38,6 +38,7 @@ from turnledger.domain.messages import (
     is_real_user_message,
     to_chat_messages,
 )
+from turnledger.domain.sweep import sweep_conversation_orphans
 from turnledger.domain.turns import (
     is_breadcrumb_item,
     is_system_item,
@@ -50,6 +51,7 @@ __all__ = [
     "CONVERSATION_ROWS",
     "ONCE_CONVERSATION_ROWS",
     "Cut",
+    "Region",
     "Rows",
     "Window",
     "WindowIndex",
@@ -76,6 +78,9 @@ class Rows(Generic[T]):
     surcharge: Callable[[T], int]
     sent: Callable[[T], int]
     breadcrumb: T
+    paired: Callable[[Sequence[T]], bool] = attrs.field(default=lambda _: True, kw_only=True)
+    """True when the tool calls and results of these items (one turn) pair among themselves:
+    an item of such a turn never matters to the orphan sweep of a longer window (R36)."""
 
 
 @lru_cache(maxsize=8192)
@@ -117,7 +122,13 @@ def _conversation_rows(
         surcharge,
         sent,
         Chat(ChatMessage.breadcrumb()),
+        paired=_paired,
     )
+
+
+def _paired(items: Sequence[ConversationMessage]) -> bool:
+    result = sweep_conversation_orphans(items)
+    return not result.removed_indices and not result.rewritten
 
 
 CHAT_ROWS: Rows[ChatMessage] = Rows(
@@ -164,6 +175,25 @@ class Cut:
 
 
 @attrs.define
+class Region(Generic[T]):
+    """The part ``[lo, base)`` of a log a session summarises instead of holding (ADR-0030).
+
+    What a decision still reads there: ``turns``, the turn starts; ``tokens`` and ``real``,
+    for each segment (from ``lo`` or a turn start to the next one, the last one to ``base``)
+    its estimate outside the current turn and its real messages (R32); ``systems``, its system
+    items (kept by every view, R4, R9); ``suspects``, the items of its turns whose tool calls
+    and results do not pair among themselves (the only ones the orphan sweep can touch, R36).
+    The items themselves are read from the log when a full view is asked for.
+    """
+
+    turns: list[int] = attrs.field(factory=list)
+    tokens: list[int] = attrs.field(factory=list)
+    real: list[int] = attrs.field(factory=list)
+    systems: list[tuple[int, T]] = attrs.field(factory=list)
+    suspects: list[tuple[int, T]] = attrs.field(factory=list)
+
+
+@attrs.define
 class WindowIndex(Generic[T]):
     """A log from position ``base`` on, with the sums every window question reads.
 
@@ -171,8 +201,10 @@ class WindowIndex(Generic[T]):
     messages (R4); ``retained``, system messages of log items already forgotten (R9);
     ``base``, the log position of ``items[0]``; ``items``, the log from ``base`` (``None``
     marks an item swept from the views, R36); ``head_tokens``, the estimate of ``leading`` and
-    ``retained``. Change it only through `append`, `replace` and `forget_before`. A fresh
-    index over a whole history is `WindowIndex.of`.
+    ``retained``; ``lo`` and ``region``, the summarised part ``[lo, base)`` of a compact index
+    (`compact_before`; empty otherwise, ``lo == base``). Change it only through `append`,
+    `replace`, `forget_before` and `compact_before`. A fresh index over a whole history is
+    `WindowIndex.of`.
     """
 
     rows: Rows[T]
@@ -180,19 +212,29 @@ class WindowIndex(Generic[T]):
     retained: list[T] = attrs.field(factory=list)
     base: int = 0
     items: list[T | None] = attrs.field(factory=list)
+    lo: int = attrs.field(default=-1, kw_only=True)
+    region: Region[T] = attrs.field(factory=Region, kw_only=True)
     head_tokens: int = attrs.field(init=False, default=0)
     # Prefix sums over `items` (index i: the sum over items[:i]) of the estimate outside the
     # current turn, and of that of the system messages; read as differences.
     _tokens: list[int] = attrs.field(init=False, factory=list)
     _system_tokens: list[int] = attrs.field(init=False, factory=list)
+    # Turn starts from `lo` on (the region's too); system positions from `base` on.
     _turn_starts: list[int] = attrs.field(init=False, factory=list)
     _system_positions: list[int] = attrs.field(init=False, factory=list)
     # The surcharges of the current turn: from the newest turn start (or `base`) to the end.
     _current_surcharge: int = attrs.field(init=False, default=0)
+    # Cumulative sums of the region at each of its bounds (`lo`, then its turn starts).
+    _bounds: list[int] = attrs.field(init=False, factory=list)
+    _cum_tokens: list[int] = attrs.field(init=False, factory=list)
+    _cum_real: list[int] = attrs.field(init=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
+        if self.lo < 0:
+            self.lo = self.base
         head = (*self.leading, *self.retained)
         self.head_tokens = sum(self.rows.base_tokens(item) for item in head)
+        self._region_sums()
         self._reindex(self.items)
 
     @classmethod
@@ -211,27 +253,50 @@ class WindowIndex(Generic[T]):
         """Turn-start positions at or after ``start``, ascending (R1, R2)."""
         return self._turn_starts[bisect_left(self._turn_starts, start):]
 
+    def count_turns_from(self, start: int) -> int:
+        """``len(turns_from(start))`` without copying them; O(log turns)."""
+        return len(self._turn_starts) - bisect_left(self._turn_starts, start)
+
+    def turn_from(self, start: int, k: int) -> int:
+        """``turns_from(start)[k]`` without copying them; O(log turns)."""
+        return self._turn_starts[bisect_left(self._turn_starts, start) + k]
+
     def present_from(self, start: int) -> list[tuple[int, T]]:
-        """``(position, item)`` of every item still in the views from ``start``; O(window)."""
+        """``(position, item)`` of every item still in the views from ``start`` that the orphan
+        sweep must see (of the region: its suspects only, ADR-0030); O(window)."""
         first = max(start, self.base)
-        return [
+        suspects = [(p, i) for p, i in self.region.suspects if p >= start]
+        return suspects + [
             (p, item)
             for p, item in enumerate(self.items[first - self.base :], first)
             if item is not None
         ]
 
+    def holds(self, window: Window) -> bool:
+        """True when every item of ``window`` is held (not summarised in the region)."""
+        return max(window.start, self.lo) >= self.base
+
     # -- a window: its items, its cost, a trim's numbers --
 
-    def render(self, window: Window) -> list[T]:
-        """The items of ``window``: head, rescued systems, breadcrumb, kept suffix (R4, R9, R31)."""
-        start = max(window.start, self.base)
+    def render(self, window: Window, older: Mapping[int, T | None] | None = None) -> list[T]:
+        """The items of ``window``: head, rescued systems, breadcrumb, kept suffix (R4, R9, R31).
+
+        A window that starts in the region needs its items there: ``older`` (position ->
+        item, None for a swept one), read from the log; ``ValueError`` without them.
+        """
+        start = max(window.start, self.lo)
         late = self._system_positions[: bisect_left(self._system_positions, start)]
         items, base = self.items, self.base
         kept = [*self.leading, *self.retained]
+        kept += [item for p, item in self.region.systems if p < start]
         kept += [item for p in late if (item := items[p - base]) is not None]
         if window.breadcrumb:
             kept.append(self.rows.breadcrumb)
-        kept += [item for item in items[start - base :] if item is not None]
+        if start < base:
+            if older is None:
+                raise ValueError(f"the window starts at {start}, before the held log ({base})")
+            kept += [item for p in range(start, base) if (item := older.get(p)) is not None]
+        kept += [item for item in items[max(start, base) - base :] if item is not None]
         return kept
 
     def tokens(self, window: Window) -> int:
@@ -240,18 +305,29 @@ class WindowIndex(Generic[T]):
         The current turn, whose tool attachments are charged (R22), starts at the newest turn
         start; with none, everything kept is the current turn.
         """
-        start = max(window.start, self.base) - self.base
+        start = max(window.start, self.lo)
         end = len(self.items)
+        breadcrumb = BREADCRUMB_TOKENS if window.breadcrumb else 0
+        if start < self.base:
+            systems, region = self._region_at(start)
+            return (
+                self.head_tokens + systems + breadcrumb
+                + self._region_total(self._cum_tokens, self.region.tokens) - region
+                + self._tokens[end] - self._tokens[0]
+                + self._current_surcharge
+            )
+        offset = start - self.base
         return (
             self.head_tokens
-            + self._system_tokens[start] - self._system_tokens[0]
-            + (BREADCRUMB_TOKENS if window.breadcrumb else 0)
-            + self._tokens[end] - self._tokens[start]
-            + self._surcharge_from(start + self.base)
+            + self._region_systems_before(start)
+            + self._system_tokens[offset] - self._system_tokens[0]
+            + breadcrumb
+            + self._tokens[end] - self._tokens[offset]
+            + self._surcharge_from(start)
         )
 
     def _surcharge_from(self, start: int) -> int:
-        newest = self._turn_starts[-1] if self._turn_starts else self.base
+        newest = self._turn_starts[-1] if self._turn_starts else self.lo
         if start <= newest:  # every window a trim keeps: the newest turn is kept (R6)
             return self._current_surcharge
         surcharge = self.rows.surcharge
@@ -264,17 +340,24 @@ class WindowIndex(Generic[T]):
         `ToolResults` of two results is two). Systems (kept), breadcrumbs (replaced) and swept
         items (gone) are not counted.
         """
+        counted = 0
+        if max(old, self.lo) < self.base and new > old:
+            if sent:
+                raise ValueError("the region counts items, not sent messages")
+            upto = self._region_total(self._cum_real, self.region.real)
+            last = upto if new >= self.base else self._cum_real[self._bound(new)]
+            counted = last - self._cum_real[self._bound(max(old, self.lo))]
         rows = self.rows
-        first, last = max(old, self.base), max(new, self.base)
-        region = self.items[first - self.base : last - self.base]
+        first, last_p = max(old, self.base), max(new, self.base)
+        region = self.items[first - self.base : last_p - self.base]
         present = cast("list[T]", list(filter(_is_present, region)))
         if sent:
             real = [i for i in present if not rows.is_system(i) and not rows.is_breadcrumb(i)]
-            return sum(map(rows.sent, real))
-        systems = bisect_left(self._system_positions, last) - bisect_left(
+            return counted + sum(map(rows.sent, real))
+        systems = bisect_left(self._system_positions, last_p) - bisect_left(
             self._system_positions, first
         )
-        return len(present) - systems - sum(map(rows.is_breadcrumb, present))
+        return counted + len(present) - systems - sum(map(rows.is_breadcrumb, present))
 
     def cut(self, before: Window, after: Window, *, sent: bool = False) -> Cut:
         """The numbers of trimming ``before`` down to ``after`` (R10, R32).
@@ -292,16 +375,45 @@ class WindowIndex(Generic[T]):
             tokens_after=self.tokens(after),
         )
 
+    # -- the region's sums --
+
+    def _region_sums(self) -> None:
+        """Rebuild the region's bounds and cumulative sums from ``region`` (O(region turns))."""
+        turns = self.region.turns
+        self._bounds = [self.lo, *turns] if not turns or turns[0] != self.lo else list(turns)
+        self._cum_tokens = list(accumulate(self.region.tokens, initial=0))
+        self._cum_real = list(accumulate(self.region.real, initial=0))
+
+    def _bound(self, position: int) -> int:
+        index = bisect_left(self._bounds, position)
+        if index == len(self._bounds) or self._bounds[index] != position:
+            raise ValueError(f"position {position} is not a turn start of the region")
+        return index
+
+    def _region_total(self, cumulative: list[int], segments: list[int]) -> int:
+        return cumulative[len(segments)] if segments else 0
+
+    def _region_systems_before(self, start: int) -> int:
+        tokens = self.rows.base_tokens
+        return sum(tokens(item) for p, item in self.region.systems if p < start)
+
+    def _region_at(self, start: int) -> tuple[int, int]:
+        """(system tokens before ``start``, segment tokens before ``start``) in the region."""
+        return self._region_systems_before(start), self._cum_tokens[self._bound(start)]
+
     # -- changes --
 
     def append(self, item: T) -> bool:
         """Add ``item`` at `next_position`; True when it joined the leading systems (R4)."""
         position = self.next_position
         # Leading: nothing but system messages shown before it (after a clear too, R4).
-        if not self.items and not self.retained and self.rows.is_system(item):
+        leading = not self.items and not self.retained and self.lo == self.base
+        if leading and self.rows.is_system(item):
             self.leading.append(item)
             self.head_tokens += self.rows.base_tokens(item)
             self.base += 1
+            self.lo = self.base
+            self._bounds = [self.lo]
             return True
         tokens = self.rows.base_tokens(item)
         self.items.append(item)
@@ -317,37 +429,166 @@ class WindowIndex(Generic[T]):
         return False
 
     def replace(self, changes: Mapping[int, T | None]) -> None:
-        """Replace items by position (``None`` removes one from the views); O(window)."""
+        """Replace items by position (``None`` removes one from the views); O(window).
+
+        A position in the region must be one of its suspects (`present_from`).
+        """
         items = list(self.items)
         for position, item in changes.items():
             if position >= self.base:
                 items[position - self.base] = item
+            elif position >= self.lo:
+                self._replace_suspect(position, item)
         self._reindex(items)
 
-    def forget_before(self, position: int) -> None:
+    def _replace_suspect(self, position: int, item: T | None) -> None:
+        suspects: dict[int, T | None] = dict(self.region.suspects)
+        if position not in suspects:
+            raise ValueError(f"position {position} is summarised, not held: it cannot change")
+        old = suspects[position]
+        suspects[position] = item
+        segment = bisect_right(self._bounds, position) - 1
+        self.region.tokens[segment] += self._item_tokens(item) - self._item_tokens(old)
+        self.region.real[segment] += self._is_real(item) - self._is_real(old)
+        self._region_sums()
+        # Keep only the turns that still do not pair, as a compaction of the swept log would.
+        by_segment: dict[int, list[tuple[int, T]]] = {}
+        for p, i in suspects.items():
+            if i is not None:
+                by_segment.setdefault(bisect_right(self._bounds, p) - 1, []).append((p, i))
+        self.region.suspects = [
+            pair
+            for group in by_segment.values()
+            if not self.rows.paired([i for _, i in group])
+            for pair in group
+        ]
+
+    def remove_summarised(self, position: int, item: T) -> None:
+        """Remove ``item``, summarised at ``position``, from the views (a pop, ADR-0030)."""
+        if any(p == position for p, _ in self.region.suspects):
+            self._replace_suspect(position, None)
+            return
+        segment = bisect_right(self._bounds, position) - 1
+        self.region.tokens[segment] -= self._item_tokens(item)
+        self.region.real[segment] -= self._is_real(item)
+        self.region.systems = [(p, i) for p, i in self.region.systems if p != position]
+        self._region_sums()
+
+    def expand(self, older: Mapping[int, T | None]) -> None:
+        """Hold the summarised items again: ``older`` gives each position of ``[lo, base)`` as
+        the log holds it (None: swept). For the rare decisions that need them (a pop past the
+        held items, a clear); the next trim summarises them again."""
+        items = [older.get(p) for p in range(self.lo, self.base)] + self.items
+        self.base = self.lo
+        self.region = Region()
+        self._region_sums()
+        self._reindex(items)
+
+    def _item_tokens(self, item: T | None) -> int:
+        return 0 if item is None else self.rows.base_tokens(item)
+
+    def _is_real(self, item: T | None) -> int:
+        rows = self.rows
+        return int(item is not None and not rows.is_system(item) and not rows.is_breadcrumb(item))
+
+    def forget_before(self, position: int, *, force: bool = False) -> None:
         """Forget the log before ``position``, keeping its system messages in ``retained``.
 
-        For positions no view can show again. Runs only once the forgettable part is at least
-        half the items, so its O(window) copy is amortised O(1) per trim; until then windows
-        skip those items by their start.
+        For positions no view can show again. The region forgets at once (O(its turns)); the
+        held items only once the forgettable part is at least half of them (or ``force``), so
+        their O(window) copy is amortised O(1) per trim; until then windows skip those items
+        by their start.
         """
-        cut = position - self.base
-        if cut <= 0 or 2 * cut < len(self.items):
+        if position <= self.lo:
             return
-        for p in self._system_positions[: bisect_left(self._system_positions, position)]:
-            item = self.items[p - self.base]
-            if item is not None:
-                self.retained.append(item)
-                self.head_tokens += self._tokens[p - self.base + 1] - self._tokens[p - self.base]
-        self.items = self.items[cut:]
-        self.base = position
+        if position < self.base:
+            self._forget_region_before(position)
+            return
+        self._retain(item for _, item in self.region.systems)
+        self.region = Region()
+        self.lo = self.base
+        self._region_sums()
+        cut = position - self.base
+        if cut <= 0 or (2 * cut < len(self.items) and not force):
+            return
+        self._retain(
+            item
+            for p in self._system_positions[: bisect_left(self._system_positions, position)]
+            if (item := self.items[p - self.base]) is not None
+        )
+        self._drop_items(cut)
+        self.lo = self.base = position
+        self._region_sums()
+
+    def _retain(self, systems: Iterable[T]) -> None:
+        for item in systems:
+            self.retained.append(item)
+            self.head_tokens += self.rows.base_tokens(item)
+
+    def _forget_region_before(self, position: int) -> None:
+        bound = self._bound(position)
+        region = self.region
+        self._retain(item for p, item in region.systems if p < position)
+        region.systems = [(p, item) for p, item in region.systems if p >= position]
+        region.suspects = [(p, item) for p, item in region.suspects if p >= position]
+        region.turns = [p for p in region.turns if p >= position]
+        region.tokens = region.tokens[bound:]
+        region.real = region.real[bound:]
+        self.lo = position
         self._turn_starts = self.turns_from(position)
+        self._region_sums()
+
+    def _drop_items(self, cut: int) -> None:
+        position = self.base + cut
+        self.items = self.items[cut:]
         self._system_positions = self._system_positions[
             bisect_left(self._system_positions, position):
         ]
         # Sums are read as differences, so a suffix of each prefix list stays valid.
         self._tokens = self._tokens[cut:]
         self._system_tokens = self._system_tokens[cut:]
+
+    def compact_before(self, position: int, *, force: bool = False) -> None:
+        """Summarise the held items before ``position`` (a window start) into the region.
+
+        What a decision reads of them stays (turn starts, sums, systems, suspects: `Region`);
+        the items go, to be read from the log when asked for (ADR-0030). Runs once they are at
+        least half of the held items (or ``force``): amortised O(1) per trim.
+        """
+        cut = position - self.base
+        if cut <= 0 or (2 * cut < len(self.items) and not force):
+            return
+        region, base = self.region, self.base
+        moved = self.items[:cut]
+        starts = [p for p in self.turns_from(base) if p < position]
+        heads = list(starts)
+        # The region's last segment runs on to the first turn start (never at a trim's start).
+        extend = bool(region.tokens) and (not heads or heads[0] != base)
+        if not heads or heads[0] != base:
+            heads.insert(0, base)
+        for index, first in enumerate(heads):
+            last = heads[index + 1] if index + 1 < len(heads) else position
+            segment = moved[first - base : last - base]
+            tokens = sum(map(self._item_tokens, segment))
+            real = sum(map(self._is_real, segment))
+            if index == 0 and extend:
+                region.tokens[-1] += tokens
+                region.real[-1] += real
+            else:
+                region.tokens.append(tokens)
+                region.real.append(real)
+            present = [i for i in segment if i is not None]
+            if not self.rows.paired(present):
+                region.suspects += [(p, i) for p, i in enumerate(segment, first) if i is not None]
+        region.turns += starts
+        region.systems += [
+            (p, item)
+            for p in self._system_positions[: bisect_left(self._system_positions, position)]
+            if (item := self.items[p - base]) is not None
+        ]
+        self._drop_items(cut)
+        self.base = position
+        self._region_sums()
 
     def _reindex(self, items: list[T | None]) -> None:
         """Rebuild every sum from ``items`` (now owned by the index); O(window)."""
@@ -360,12 +601,12 @@ class WindowIndex(Generic[T]):
         self._system_tokens = list(accumulate(map(mul, tokens, system), initial=0))
         self._system_positions = list(compress(count(base), system))
         turn_starts = _column(rows.is_turn_start, items, False, gaps)
-        self._turn_starts = list(compress(count(base), turn_starts))
+        self._turn_starts = [*self.region.turns, *compress(count(base), turn_starts)]
         current = self._turn_starts[-1] if self._turn_starts else base
+        current = max(current, base)
         self._current_surcharge = sum(
             rows.surcharge(i) for i in items[current - base :] if i is not None
         )
-
 
 _is_present = partial(is_not, None)
 """True for an item still in the views (a swept one is None)."""

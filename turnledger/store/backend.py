@@ -37,6 +37,7 @@ from typing import Final, Self, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
+from eventsourcing.popo import POPOAggregateRecorder
 
 from turnledger.domain.errors import (
     ConcurrencyConflict,
@@ -433,6 +434,30 @@ class EventStoreBackend:
             return []
         return self.mapper.decode_chained(records[1:], after_version + 1, anchor_chain)
 
+    def read_pages(
+        self, session_id: UUID, *, page_size: int = 1000, upto_version: int | None = None
+    ) -> Iterator[list[DomainEvent]]:
+        """The session's events in pages of at most ``page_size``, in order, checked like
+        `read_with_chain` (each page continues the chain of the one before): O(page) memory
+        for any session length. Raises `CorruptRecord` as `read` does."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, got {page_size}")
+        after, chain = 0, ZERO_CHAIN
+        while upto_version is None or after < upto_version:
+            last = after + page_size if upto_version is None else min(
+                after + page_size, upto_version
+            )
+            page = self.read_with_chain(
+                session_id, after_version=after, upto_version=last, prev_chain=chain
+            )
+            if not page:
+                return
+            yield [event for event, _ in page]
+            ended = len(page) < last - after  # the session ends inside this page
+            after, chain = page[-1][0].originator_version, page[-1][1]
+            if ended:
+                return
+
     def _anchor(
         self,
         session_id: UUID,
@@ -623,6 +648,36 @@ class EventStoreBackend:
         except ConcurrencyConflict:
             log.debug("snapshot of %s at version %d already exists", session_id, version)
 
+    def prune_snapshots(self, session_id: UUID, *, before_version: int) -> None:
+        """Delete the session's snapshots taken before ``before_version`` (ADR-0030): a
+        restore reads the newest one only, so the older ones are dead bytes. Raises
+        `StoreUnavailable` on database failure."""
+        self._check_open()
+        recorder = self.snapshot_recorder
+        with self._translate("prune snapshots", session_id):
+            if isinstance(recorder, POPOAggregateRecorder):
+                _prune_popo(recorder, session_id, before_version)
+                return
+            from eventsourcing.sqlite import SQLiteAggregateRecorder
+
+            datastore = recorder.datastore  # type: ignore[attr-defined]
+            table = recorder.events_table_name  # type: ignore[attr-defined]
+            with datastore.transaction(commit=True) as cursor:
+                if isinstance(recorder, SQLiteAggregateRecorder):
+                    cursor.execute(
+                        f"DELETE FROM {table} WHERE originator_id = ? "
+                        "AND originator_version < ?",
+                        (session_id.hex, before_version),
+                    )
+                else:
+                    from psycopg.sql import SQL, Identifier
+
+                    statement = SQL(
+                        "DELETE FROM {schema}.{table} WHERE originator_id = %s "
+                        "AND originator_version < %s"
+                    ).format(schema=Identifier(datastore.schema), table=Identifier(table))
+                    cursor.execute(statement, (session_id, before_version))
+
     def load_snapshot(
         self, session_id: UUID, *, upto_version: int | None = None
     ) -> tuple[int, bytes] | None:
@@ -674,6 +729,17 @@ class EventStoreBackend:
             raise StoreUnavailable(
                 f"cannot {action} in {self.url}: {self.database.describe_failure(error)}"
             ) from error
+
+
+def _prune_popo(recorder: POPOAggregateRecorder, session_id: UUID, before: int) -> None:
+    """`EventStoreBackend.prune_snapshots` for the library's in-memory recorder, which has no
+    delete: its index forgets the versions and its list lets go of their bytes."""
+    # The library's POPO recorder keeps its rows in these private attributes (9.x).
+    with recorder._database_lock:  # noqa: SLF001
+        index = recorder._stored_events_index[str(session_id)]  # noqa: SLF001
+        rows = recorder._stored_events  # noqa: SLF001
+        for version in [v for v in index if v < before]:
+            rows[index.pop(version)] = None  # type: ignore[call-overload]
 
 
 def _to_uuid(value: UUID | str) -> UUID:

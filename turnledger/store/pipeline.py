@@ -62,7 +62,7 @@ class Position:
     """Where one session stands: its state, the chain head of its last record, and the version
     of its latest snapshot (0: none)."""
 
-    state: SessionState = attrs.field(factory=SessionState)
+    state: SessionState = attrs.field(factory=lambda: SessionState(compact=True))
     chain: bytes = ZERO_CHAIN
     snapshot_version: int = 0
     stale: bool = False
@@ -223,6 +223,8 @@ class Pipeline:
         try:
             payload = encode_snapshot(state, position.chain)
             self.backend.save_snapshot(position.session_id, state.version, payload)
+            # Only the newest snapshot is ever read (ADR-0030): the older ones are dead bytes.
+            self.backend.prune_snapshots(position.session_id, before_version=state.version)
         except TurnledgerError as error:  # a snapshot is a cache: losing one loses nothing
             log.warning("snapshot of session %s at version %d failed: %s",
                         position.session_id, state.version, error)

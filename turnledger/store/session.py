@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -58,6 +58,7 @@ from turnledger.domain.events import (
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
+from turnledger.domain.state import collect_summarised
 from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
 from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import Pipeline, Position
@@ -83,6 +84,38 @@ Subscriber = Callable[[DomainEvent], None]
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def summarised_items(
+    backend: EventStoreBackend,
+    state: SessionState,
+    *,
+    unrecorded: Sequence[DomainEvent] = (),
+    page_size: int = 1000,
+) -> dict[int, ConversationMessage | None] | None:
+    """The items of ``state``'s conversation view that a compact state does not hold, as the
+    log holds them now (None: swept), read in pages (ADR-0030); None when it holds them all.
+
+    ``unrecorded``: events applied to ``state`` in memory only (a read-only sweep), after the
+    log's."""
+    return _log_items(backend, state, state.summarised, unrecorded, page_size)
+
+
+def _log_items(
+    backend: EventStoreBackend,
+    state: SessionState,
+    span: range,
+    unrecorded: Sequence[DomainEvent] = (),
+    page_size: int = 1000,
+) -> dict[int, ConversationMessage | None] | None:
+    if not span or state.session_id is None:
+        return None
+    older: dict[int, ConversationMessage | None] = {}
+    pages = backend.read_pages(state.session_id, page_size=page_size, upto_version=state.version)
+    for page in pages:
+        collect_summarised(older, page, span)
+    collect_summarised(older, unrecorded, span)
+    return older
 
 
 def parse_session_id(session_id: str | UUID) -> UUID:
@@ -117,8 +150,11 @@ class SessionView:
     """The estimated tokens of the chat view (R20)."""
 
     @classmethod
-    def of(cls, state: SessionState) -> SessionView:
-        """The picture of ``state`` now."""
+    def of(
+        cls, state: SessionState, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> SessionView:
+        """The picture of ``state`` now; ``older``: what a compact state summarises
+        (`SessionState.conversation_view`), read from the log by `summarised_items`."""
         assert state.session_id is not None, "the session has not been started"
         return cls(
             session_id=state.session_id,
@@ -129,7 +165,7 @@ class SessionView:
             route=state.route,
             window_size=len(state.index.items),
             chat=tuple(state.chat_view()),
-            conversation=tuple(state.conversation_view()),
+            conversation=tuple(state.conversation_view(older)),
             tokens=state.chat_tokens(),
         )
 
@@ -194,7 +230,8 @@ class Session:
     def state(self) -> SessionView:
         """A read-only picture of the session now (for replay and diagnostics)."""
         with self._lock:
-            return SessionView.of(self._stored_state())
+            state = self._stored_state()
+            return SessionView.of(state, summarised_items(self._pipeline.backend, state))
 
     def _stored_state(self) -> SessionState:
         """The state, reloaded first when a failed write left it stale (so only what is
@@ -245,14 +282,26 @@ class Session:
         """Remove the newest message of the conversation view from the views and return it
         (`MessagePopped`; the log keeps it). Leading system messages are never popped (R4);
         None when there is nothing else."""
-        events = self._run(PopMessage(_now())).events
+        with self._lock:
+            self._hold_summarised()
+            events = self._run(PopMessage(_now())).events
         popped = [e for e in events if isinstance(e, MessagePopped)]
         return popped[0].message if popped else None
 
     def clear(self) -> list[DomainEvent]:
         """Remove every message from the views (`HistoryCleared`); the log keeps them.
         Returns the events recorded (none when the views were empty)."""
-        return self._run(ClearHistory(_now())).events
+        with self._lock:
+            self._hold_summarised()
+            return self._run(ClearHistory(_now())).events
+
+    def _hold_summarised(self) -> None:
+        """Give a compact state the items it summarises (read from the log) before a pop or
+        a clear, the decisions that may need them (ADR-0030)."""
+        state = self._stored_state()
+        older = _log_items(self._pipeline.backend, state, state.held_from)
+        if older is not None:
+            state.index.expand(older)
 
     def prepare_request(
         self,
@@ -323,7 +372,8 @@ class Session:
     def conversation_view(self) -> list[ConversationMessage]:
         """The structured history after the turn limit (R28-R29)."""
         with self._lock:
-            return self._stored_state().conversation_view()
+            state = self._stored_state()
+            return state.conversation_view(summarised_items(self._pipeline.backend, state))
 
     def events(self, *, after_version: int = 0) -> list[DomainEvent]:
         """The events recorded for this session, in order (reads the store).
@@ -332,6 +382,11 @@ class Session:
         recorded since the session stood at version ``v``.
         """
         return self._pipeline.backend.read(self._position.session_id, after_version=after_version)
+
+    def event_pages(self, *, page_size: int = 1000) -> Iterator[list[DomainEvent]]:
+        """The events recorded for this session, in pages of ``page_size`` (reads the store):
+        the whole log in O(page) memory, however long the session."""
+        return self._pipeline.backend.read_pages(self._position.session_id, page_size=page_size)
 
     def _run(self, command: Command) -> Batch:
         with self._lock:
@@ -458,8 +513,9 @@ class Store:
         For exports and inspection. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        self._pipeline.decide(position, SweepOrphans(_now()))
-        return SessionView.of(position.state)
+        swept = self._pipeline.decide(position, SweepOrphans(_now())).events
+        older = summarised_items(self.backend, position.state, unrecorded=swept)
+        return SessionView.of(position.state, older)
 
     def events_of(self, session_id: str | UUID) -> list[DomainEvent]:
         """Every recorded event of a session, in order. Raises `SessionNotFound`."""
@@ -468,6 +524,13 @@ class Store:
         if not events:
             raise SessionNotFound(f"no session {uuid} in this store")
         return events
+
+    def event_pages(
+        self, session_id: str | UUID, *, page_size: int = 1000
+    ) -> Iterator[list[DomainEvent]]:
+        """Every recorded event of a session, in pages of ``page_size``, in order: O(page)
+        memory however long the session (`events_of` reads them all at once)."""
+        return self.backend.read_pages(parse_session_id(session_id), page_size=page_size)
 
     def sessions(
         self, *, after: str | UUID | None = None, limit: int | None = None

@@ -10,12 +10,21 @@ longer replay; an unreadable one is reported as `CorruptRecord`, never silently 
 Format 2 (ADR-0023) wraps the body in ``msgpack([2, sha256(body), body])``: a snapshot whose
 bytes changed is refused by its digest before anything in it is believed. Format 1 (no digest)
 still decodes, for `verify`, but `decode_snapshot` refuses it unless ``trust_undigested``.
+
+Format 3 (ADR-0030) is O(window) whatever the turn limit: ``msgpack([3, sha256(z), z])`` with
+``z`` the zlib-compressed body, which holds the chat window's items and the *summary* of the
+rest of the conversation window (`Region`: turn starts as gaps, per-turn token and message
+sums, system items, sweep suspects), in one canonical form: region ``[conversation start,
+chat start)``, items from the chat start. A format 2 snapshot is still read (its items become
+the held window of a compact state) and compared by `verify` against the state as folded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from functools import cache
+from itertools import accumulate
 from uuid import UUID
 
 import attrs
@@ -25,8 +34,9 @@ import msgpack
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord
+from turnledger.domain.events import View
 from turnledger.domain.messages import ConversationMessage
-from turnledger.domain.window import Window
+from turnledger.domain.window import Region, Window, WindowIndex
 from turnledger.store.codec import describe_error, make_converter
 
 __all__ = [
@@ -37,7 +47,8 @@ __all__ = [
     "encode_snapshot",
 ]
 
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
+_WINDOW_FORMAT = 2  # ADR-0023: the whole conversation window's items, digested
 _UNDIGESTED_FORMAT = 1  # before ADR-0023: the body alone, without a digest
 
 
@@ -65,23 +76,115 @@ class _Snapshot:
     chat_breadcrumb: bool
 
 
+@attrs.frozen
+class _Compact:
+    """Format 3: the chat window held, the rest of the conversation window summarised."""
+
+    format: int
+    session_id: UUID
+    version: int
+    chain: bytes
+    profile: RuntimeProfile
+    providers: tuple[ProviderProfile, ...]
+    legacy: bool
+    route: Route
+    leading: tuple[ConversationMessage, ...]
+    retained: tuple[ConversationMessage, ...]
+    lo: int
+    base: int
+    items: tuple[ConversationMessage | None, ...]
+    turn_gaps: tuple[int, ...]
+    """The region's turn starts as gaps from ``lo`` (then from the previous one)."""
+    segment_tokens: tuple[int, ...]
+    segment_real: tuple[int, ...]
+    systems: tuple[tuple[int, ConversationMessage], ...]
+    suspects: tuple[tuple[int, ConversationMessage], ...]
+    conv_cursor: int
+    chat_cursor: int
+    conv_breadcrumb: bool
+    chat_breadcrumb: bool
+
+
 @cache
 def _converter() -> cattrs.Converter:
     return make_converter()
 
 
-def encode_snapshot(state: SessionState, chain: bytes) -> bytes:
-    """The snapshot bytes of ``state`` whose last record has chain value ``chain``."""
-    snapshot = _snapshot_of(state, chain)
-    body: bytes = msgpack.packb(_converter().unstructure(snapshot), datetime=True)
-    wrapped: bytes = msgpack.packb([SNAPSHOT_FORMAT, hashlib.sha256(body).digest(), body])
+def encode_snapshot(
+    state: SessionState, chain: bytes, *, snapshot_format: int = SNAPSHOT_FORMAT
+) -> bytes:
+    """The snapshot bytes of ``state`` whose last record has chain value ``chain``.
+
+    ``snapshot_format=2`` writes the format before ADR-0030 (the whole held window's items),
+    for tests and tools that need an old snapshot; ``ValueError`` for any other format.
+    """
+    if snapshot_format == SNAPSHOT_FORMAT:
+        packed = msgpack.packb(_converter().unstructure(_compact_of(state, chain)), datetime=True)
+        body = zlib.compress(packed)
+    elif snapshot_format == _WINDOW_FORMAT:
+        body = msgpack.packb(_converter().unstructure(_snapshot_of(state, chain)), datetime=True)
+    else:
+        raise ValueError(f"cannot write snapshot format {snapshot_format}")
+    wrapped: bytes = msgpack.packb([snapshot_format, hashlib.sha256(body).digest(), body])
     return wrapped
+
+
+def _compact_of(state: SessionState, chain: bytes) -> _Compact:
+    """The canonical compact form of ``state``, whether it is compact or holds everything."""
+    assert state.session_id is not None
+    conversation, chat = state.window(View.CONVERSATION), state.chat
+    index = _canonical(state.index, conversation.start, chat.start)
+    region = index.region
+    turns = region.turns
+    return _Compact(
+        format=SNAPSHOT_FORMAT,
+        session_id=state.session_id,
+        version=state.version,
+        chain=chain,
+        profile=state.profile,
+        providers=state.providers,
+        legacy=state.legacy,
+        route=state.route.route,
+        leading=tuple(index.leading),
+        retained=tuple(index.retained),
+        lo=index.lo,
+        base=index.base,
+        items=tuple(index.items),
+        turn_gaps=tuple(b - a for a, b in zip([index.lo, *turns], turns, strict=False)),
+        segment_tokens=tuple(region.tokens),
+        segment_real=tuple(region.real),
+        systems=tuple(region.systems),
+        suspects=tuple(region.suspects),
+        conv_cursor=state.conversation.start,
+        chat_cursor=chat.start,
+        conv_breadcrumb=state.conversation.breadcrumb,
+        chat_breadcrumb=chat.breadcrumb,
+    )
+
+
+def _canonical(
+    index: WindowIndex[ConversationMessage], start: int, held: int
+) -> WindowIndex[ConversationMessage]:
+    """A copy of ``index`` that forgot the log before ``start`` and summarises it up to
+    ``held``: the same form whatever the amortised history of ``index``; O(window)."""
+    region = index.region
+    copy = WindowIndex(
+        index.rows, list(index.leading), list(index.retained), index.base, list(index.items),
+        lo=index.lo,
+        region=Region(
+            list(region.turns), list(region.tokens), list(region.real), list(region.systems),
+            list(region.suspects),
+        ),
+    )
+    copy.forget_before(start, force=True)
+    copy.compact_before(max(held, copy.base), force=True)
+    return copy
 
 
 def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
     assert state.session_id is not None
     return _Snapshot(
-        format=SNAPSHOT_FORMAT,
+        format=_WINDOW_FORMAT,
         session_id=state.session_id,
         version=state.version,
         chain=chain,
@@ -100,15 +203,19 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
     )
 
 
-def _unwrap(payload: bytes, trust_undigested: bool) -> _Snapshot:
+def _unwrap(payload: bytes, trust_undigested: bool) -> _Snapshot | _Compact:
     """The snapshot in ``payload``; ``ValueError`` (or a msgpack/cattrs error) if untrusted."""
     raw = msgpack.unpackb(payload, timestamp=3)
-    if isinstance(raw, list) and len(raw) == 3 and raw[0] == SNAPSHOT_FORMAT:
-        _, digest, body = raw
+    if isinstance(raw, list) and len(raw) == 3 and raw[0] in (SNAPSHOT_FORMAT, _WINDOW_FORMAT):
+        form, digest, body = raw
         if not isinstance(body, bytes) or hashlib.sha256(body).digest() != digest:
             raise ValueError("its digest does not match its bytes")
-        snapshot = _converter().structure(msgpack.unpackb(body, timestamp=3), _Snapshot)
-        if snapshot.format != SNAPSHOT_FORMAT:
+        if form == SNAPSHOT_FORMAT:
+            unpacked = msgpack.unpackb(zlib.decompress(body), timestamp=3)
+            snapshot: _Snapshot | _Compact = _converter().structure(unpacked, _Compact)
+        else:
+            snapshot = _converter().structure(msgpack.unpackb(body, timestamp=3), _Snapshot)
+        if snapshot.format != form:
             raise ValueError(f"the body says format {snapshot.format}")
         return snapshot
     if isinstance(raw, dict) and raw.get("format") == _UNDIGESTED_FORMAT:
@@ -135,10 +242,12 @@ def compare_snapshot(payload: bytes, state: SessionState, chain: bytes) -> list[
             session_id=str(state.session_id),
             version=state.version,
         ) from error
-    replayed = _snapshot_of(state, chain)
+    replayed: _Snapshot | _Compact = (
+        _compact_of(state, chain) if isinstance(stored, _Compact) else _snapshot_of(state, chain)
+    )
     return [
         field.name
-        for field in attrs.fields(_Snapshot)
+        for field in attrs.fields(type(stored))
         if field.name != "format" and getattr(stored, field.name) != getattr(replayed, field.name)
     ]
 
@@ -163,7 +272,19 @@ def decode_snapshot(
             session_id=str(session_id),
             version=version,
         ) from error
-    state = SessionState.restored(
+    return _state_of(snapshot), snapshot.chain
+
+
+def _state_of(snapshot: _Snapshot | _Compact) -> SessionState:
+    lo, region = None, None
+    if isinstance(snapshot, _Compact):
+        turns = list(accumulate(snapshot.turn_gaps, initial=snapshot.lo))[1:]
+        lo = snapshot.lo
+        region = Region(
+            turns, list(snapshot.segment_tokens), list(snapshot.segment_real),
+            list(snapshot.systems), list(snapshot.suspects),
+        )
+    return SessionState.restored(
         session_id=snapshot.session_id,
         version=snapshot.version,
         profile=snapshot.profile,
@@ -176,5 +297,6 @@ def decode_snapshot(
         retained=snapshot.retained,
         base=snapshot.base,
         items=snapshot.items,
+        lo=lo,
+        region=region,
     )
-    return state, snapshot.chain

@@ -1,0 +1,146 @@
+"""A compact session state (ADR-0030) decides exactly as one that holds its whole log.
+
+The store's sessions hold the chat window only and summarise the rest of the conversation
+window; the replay tools fold states that hold everything. Driven in lockstep through the same
+commands — appends (orphans included), prepares under a small budget, overflows, restore
+sweeps, turn limits from 0 to "off" — both must record the same events and show the same
+views, and a compact state restored from its snapshot (format 3) must go on deciding the same.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import UUID
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.strategies import conversation_histories
+from turnledger.domain.budget import Route, RuntimeProfile
+from turnledger.domain.decider import (
+    AppendMessage,
+    ClearHistory,
+    Command,
+    PopMessage,
+    PrepareRequest,
+    RecoverFromOverflow,
+    SessionState,
+    StartSession,
+    SweepOrphans,
+    execute,
+)
+from turnledger.domain.events import DomainEvent
+from turnledger.domain.messages import (
+    AssistantToolCalls,
+    Chat,
+    ChatMessage,
+    ConversationMessage,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+)
+from turnledger.domain.state import collect_summarised
+from turnledger.store.snapshots import compare_snapshot, decode_snapshot, encode_snapshot
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+SESSION = UUID(int=12)
+
+_ORPHANS: tuple[ConversationMessage, ...] = (
+    ToolResults((ToolResult("ghost", "a result nobody asked for", "shell"),)),
+    AssistantToolCalls("calling", (ToolCall("lost", "shell", "{}"),)),
+)
+
+
+@st.composite
+def _scripts(draw: st.DrawFn) -> tuple[RuntimeProfile, bool, list[Command]]:
+    history = draw(conversation_histories(min_turns=2, max_turns=12))
+    limit = draw(st.sampled_from((0, 1, 2, 4, 10**9)))
+    budget = draw(st.integers(min_value=40, max_value=400))
+    profile = RuntimeProfile(max_context_tokens=budget, max_history_messages=limit)
+    commands: list[Command] = []
+    for item in history:
+        if isinstance(item, Chat) and item.message.synthetic:
+            continue  # a breadcrumb is turnledger's, never appended
+        commands.append(AppendMessage(item, NOW))
+        extra = draw(st.sampled_from(("", "", "", "prepare", "prepare", "overflow", "sweep",
+                                      "orphan", "pop", "pops", "clear")))
+        if extra == "prepare":
+            commands.append(PrepareRequest(0, 0, False, NOW))
+        elif extra == "overflow":
+            commands.append(RecoverFromOverflow("context_length_exceeded", NOW))
+        elif extra == "sweep":
+            commands.append(SweepOrphans(NOW))
+        elif extra == "orphan":
+            commands.append(AppendMessage(draw(st.sampled_from(_ORPHANS)), NOW))
+        elif extra in ("pop", "pops"):
+            commands += [PopMessage(NOW)] * (1 if extra == "pop" else 6)
+        elif extra == "clear" and draw(st.integers(0, 3)) == 0:
+            commands.append(ClearHistory(NOW))
+    return profile, draw(st.booleans()), commands
+
+
+def _start(profile: RuntimeProfile, legacy: bool, state: SessionState) -> list[DomainEvent]:
+    return execute(state, StartSession(SESSION, profile, (), Route("p", "m"), legacy, NOW))
+
+
+def _conversation(state: SessionState, log: list[DomainEvent]) -> list[ConversationMessage]:
+    older: dict[int, ConversationMessage | None] = {}
+    collect_summarised(older, log, state.summarised)
+    return state.conversation_view(older)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_scripts(), st.data())
+def test_a_compact_state_decides_and_shows_what_a_whole_one_does(
+    script: tuple[RuntimeProfile, bool, list[Command]], data: st.DataObject
+) -> None:
+    """Same events, chat view, tokens and conversation view (its summarised part read from
+    the log) after every command, pops and clears included; restoring the compact one from
+    its snapshot changes none."""
+    profile, legacy, commands = script
+    whole, compact = SessionState(), SessionState(compact=True)
+    log = _start(profile, legacy, whole)
+    assert log == _start(profile, legacy, compact)
+    for command in commands:
+        if isinstance(command, PopMessage | ClearHistory):  # as `Session.pop` / `clear` do
+            older: dict[int, ConversationMessage | None] = {}
+            collect_summarised(older, log, compact.held_from)
+            compact.index.expand(older)
+        events = execute(whole, command)
+        assert events == execute(compact, command)
+        log += events
+        assert whole.chat_view() == compact.chat_view()
+        assert whole.chat_tokens() == compact.chat_tokens()
+        assert whole.conversation_view() == _conversation(compact, log)
+        if data.draw(st.integers(0, 9)) == 0:
+            payload = encode_snapshot(compact, b"\1" * 32)
+            assert [] == compare_snapshot(payload, whole, b"\1" * 32)
+            compact, _ = decode_snapshot(payload, session_id=SESSION, version=compact.version)
+
+
+def test_a_compact_state_holds_the_chat_window_only_with_the_turn_limit_off() -> None:
+    """1,000 turns, turn limit off, budget trims: the state holds O(chat window) items and its
+    snapshot does not grow with the session (the whole state holds every item)."""
+    profile = RuntimeProfile(max_context_tokens=300, max_history_messages=10**9)
+    whole, compact = SessionState(), SessionState(compact=True)
+    _start(profile, False, whole)
+    _start(profile, False, compact)
+    sizes = {}
+    for turn in range(1000):
+        for item in (
+            Chat(ChatMessage.user(f"question {turn} " + "x" * 200)),
+            AssistantToolCalls(None, (ToolCall(f"c{turn}", "shell", "{}"),)),
+            ToolResults((ToolResult(f"c{turn}", "y" * 300, "shell"),)),
+            Chat(ChatMessage.assistant("z" * 100)),
+        ):
+            execute(whole, AppendMessage(item, NOW))
+            execute(compact, AppendMessage(item, NOW))
+        execute(whole, PrepareRequest(0, 0, False, NOW))
+        execute(compact, PrepareRequest(0, 0, False, NOW))
+        if turn + 1 in (100, 1000):
+            sizes[turn + 1] = len(encode_snapshot(compact, b"\0" * 32))
+    assert (4000, True) == (len(whole.index.items), len(compact.index.items) <= 16)
+    assert 0 == compact.conversation.start
+    assert whole.chat_view() == compact.chat_view()
+    # The summary costs a few bytes per turn, the items of the window none more.
+    assert sizes[1000] - sizes[100] < 8 * 900
