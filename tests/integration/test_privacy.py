@@ -110,6 +110,25 @@ def test_encrypted_store_holds_no_plaintext_marker_in_events_snapshots_wal_or_ro
     assert {False: True, True: False} == found
 
 
+def test_encrypted_store_compresses_before_it_encrypts(tmp_path: Path) -> None:
+    """A large compressible message costs an encrypted store about what it costs a plain one
+    (ADR-0031): compressed before encryption, since a ciphertext no longer shrinks."""
+    text = "the same long tool output line, over and over\n" * 200  # 9,600 bytes
+    sizes = {}
+    for encrypted in (False, True):
+        key = new_key_text() if encrypted else None
+        with tl.open_store(f"sqlite:///{tmp_path / f'{encrypted}.db'}", key=key) as store:
+            session = store.start_session()
+            session.append(tl.ChatMessage.user(text))
+            records = store.backend.read_records(UUID(session.id))
+            sizes[encrypted] = len(records[-1].state)
+            assert [tl.ChatMessage.user(text)] == [
+                m for m in session.chat_view() if m.role == "user"
+            ]
+    assert sizes[False] < 1_000
+    assert sizes[True] < sizes[False] + 100  # nonce, tag and marker, not 9 KB of ciphertext
+
+
 @pytest.mark.parametrize("kind", SQL_KINDS)
 def test_analytics_tables_hold_counters_never_content(kind: str, tmp_path: Path) -> None:
     """Even in a plain store, whose events hold the text, no analytics cell holds it."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from typing import Any, Final
 from uuid import UUID
 
@@ -42,6 +43,7 @@ from turnledger.store.keys import (
     wrap,
 )
 from turnledger.store.mapper import TurnledgerMapper, _as_uuid
+from turnledger.store.packing import pack_body, unpack_body
 
 __all__ = ["Keyring", "Protection", "SealedMapper", "protect"]
 
@@ -149,7 +151,13 @@ class Keyring:
 
 
 class SealedMapper(TurnledgerMapper):
-    """The mapper of an encrypted store: each payload encrypted under its session's key."""
+    """The mapper of an encrypted store: each payload encrypted under its session's key.
+
+    A payload is compressed before it is encrypted (`pack_body`, the same rule as a plain
+    store's envelope, ADR-0031); the ciphertext's envelope is not compressed.
+    """
+
+    compress_envelope = False
 
     def __init__(
         self,
@@ -180,7 +188,8 @@ class SealedMapper(TurnledgerMapper):
                 session_id=str(session_id), version=version,
             )
         nonce = os.urandom(_NONCE)
-        sealed: bytes = cipher.encrypt(nonce, payload, _aad(session_id, version, topic))
+        plain = pack_body(payload)
+        sealed: bytes = cipher.encrypt(nonce, plain, _aad(session_id, version, topic))
         return nonce + sealed
 
     def reveal(self, stored: StoredEvent, body: bytes) -> bytes:
@@ -190,7 +199,13 @@ class SealedMapper(TurnledgerMapper):
             self.keyring.drop(_as_uuid(stored))
             return body
         session_id, version = _as_uuid(stored), stored.originator_version
-        payload = self._open(session_id, version, stored.topic, body)
+        plain = self._open(session_id, version, stored.topic, body)
+        try:
+            payload = unpack_body(plain)
+        except (ValueError, zlib.error) as error:
+            raise UndecodableRecord(
+                session_id, version, stored.topic, f"cannot unpack the decrypted payload: {error}"
+            ) from error
         if self.payload_compressor is not None:
             try:
                 payload = self.payload_compressor.decompress(payload)

@@ -108,6 +108,9 @@ class TurnledgerMapper(Mapper[UUID]):
     ``to_stored_event`` (one event, no predecessor) is refused: use `to_stored_events`.
     """
 
+    compress_envelope: bool = True
+    """Whether a record's payload may be zlib'd in its envelope (not when it is a ciphertext)."""
+
     def __init__(
         self,
         transcoder: Transcoder | None = None,
@@ -216,7 +219,8 @@ class TurnledgerMapper(Mapper[UUID]):
             topic, payload = self.codec.encode_event(event)
             body = self.conceal(event, topic, payload)
             chain = self.chain_of(chain, event.originator_id, event.originator_version, topic, body)
-            state = self.seal(self.transcoder.encode(envelope_of(chain, body)))
+            envelope = envelope_of(chain, body, compress=self.compress_envelope)
+            state = self.seal(self.transcoder.encode(envelope))
             stored.append(
                 StoredEvent(
                     originator_id=event.originator_id,

@@ -6,6 +6,11 @@ least `MIN_COMPRESSED` bytes that zlib shrinks by more than `MIN_SAVING` is stor
 before keeps its bytes and its meaning. The hash chain (ADR-0004) covers the *uncompressed*
 payload: compressing or not never changes a chain value, and `verify` checks the same bytes.
 This sits before the store's own compressor and cipher (encode -> compress -> encrypt).
+
+An encrypted store (`turnledger.store.crypto`) compresses *before* it encrypts, with the same
+rule: `pack_body` marks the plaintext it encrypts as raw or zlib'd, and the envelope of a
+ciphertext is never compressed (``envelope_of(..., compress=False)``: random bytes do not shrink,
+so trying would only cost a zlib pass per record).
 """
 
 from __future__ import annotations
@@ -13,7 +18,15 @@ from __future__ import annotations
 import zlib
 from typing import Any, Final
 
-__all__ = ["MIN_COMPRESSED", "MIN_SAVING", "ZLIB", "envelope_of", "open_envelope"]
+__all__ = [
+    "MIN_COMPRESSED",
+    "MIN_SAVING",
+    "ZLIB",
+    "envelope_of",
+    "open_envelope",
+    "pack_body",
+    "unpack_body",
+]
 
 ZLIB: Final = 1
 """The third element of an envelope whose payload is zlib-compressed."""
@@ -24,13 +37,39 @@ MIN_SAVING: Final = 32
 _LEVEL: Final = 6
 
 
-def envelope_of(chain: bytes, payload: bytes) -> list[Any]:
-    """The envelope of a record: ``[chain, payload]`` or ``[chain, zlib(payload), ZLIB]``."""
+def _shrunk(payload: bytes) -> bytes | None:
+    """zlib of ``payload`` when that pays (`MIN_COMPRESSED`, `MIN_SAVING`), else None."""
     if len(payload) >= MIN_COMPRESSED:
         packed = zlib.compress(payload, _LEVEL)
         if len(packed) + MIN_SAVING <= len(payload):
-            return [chain, packed, ZLIB]
-    return [chain, payload]
+            return packed
+    return None
+
+
+def envelope_of(chain: bytes, payload: bytes, *, compress: bool = True) -> list[Any]:
+    """The envelope of a record: ``[chain, payload]`` or ``[chain, zlib(payload), ZLIB]``."""
+    packed = _shrunk(payload) if compress else None
+    return [chain, payload] if packed is None else [chain, packed, ZLIB]
+
+
+_RAW_BODY: Final = b"\x00"
+_ZLIB_BODY: Final = b"\x01"
+
+
+def pack_body(payload: bytes) -> bytes:
+    """The plaintext an encrypted store encrypts: a marker byte, then the payload or its zlib."""
+    packed = _shrunk(payload)
+    return _RAW_BODY + payload if packed is None else _ZLIB_BODY + packed
+
+
+def unpack_body(data: bytes) -> bytes:
+    """The payload of `pack_body`'s bytes; ``ValueError`` for an unknown marker."""
+    marker, rest = data[:1], data[1:]
+    if marker == _RAW_BODY:
+        return bytes(rest)
+    if marker == _ZLIB_BODY:
+        return zlib.decompress(rest)
+    raise ValueError(f"the decrypted payload has an unknown encoding {marker!r}")
 
 
 def open_envelope(envelope: object) -> tuple[object, object]:
