@@ -43,6 +43,23 @@ def _slow_steps(
             if r.name == "asyncio" and " took " in r.getMessage()]
 
 
+def _slow_steps_of_ours(
+    scenario: Callable[[int], Callable[[], Awaitable[None]]], caplog: pytest.LogCaptureFixture
+) -> list[str]:
+    """The slow steps naming our code, over up to three fresh runs of ``scenario(attempt)``.
+
+    Work done on the loop overruns the threshold on every run. A step that only hands work to
+    a thread can overrun once, when the loop thread waits for the GIL (or the CPU) while our
+    worker runs; a second fresh run tells the two apart. The warnings of the last run count.
+    """
+    slow: list[str] = []
+    for attempt in range(3):
+        slow = [w for w in _slow_steps(scenario(attempt), caplog) if OURS in w]
+        if not slow:
+            break
+    return slow
+
+
 def _items(n: int, start: int = 0) -> list[dict[str, Any]]:
     return [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "x" * 200}
@@ -67,14 +84,19 @@ def test_openai_agents_session_does_its_io_off_the_event_loop(
 
         assert any("blocking()" in w for w in _slow_steps(control, caplog))
 
-        async def ours() -> None:
-            await asyncio.create_task(session.add_items(_items(600, 600)))
-            await asyncio.create_task(session.get_items(10))
-            await asyncio.create_task(session.pop_item())
-            await asyncio.create_task(session.clear_session())
+        def scenario(attempt: int) -> Callable[[], Awaitable[None]]:
+            fresh = TurnledgerSession(f"async-{attempt}", store)
 
-        assert [] == [w for w in _slow_steps(ours, caplog) if OURS in w]
-        assert [] == asyncio.run(session.get_items())
+            async def ours() -> None:
+                await asyncio.create_task(fresh.add_items(_items(600, 600)))
+                await asyncio.create_task(fresh.get_items(10))
+                await asyncio.create_task(fresh.pop_item())
+                await asyncio.create_task(fresh.clear_session())
+                assert [] == await fresh.get_items()
+
+            return ours
+
+        assert [] == _slow_steps_of_ours(scenario, caplog)
 
 
 def test_runner_run_on_our_session_has_no_slow_step_of_ours(
@@ -89,16 +111,19 @@ def test_runner_run_on_our_session_has_no_slow_step_of_ours(
 
     with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
         unbounded = RuntimeProfile(max_context_tokens=0, max_history_messages=1000)
-        session = TurnledgerSession("runner", store, profile=unbounded)
-        agent = make_agent(ScriptedModel())
+        def scenario(attempt: int) -> Callable[[], Awaitable[None]]:
+            session = TurnledgerSession(f"runner-{attempt}", store, profile=unbounded)
+            agent = make_agent(ScriptedModel())
 
-        async def main() -> None:
-            await session.add_items(_items(400))
-            for i in range(3):
-                await Runner.run(agent, f"question {i}", session=session)
+            async def main() -> None:
+                await session.add_items(_items(400))
+                for i in range(3):
+                    await Runner.run(agent, f"question {i}", session=session)
+                assert 400 + 3 * 5 == len(await session.get_items())
 
-        assert [] == [w for w in _slow_steps(main, caplog) if OURS in w]
-        assert 400 + 3 * 5 == len(asyncio.run(session.get_items()))
+            return main
+
+        assert [] == _slow_steps_of_ours(scenario, caplog)
 
 
 def test_langchain_history_and_trimmer_do_their_io_off_the_event_loop(
@@ -117,7 +142,6 @@ def test_langchain_history_and_trimmer_do_their_io_off_the_event_loop(
             for i in range(600)]
     with open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
         history = TurnledgerChatMessageHistory(store.start_session())
-        step = TurnledgerTrimmer(store, session_id="lcel").as_runnable()
 
         async def blocking() -> None:
             history.add_messages(talk)
@@ -127,13 +151,19 @@ def test_langchain_history_and_trimmer_do_their_io_off_the_event_loop(
 
         assert any("blocking()" in w for w in _slow_steps(control, caplog))
 
-        async def ours() -> None:
-            await asyncio.create_task(history.aadd_messages(talk))
-            await asyncio.create_task(history.aget_messages())
-            await asyncio.create_task(history.aclear())
-            await asyncio.create_task(step.ainvoke(talk))
+        def scenario(attempt: int) -> Callable[[], Awaitable[None]]:
+            fresh = TurnledgerChatMessageHistory(store.start_session())
+            step = TurnledgerTrimmer(store, session_id=f"lcel-{attempt}").as_runnable()
 
-        assert [] == [w for w in _slow_steps(ours, caplog) if OURS in w]
+            async def ours() -> None:
+                await asyncio.create_task(fresh.aadd_messages(talk))
+                await asyncio.create_task(fresh.aget_messages())
+                await asyncio.create_task(fresh.aclear())
+                await asyncio.create_task(step.ainvoke(talk))
+
+            return ours
+
+        assert [] == _slow_steps_of_ours(scenario, caplog)
 
 
 def test_import_turnledger_imports_no_framework() -> None:
