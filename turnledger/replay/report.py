@@ -194,6 +194,7 @@ class _Session:
     marks: list[_Mark] = attrs.field(factory=list)
     switches: list[_Mark] = attrs.field(factory=list)
     turns: list[_Turn] = attrs.field(factory=list)
+    starts: list[int] = attrs.field(factory=list)  # turns' start positions, kept for bisect
     head_tokens: int = 0
     budget: int = 0
     legacy: bool = False
@@ -247,6 +248,7 @@ class _Session:
         item = event.message
         if is_turn_start_item(item):
             self.turns.append(_Turn(len(self.turns) + 1, event.position, preview=_first(item)))
+            self.starts.append(event.position)
         tokens = item_tokens(item)
         if not self.turns:
             self.head_tokens += tokens
@@ -284,15 +286,18 @@ class _Session:
 
     def swept(self, event: OrphansSwept) -> None:
         self.marks.append(_Mark("sweep", self.x, event.originator_version, event))
-        starts = [t.start for t in self.turns]
         for position in event.positions:
-            at = bisect.bisect_right(starts, position) - 1
+            at = self._turn_at(position)
             if at >= 0:
                 self.turns[at].swept += 1
 
+    def _turn_at(self, position: int) -> int:
+        """The index of the turn holding ``position`` (-1: before the first turn)."""
+        return bisect.bisect_right(self.starts, position) - 1
+
     def popped(self, event: MessagePopped) -> None:
         """A popped message leaves its turn's counts (it stays in the log)."""
-        at = bisect.bisect_right([t.start for t in self.turns], event.position) - 1
+        at = self._turn_at(event.position)
         if at < 0:
             self.head_tokens -= item_tokens(event.message)
             return
