@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 from typing import Any, Final
 from uuid import UUID
 
@@ -202,7 +201,7 @@ class SealedMapper(TurnledgerMapper):
         plain = self._open(session_id, version, stored.topic, body)
         try:
             payload = unpack_body(plain)
-        except (ValueError, zlib.error) as error:
+        except ValueError as error:
             raise UndecodableRecord(
                 session_id, version, stored.topic, f"cannot unpack the decrypted payload: {error}"
             ) from error

@@ -68,7 +68,10 @@ def unpack_body(data: bytes) -> bytes:
     if marker == _RAW_BODY:
         return bytes(rest)
     if marker == _ZLIB_BODY:
-        return zlib.decompress(rest)
+        try:
+            return zlib.decompress(rest)
+        except zlib.error as error:
+            raise ValueError(f"the decrypted payload does not decompress: {error}") from error
     raise ValueError(f"the decrypted payload has an unknown encoding {marker!r}")
 
 
