@@ -12,6 +12,7 @@ import zlib
 from uuid import UUID
 
 import msgpack
+import pytest
 
 from tests.backends import Target
 from tests.integration.conftest import RecordEditor
@@ -155,3 +156,52 @@ def test_large_payloads_are_stored_compressed_and_still_verify(
         records.write(uuid, version, big.topic, msgpack.packb([chain, edited, ZLIB]))
         found = store.backend.verify(uuid)
         assert [(version, "edited")] == [(p.version, p.kind) for p in found]
+
+
+def test_e5_a_snapshot_is_due_after_snapshot_messages_messages_whatever_the_profile(
+    target: Target,
+) -> None:
+    """With an event interval too large to fire, the message bound alone takes the snapshots:
+    for the default profile (three trim events per turn) and the turn limit off alike, at the
+    same message positions, so both restores replay the same messages (ADR-0058)."""
+    positions = {}
+    for name, profile in (("default", RuntimeProfile(max_history_messages=2)),
+                          ("limit off", LIMIT_OFF)):
+        with open_store(target.url, snapshot_interval=10**6, snapshot_messages=12) as store:
+            session = store.start_session(profile=profile)
+            seen = set()
+            for index in range(10):
+                run_turns(session, index, 1)
+                seen.update(snapshot_versions(store, session.id))
+            restored = store.restore(session.id)
+            assert (session.chat_view(), session.conversation_view()) == (
+                restored.chat_view(), restored.conversation_view()
+            )
+            events = store.backend.read(UUID(session.id))
+            positions[name] = sorted(
+                sum(1 for e in events[:version] if type(e).__name__ == "MessageAppended")
+                for version in seen
+            )
+    assert [12, 24, 36] == positions["default"]
+    assert positions["default"] == positions["limit off"]
+
+
+def test_e5_the_event_interval_still_bounds_a_tail_without_messages(target: Target) -> None:
+    """A session that records requests but no messages is still snapshotted every
+    ``snapshot_interval`` events (a tail of requests costs a restore too)."""
+    with open_store(target.url, snapshot_interval=5, snapshot_messages=10**6) as store:
+        session = store.start_session(profile=LIMIT_OFF)
+        run_turns(session, 0, 1)
+        for _ in range(12):
+            session.prepare_request()
+        versions = snapshot_versions(store, session.id)
+        assert 1 == len(versions)
+        assert session.version - versions[0] < 5
+
+
+def test_a_store_refuses_a_snapshot_interval_below_one() -> None:
+    """0 or a negative interval is a clear error naming the option, not a snapshot per
+    command."""
+    for option in ("snapshot_interval", "snapshot_messages"):
+        with pytest.raises(ValueError, match=f"^{option} must be a positive integer, got 0$"):
+            open_store("memory://", **{option: 0})

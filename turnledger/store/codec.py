@@ -181,6 +181,10 @@ def _unstructure_float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
+_EXACT_SCALARS: Final = frozenset({int, str, bool, bytes, float})
+"""Types whose structure hook (`_strict`) is the identity on a value of exactly that type."""
+
+
 def _is_homogeneous_tuple(type_: object) -> bool:
     args = typing.get_args(type_)
     return typing.get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis
@@ -193,10 +197,16 @@ def _homogeneous_tuple_hook(
     # resolved once here, which halves the cost of decoding a message with tool calls.
     item_type = typing.get_args(type_)[0]
     item_hook = converter.get_structure_hook(item_type)
+    # For the scalar types, whose strict hook returns a value of exactly that type unchanged,
+    # one pass over the types replaces a hook call per item (a snapshot holds tens of
+    # thousands of ints); anything else still goes item by item, for the error it names.
+    exact = {item_type} if item_type in _EXACT_SCALARS else None
 
     def hook(value: object, _: object) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):
             raise TypeError(f"expected an array, got {type(value).__name__}")
+        if exact is not None and exact.issuperset(map(type, value)):
+            return tuple(value)
         return tuple([item_hook(item, item_type) for item in value])
 
     return hook

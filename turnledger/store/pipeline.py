@@ -10,8 +10,9 @@ One command goes through `Pipeline.save` (in the spirit of eventsourcing's
    being the expected version (E3); the store's head is not read first (the position knows
    it): the (session, version) key refuses a version another writer recorded first, and a
    conflict or a failure reloads the state from the store (ADR-0035);
-3. **snapshot when due** — every ``snapshot_interval`` events the compact state is saved
-   (a cache: a failure is logged, never raised);
+3. **snapshot when due** — after ``snapshot_messages`` appended messages or
+   ``snapshot_interval`` events, whichever comes first, the compact state is saved (a cache: a
+   failure is logged, never raised; ADR-0058);
 4. **notify** — after the commit: R34's log line for a legacy turn-limit trim, then the
    store's subscribers get each `HistoryTrimmed` (R33).
 
@@ -46,9 +47,14 @@ from turnledger.store.backend import AnchorMismatch, EventStoreBackend, StoreUna
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
 
-__all__ = ["Pipeline", "Position"]
+__all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "Pipeline", "Position"]
 
 log = logging.getLogger("turnledger")
+
+SNAPSHOT_INTERVAL = 500
+"""Events between two snapshots of a session's compact state, at most."""
+SNAPSHOT_MESSAGES = 256
+"""Appended messages between two snapshots, at most: what a restore replays (ADR-0058)."""
 
 CONTENDED_HEAD_CHECKS = 32
 """Commands of a session object that read the stored head first after it lost a race."""
@@ -60,11 +66,12 @@ Publish = Callable[[Sequence[HistoryTrimmed]], None]
 @attrs.define
 class Position:
     """Where one session stands: its state, the chain head of its last record, and the version
-    of its latest snapshot (0: none)."""
+    of its latest snapshot (0: none) with the log position of the next message then."""
 
     state: SessionState = attrs.field(factory=lambda: SessionState(compact=True))
     chain: bytes = ZERO_CHAIN
     snapshot_version: int = 0
+    snapshot_position: int = 0
     stale: bool = False
     """The state may hold events that are not stored: reload before any use (`current`)."""
     behind: bool = False
@@ -81,8 +88,9 @@ class Position:
 
     def move_to(self, other: Position) -> None:
         """Stand where ``other`` stands (after a reload)."""
-        self.state, self.chain, self.snapshot_version = (
-            other.state, other.chain, other.snapshot_version
+        self.state, self.chain = other.state, other.chain
+        self.snapshot_version, self.snapshot_position = (
+            other.snapshot_version, other.snapshot_position
         )
         self.stale, self.behind = other.stale, other.behind
 
@@ -91,10 +99,16 @@ class Pipeline:
     """Loads sessions and saves their commands, for one store (see the module docstring)."""
 
     def __init__(
-        self, backend: EventStoreBackend, *, snapshot_interval: int, publish: Publish
+        self,
+        backend: EventStoreBackend,
+        *,
+        snapshot_interval: int = SNAPSHOT_INTERVAL,
+        snapshot_messages: int = SNAPSHOT_MESSAGES,
+        publish: Publish,
     ) -> None:
         self.backend = backend
         self.snapshot_interval = snapshot_interval
+        self.snapshot_messages = snapshot_messages
         self._publish = publish
 
     def load(self, session_id: UUID) -> Position:
@@ -128,7 +142,7 @@ class Pipeline:
             return None
         version, payload = snapshot
         state, chain = decode_snapshot(payload, session_id=session_id, version=version)
-        position = Position(state, chain, version)
+        position = Position(state, chain, version, state.next_position)
         self._catch_up(position, session_id, chain)
         return position
 
@@ -218,7 +232,12 @@ class Pipeline:
 
     def _take_snapshot(self, position: Position) -> None:
         state = position.state
-        if state.version - position.snapshot_version < self.snapshot_interval:
+        # A restore replays the tail after the snapshot, and its messages are what it pays
+        # for (decoding them, indexing their tokens): bound them, and the events too, since a
+        # tail of requests and trims costs something as well (ADR-0058).
+        events = state.version - position.snapshot_version
+        messages = state.next_position - position.snapshot_position
+        if events < self.snapshot_interval and messages < self.snapshot_messages:
             return
         try:
             payload = encode_snapshot(state, position.chain)
@@ -229,7 +248,7 @@ class Pipeline:
             log.warning("snapshot of session %s at version %d failed: %s",
                         position.session_id, state.version, error)
             return
-        position.snapshot_version = state.version
+        position.snapshot_version, position.snapshot_position = state.version, state.next_position
 
     def _notify(self, position: Position, events: Sequence[DomainEvent]) -> None:
         loop = position.state.loop

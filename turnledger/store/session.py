@@ -61,11 +61,12 @@ from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.state import collect_summarised
 from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
 from turnledger.store.keys import NotEncrypted, parse_key
-from turnledger.store.pipeline import Pipeline, Position
+from turnledger.store.pipeline import SNAPSHOT_INTERVAL, SNAPSHOT_MESSAGES, Pipeline, Position
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "SNAPSHOT_INTERVAL",
+    "SNAPSHOT_MESSAGES",
     "Session",
     "SessionView",
     "Store",
@@ -76,8 +77,6 @@ __all__ = [
 log = logging.getLogger("turnledger")
 
 DEFAULT_STORE_URL = "sqlite:///./turnledger.db"
-SNAPSHOT_INTERVAL = 500
-"""Events between two snapshots of a session's compact state."""
 
 Subscriber = Callable[[DomainEvent], None]
 
@@ -414,13 +413,27 @@ class Store:
     Open with `open_store(url)`. Use as a context manager or call `close()`.
     """
 
-    def __init__(self, backend: EventStoreBackend, *, snapshot_interval: int = SNAPSHOT_INTERVAL):
+    def __init__(
+        self,
+        backend: EventStoreBackend,
+        *,
+        snapshot_interval: int = SNAPSHOT_INTERVAL,
+        snapshot_messages: int = SNAPSHOT_MESSAGES,
+    ):
+        for name, value in (("snapshot_interval", snapshot_interval),
+                            ("snapshot_messages", snapshot_messages)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.backend = backend
         self.snapshot_interval = snapshot_interval
+        self.snapshot_messages = snapshot_messages
         self._subscribers: list[Subscriber] = []
         self._lock = threading.Lock()
         self._pipeline = Pipeline(
-            backend, snapshot_interval=snapshot_interval, publish=self._publish
+            backend,
+            snapshot_interval=snapshot_interval,
+            snapshot_messages=snapshot_messages,
+            publish=self._publish,
         )
 
     def __enter__(self) -> Store:
@@ -699,4 +712,8 @@ def open_store(
         audit_key=None if audit_key is None else parse_key(audit_key, "audit key"),
         allow_unkeyed=allow_unkeyed,
     )
-    return Store(backend, **options)
+    try:
+        return Store(backend, **options)
+    except BaseException:  # a bad option: the connections just opened are not leaked
+        backend.close()
+        raise
