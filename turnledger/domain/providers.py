@@ -996,7 +996,27 @@ def to_openai_responses(history: Iterable[ConversationMessage | ChatMessage]) ->
     ``function_call_output`` items, thinking ``reasoning`` items (its signature as
     ``encrypted_content``).
     """
+    items = list(history)
     out: list[Json] = []
-    for message in _chat_items(history):
-        out.extend(_responses_json(_structured(message)))
+    if not all(_reads_as_itself(item) for item in items):
+        for message in _chat_items(items):
+            out.extend(_responses_json(_structured(message)))
+        return out
+    for item in items:
+        out.extend(_responses_json(item))
     return out
+
+
+def _reads_as_itself(item: object) -> bool:
+    """Whether the provider-facing messages of ``item`` read back as ``item`` itself
+    (`_structured` of each of `to_chat_messages`), so it can be exported without them: a
+    tool-call step, tool results, or a plain message whose structure is recorded or plain by
+    its role (not a tool message, not an assistant message carrying or read as calls)."""
+    if isinstance(item, AssistantToolCalls | ToolResults):
+        return True
+    if not isinstance(item, Chat):
+        return False
+    message = item.message
+    return message.item is None and message.role != "tool" and (
+        message.role != "assistant" or message.envelope is False
+    )
