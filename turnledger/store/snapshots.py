@@ -48,9 +48,6 @@ __all__ = [
 ]
 
 SNAPSHOT_FORMAT = 3
-_ZLIB_LEVEL = 1
-"""zlib's fastest level (ADR-0057): a snapshot is taken on the append path and only the newest
-is kept, so its time counts more than its bytes (level 6 took 4x the time for 30 % less)."""
 _WINDOW_FORMAT = 2  # ADR-0023: the whole conversation window's items, digested
 _UNDIGESTED_FORMAT = 1  # before ADR-0023: the body alone, without a digest
 
@@ -108,6 +105,11 @@ class _Compact:
     chat_breadcrumb: bool
 
 
+_LEVEL = 1
+"""zlib level of a snapshot body: a snapshot is written on the append path, and level 1
+compresses a 130 KB window in 1.5 ms against 4.1 ms at level 6 for 15 % more bytes (ADR-0058)."""
+
+
 @cache
 def _converter() -> cattrs.Converter:
     return make_converter()
@@ -123,7 +125,7 @@ def encode_snapshot(
     """
     if snapshot_format == SNAPSHOT_FORMAT:
         packed = msgpack.packb(_converter().unstructure(_compact_of(state, chain)), datetime=True)
-        body = zlib.compress(packed, _ZLIB_LEVEL)
+        body = zlib.compress(packed, _LEVEL)
     elif snapshot_format == _WINDOW_FORMAT:
         body = msgpack.packb(_converter().unstructure(_snapshot_of(state, chain)), datetime=True)
     else:
