@@ -10,7 +10,10 @@ machine load weighs on both sides alike: above 1, turnledger is faster.
      ``SQLiteSession.add_items(turn)`` vs turnledger's ``TurnledgerSession.add_items(turn)``
      (conversion + one transaction, in a worker thread like the SDK's) and
      ``Session.extend(turn)`` (messages already converted), and ``Session.append`` message by
-     message (one transaction each: what a turn cost before ``extend``);
+     message (one transaction each: what a turn cost before ``extend``), these two also called
+     through ``asyncio.to_thread`` like the SDK's own I/O (a blocking call on the event loop's
+     thread was measured at up to 3x its time in a worker: a COMMIT there waits on the
+     threads the process started, whoever's code it is);
    - PostgreSQL (``synchronous_commit`` on, the server default): the SDK's
      ``SQLAlchemySession`` on asyncpg vs the same three turnledger calls.
 2. **Read and restore** at 100 / 1,000 / 10,000 turns, SQLite and PostgreSQL:
@@ -190,9 +193,12 @@ async def bench_append(backend: Backend, rounds: int, per_round: int) -> list[di
             n += per_round
             times["sdk"].append(await _timed_async(theirs.add_items, turns))
             times["add_items"].append(await _timed_async(ours.add_items, turns))
-            times["extend"].append(_timed(plain.extend, messages))
-            times["append x5"].append(_timed(lambda m: [one_by_one.append(x) for x in m],
-                                             messages))
+            # In a worker thread, as the SDK's add_items and ours run: a blocking call on the
+            # event loop's thread pays for the threads this process started (a bare sqlite3
+            # COMMIT there takes ~2 ms once any worker thread has run, ~0.1 ms in the worker).
+            times["extend"].append(await _timed_async(_in_thread(plain.extend), messages))
+            times["append x5"].append(await _timed_async(
+                _in_thread(lambda m: [one_by_one.append(x) for x in m]), messages))
         await _close_theirs(theirs)
     sdk = statistics.median(times["sdk"]) / per_round
     rows = []
@@ -210,11 +216,9 @@ async def _timed_async(call: Callable[[Any], Awaitable[Any]], batches: list[Any]
     return time.perf_counter() - start
 
 
-def _timed(call: Callable[[Any], Any], batches: list[Any]) -> float:
-    start = time.perf_counter()
-    for batch in batches:
-        call(batch)
-    return time.perf_counter() - start
+def _in_thread(call: Callable[[Any], Any]) -> Callable[[Any], Awaitable[Any]]:
+    """``call`` run in a worker thread, awaited (what the SDK's sessions do with their I/O)."""
+    return functools.partial(asyncio.to_thread, call)
 
 
 # --- 2. read and restore --------------------------------------------------------------------

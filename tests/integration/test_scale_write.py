@@ -202,3 +202,19 @@ def test_a_writer_that_lost_a_race_reads_the_head_before_its_next_commands(
         loser.append(ChatMessage.user("l4"))
         assert ["w1", "l2", "w2", "l4"] == _texts(store, winner.id)
         assert [] == store.backend.verify(UUID(winner.id))
+
+
+@pytest.mark.parametrize(("option", "expected"), [("", 2), ("?synchronous=normal", 1)])
+def test_e3_sqlite_appends_commit_on_a_connection_with_the_stores_synchronous(
+    tmp_path: Path, option: str, expected: int
+) -> None:
+    """The thin SQLite insert (ADR-0056) commits with the URL's ``synchronous``, stores what
+    the library's insert stores (same table, checked reads pass) and closes with the store."""
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}{option}") as store:
+        session = store.start_session()
+        session.extend([ChatMessage.user("hello"), ChatMessage.assistant("hi")])
+        appender: Any = store.backend._thin_insert.__self__  # type: ignore[union-attr]  # noqa: SLF001
+        pragma = appender._connection.execute("PRAGMA synchronous").fetchone()[0]  # noqa: SLF001
+        stored = store.backend.read_records(UUID(session.id))
+        assert (expected, 4, []) == (pragma, len(stored), store.backend.verify(UUID(session.id)))
+    assert appender._connection is None  # noqa: SLF001

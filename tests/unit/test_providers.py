@@ -11,8 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import chat_histories, every_block_type_history, provider_histories
-from turnledger.domain.blocks import ThinkingBlock
+from tests.strategies import (
+    chat_histories,
+    conversation_histories,
+    every_block_type_history,
+    provider_histories,
+)
+from turnledger.domain.blocks import ThinkingBlock, canonical_json, canonical_text
 from turnledger.domain.budget import Route
 from turnledger.domain.decider import PreparedRequest, request_digest
 from turnledger.domain.errors import InvalidMessage
@@ -30,6 +35,7 @@ from turnledger.domain.messages import (
     to_chat_messages,
     tool_envelope,
 )
+from turnledger.domain.providers import from_openai_responses_item
 from turnledger.providers import (
     TranscriptError,
     from_anthropic,
@@ -536,3 +542,38 @@ def test_write_conversation_is_compact_unescaped_and_deterministic() -> None:
         '[{"role":"system","content":"règle"},{"role":"user","content":"é"}]',
         '{"system":"règle","messages":[{"role":"user","content":"é"}]}',
     ) == (write_conversation(history, "openai"), write_conversation(history, "anthropic"))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=conversation_histories())
+def test_e11_responses_export_of_items_equals_that_of_their_chat_messages(
+    history: list[ConversationMessage],
+) -> None:
+    """Items exported directly (ADR-0056) give what their chat messages give, bare ones too."""
+    assert to_openai_responses(to_chat_messages(history)) == to_openai_responses(history)
+
+
+def test_e11_one_responses_item_converts_as_a_list_of_it() -> None:
+    """from_openai_responses_item(i) == from_openai_responses([i])[0], errors included."""
+    items = [item for raw in fixture_lines("responses") for item in raw]
+    items.append({"type": "web_search_call", "id": "ws_1", "status": "completed"})
+    assert [from_openai_responses([i])[0] for i in items] == [
+        from_openai_responses_item(i) for i in items
+    ]
+    for bad in ({"type": "function_call", "name": "f", "arguments": "{}"}, "text", {"role": 3}):
+        with pytest.raises(TranscriptError) as whole:
+            from_openai_responses([bad])
+        with pytest.raises(TranscriptError) as one:
+            from_openai_responses_item(bad)
+        assert str(whole.value) == str(one.value)
+
+
+def test_e12_canonical_text_of_a_written_text_is_that_text_as_a_plain_str() -> None:
+    """A text canonical_json wrote is kept as it is (a plain str); any other is rewritten."""
+    written = canonical_json({"b": [1.0, "é"], "a": None})
+    kept = canonical_text(written)
+    assert (str, '{"a":null,"b":[1.0,"é"]}') == (type(kept), kept)
+    assert (str, '{"a":1}') == (type(canonical_text('{ "a" : 1 }')),
+                                 canonical_text('{ "a" : 1 }'))
+    message = ChatMessage("user", "hi", extra=canonical_json({"id": "m"}))
+    assert str is type(message.extra)

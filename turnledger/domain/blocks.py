@@ -44,12 +44,21 @@ __all__ = [
 ]
 
 
+class _CanonicalText(str):
+    """A text `canonical_json` wrote: already canonical, so `canonical_text` need not parse and
+    write it again (canonical JSON is a fixed point of parsing then writing it)."""
+
+    __slots__ = ()
+
+
 def canonical_json(value: object) -> str:
     """``value`` as canonical JSON text: sorted keys, compact, non-ASCII kept.
 
     Equal JSON values give equal texts, so values holding it compare and hash by content.
     """
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _CanonicalText(
+        json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    )
 
 
 def extra_text(fields: Mapping[str, Any]) -> str:
@@ -75,8 +84,10 @@ def canonical_text(text: str) -> str:
     """
     if not isinstance(text, str) or not text:
         return text
+    if type(text) is _CanonicalText:  # written by canonical_json: a plain str of it suffices
+        return str.__str__(text)
     try:
-        return canonical_json(json.loads(text))
+        return str.__str__(canonical_json(json.loads(text)))
     except (ValueError, RecursionError) as exc:
         raise InvalidMessage(f"not JSON text: {text[:60]!r}") from exc
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeGuard, TypeVar
 
 from turnledger.domain.blocks import (
     ContentBlock,
@@ -70,6 +70,7 @@ __all__ = [
     "from_anthropic",
     "from_openai_chat",
     "from_openai_responses",
+    "from_openai_responses_item",
     "plain",
     "to_anthropic",
     "to_openai_chat",
@@ -928,6 +929,23 @@ def from_openai_responses(items: object) -> list[ConversationMessage]:
     return _name_results(out)
 
 
+def from_openai_responses_item(item: object) -> ConversationMessage:
+    """One Responses input item (a dict or an SDK object) as one message: what
+    ``from_openai_responses([item])`` gives, without the list around it (a lone call is an
+    `AssistantToolCalls` of one call, a lone output `ToolResults` of one result).
+
+    Raises:
+        TranscriptError: the item or a field is missing or ill-typed ("message 0: ...").
+    """
+    where = _Where("message 0")
+    parsed = _responses_item(where, where.obj(plain(item), "item"))
+    if isinstance(parsed, ToolCall):
+        return AssistantToolCalls(None, (parsed,))
+    if isinstance(parsed, ToolResult):
+        return ToolResults((parsed,))
+    return parsed
+
+
 def _responses_content(role: str, text: str, blocks: Sequence[ContentBlock | ToolCall]) -> Any:
     if not blocks:
         return text
@@ -996,7 +1014,28 @@ def to_openai_responses(history: Iterable[ConversationMessage | ChatMessage]) ->
     ``function_call_output`` items, thinking ``reasoning`` items (its signature as
     ``encrypted_content``).
     """
+    items = list(history)
+    direct = [item for item in items if _reads_as_itself(item)]
     out: list[Json] = []
-    for message in _chat_items(history):
-        out.extend(_responses_json(_structured(message)))
+    if len(direct) != len(items):
+        for message in _chat_items(items):
+            out.extend(_responses_json(_structured(message)))
+        return out
+    for item in direct:
+        out.extend(_responses_json(item))
     return out
+
+
+def _reads_as_itself(item: object) -> TypeGuard[ConversationMessage]:
+    """Whether the provider-facing messages of ``item`` read back as ``item`` itself
+    (`_structured` of each of `to_chat_messages`), so it can be exported without them: a
+    tool-call step, tool results, or a plain message whose structure is recorded or plain by
+    its role (not a tool message, not an assistant message carrying or read as calls)."""
+    if isinstance(item, AssistantToolCalls | ToolResults):
+        return True
+    if not isinstance(item, Chat):
+        return False
+    message = item.message
+    return message.item is None and message.role != "tool" and (
+        message.role != "assistant" or message.envelope is False
+    )

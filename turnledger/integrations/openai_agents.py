@@ -6,7 +6,7 @@
 keeps its history in a turnledger store:
 
 - ``add_items`` records the items of one call in one transaction (`Session.extend`), each
-  Responses item as one message (`from_openai_responses`), refusing an item that would not come
+  Responses item as one message (`from_openai_responses_item`), refusing an item that would not come
   back exactly as it was given (`InvalidMessage`, nothing recorded);
 - ``get_items`` returns what the model should see: the trims a request would make are decided
   and recorded (turn limit, token budget, orphan sweep: `Session.fit_window`), then the kept
@@ -32,7 +32,11 @@ from typing import Any
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.messages import ChatMessage, ConversationMessage
-from turnledger.domain.providers import from_openai_responses, plain, to_openai_responses
+from turnledger.domain.providers import (
+    from_openai_responses_item,
+    plain,
+    to_openai_responses,
+)
 from turnledger.integrations import off_loop, open_session
 from turnledger.store.session import Session, Store
 
@@ -51,15 +55,15 @@ def from_responses_items(items: Iterable[object]) -> list[ConversationMessage]:
     for i, raw in enumerate(items):
         item = plain(raw)
         try:
-            converted = from_openai_responses([item])
+            converted = from_openai_responses_item(item)
         except InvalidMessage as error:
             raise InvalidMessage(f"items[{i}]: {error}") from None
-        if len(converted) != 1 or to_openai_responses(converted) != [item]:
+        if to_openai_responses((converted,)) != [item]:
             raise InvalidMessage(
                 f"items[{i}] (type {item.get('type', 'message')!r}) would not be returned "
                 "exactly as it was added; it was not recorded"
             )
-        messages.extend(converted)
+        messages.append(converted)
     return messages
 
 

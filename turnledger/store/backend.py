@@ -200,6 +200,7 @@ class EventStoreBackend:
         self.protection = protection if protection is not None else Protection()
         """Keys table, keyring and chain of the store (`turnledger.store.crypto`)."""
         self._tracking_recorder = recorders.tracking
+        self._thin_insert = recorders.insert
         self._closer = recorders.close
         self._closed = False
         self._lock = threading.Lock()
@@ -281,7 +282,10 @@ class EventStoreBackend:
             self._check_head(session_id, first, prev_chain)
         try:
             with self._translate("append", session_id, first):
-                self.recorder.insert_events(stored)
+                if self._thin_insert is not None:  # the backend's own (ADR-0056)
+                    self._thin_insert(stored)
+                else:
+                    self.recorder.insert_events(stored)
         except (ConcurrencyConflict, StoreUnavailable) as failure:
             # In doubt: the commit may have landed although the insert failed (a connection
             # lost after COMMIT, a driver retry that then hit the primary key).

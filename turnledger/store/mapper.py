@@ -215,12 +215,18 @@ class TurnledgerMapper(Mapper[UUID]):
             raise ValueError(f"prev_chain must be {CHAIN_SIZE} bytes")
         chain = prev_chain
         stored: list[StoredEvent] = []
-        for event in events:
-            topic, payload = self.codec.encode_event(event)
+        # Per batch, not per event: one packer for the payloads (`encode_events`), one for the
+        # envelopes when the transcoder is ours; the bytes are those of one by one.
+        encoded = self.codec.encode_events(events)
+        transcode = (
+            msgpack.Packer().pack if type(self.transcoder) is EnvelopeTranscoder
+            else self.transcoder.encode
+        )
+        compress = self.compress_envelope
+        for event, (topic, payload) in zip(events, encoded, strict=True):
             body = self.conceal(event, topic, payload)
             chain = self.chain_of(chain, event.originator_id, event.originator_version, topic, body)
-            envelope = envelope_of(chain, body, compress=self.compress_envelope)
-            state = self.seal(self.transcoder.encode(envelope))
+            state = self.seal(transcode(envelope_of(chain, body, compress=compress)))
             stored.append(
                 StoredEvent(
                     originator_id=event.originator_id,

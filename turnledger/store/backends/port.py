@@ -35,6 +35,7 @@ from eventsourcing.persistence import (
     Cipher,
     Compressor,
     InfrastructureFactory,
+    StoredEvent,
     TrackingRecorder,
 )
 from eventsourcing.utils import Environment
@@ -149,6 +150,10 @@ class Recorders:
     compressor: Compressor | None
     cipher: Cipher | None
     close: Callable[[], None] | None = None
+    insert: Callable[[Sequence[StoredEvent]], None] | None = None
+    """Inserts the records of one append in one transaction, raising what the library's
+    ``events.insert_events`` raises (its ``IntegrityError`` for a taken (session, version));
+    None: that method is used. A backend may give a thinner one of its own (ADR-0056)."""
 
     @classmethod
     def of(

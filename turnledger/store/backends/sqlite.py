@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import urllib.parse
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 from uuid import UUID
 
-from eventsourcing.persistence import DatabaseError, InterfaceError, OperationalError
+import attrs
+from eventsourcing.persistence import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    StoredEvent,
+)
 
 from turnledger.store.backends.port import (
     Database,
@@ -142,7 +151,7 @@ class SQLiteDatabase(Database):
             return built
 
         try:
-            return open_library_recorders(self, factory, settings)
+            recorders = open_library_recorders(self, factory, settings)
         except StoreUnavailable as error:
             cause = error.__cause__
             if isinstance(cause, DatabaseError | sqlite3.DatabaseError) and not isinstance(
@@ -153,6 +162,22 @@ class SQLiteDatabase(Database):
                     f"{self.url!r}: {self.path} is not a SQLite database ({cause})"
                 ) from None
             raise
+        if self.read_only:
+            return recorders  # nothing is inserted: the library's insert reports the refusal
+        appender = _Appender(
+            self.uri, recorders.events.insert_events_statement,  # type: ignore[attr-defined]
+            timeout=lock, pragma=pragma,
+        )
+        library_close = recorders.close
+
+        def close() -> None:
+            try:
+                appender.close()
+            finally:
+                if library_close is not None:
+                    library_close()
+
+        return attrs.evolve(recorders, insert=appender.insert, close=close)
 
     def _prepare_file(self) -> None:
         """Create the parent directories and the file now, so a bad path fails with its reason."""
@@ -235,3 +260,76 @@ def _set_synchronous(pool: Any, pragma: str) -> None:
             return connection
 
     pool.__class__ = PragmaPool
+
+
+class _Appender:
+    """The insert of an append on a connection of its own (ADR-0056).
+
+    The library's insert costs a pool checkout, a cursor object per transaction and one
+    ``execute`` per record (for the ids it returns, which an append does not use). This is
+    the same statement on the same table, in one ``BEGIN IMMEDIATE`` ... ``COMMIT`` with one
+    ``executemany``, on a connection with the store's ``synchronous`` and lock timeout: the
+    same durability, the same (session, version) key. A taken key raises the library's
+    ``IntegrityError`` (the store's `ConcurrencyConflict`), any other failure the driver's
+    error (the store's `StoreUnavailable`, settled as in doubt: ADR-0020); the transaction
+    is rolled back first, and a connection that cannot roll back is dropped (the next
+    append opens a new one). Safe to share between threads: one append at a time.
+    """
+
+    def __init__(self, uri: str, statement: str, *, timeout: float, pragma: str) -> None:
+        self._uri = uri
+        self._statement = statement
+        self._timeout = timeout
+        self._pragma = pragma
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._closed = False
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self._uri, uri=True, isolation_level=None, check_same_thread=False,
+            timeout=self._timeout,
+        )
+        try:
+            connection.execute(self._pragma)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def insert(self, records: Sequence[StoredEvent]) -> None:
+        rows = [
+            (r.originator_id.hex if isinstance(r.originator_id, UUID) else r.originator_id,
+             r.originator_version, r.topic, r.state)
+            for r in records
+        ]
+        with self._lock:
+            if self._closed:
+                raise InterfaceError("the store is closed")
+            connection = self._connection
+            if connection is None:
+                connection = self._connection = self._connect()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executemany(self._statement, rows)
+                connection.execute("COMMIT")
+            except BaseException as error:
+                self._roll_back(connection)
+                if isinstance(error, sqlite3.IntegrityError):
+                    raise IntegrityError(error) from error
+                raise
+
+    def _roll_back(self, connection: sqlite3.Connection) -> None:
+        try:
+            if connection.in_transaction:
+                connection.rollback()
+        except BaseException:
+            self._connection = None
+            connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
