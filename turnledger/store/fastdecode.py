@@ -168,13 +168,36 @@ class _Builder:
         decoder: Hook = names[f"decode_{cls.__name__}"]
         return decoder
 
-    @staticmethod
-    def inline(type_: object, index: int, names: dict[str, Any]) -> list[str]:
-        """The statements that check (and convert) ``v`` of ``type_`` in place."""
+    def inline(self, type_: object, index: int, names: dict[str, Any]) -> list[str]:
+        """The statements that check (and convert) ``v`` of ``type_`` in place: the checks of
+        the commonest types written out (a call per field is most of the cost), the others
+        through the type's hook."""
+        optional = _optional_scalar(type_)
+        if optional is not None and type_ not in self.unions:
+            names[f"_t{index}"] = optional
+            return [f"if v is not None and v.__class__ is not _t{index}:", "  raise _Reject"]
         if type_ in _EXACT_SCALARS:
             names[f"_t{index}"] = type_
             return [f"if v.__class__ is not _t{index}:", "  raise _Reject"]
+        if type_ is datetime:
+            names["_datetime"] = datetime
+            return ["if v.__class__ is not _datetime or v.tzinfo is None:", "  raise _Reject"]
+        if isinstance(type_, type) and issubclass(type_, enum.StrEnum | enum.IntEnum):
+            names[f"_t{index}"] = str if issubclass(type_, str) else int
+            names[f"_m{index}"] = {member.value: member for member in type_}
+            return [f"if v.__class__ is not _t{index}:", "  raise _Reject", f"v = _m{index}[v]"]
         return [f"v = _h{index}(v)"]
+
+
+def _optional_scalar(type_: object) -> type | None:
+    """``X`` when ``type_`` is ``X | None`` for an exactly checked scalar ``X``."""
+    args = typing.get_args(type_)
+    origin = typing.get_origin(type_)
+    if (origin is typing.Union or origin is types.UnionType) and len(args) == 2:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and rest[0] in _EXACT_SCALARS:
+            return typing.cast(type, rest[0])
+    return None
 
 
 def _exact(expected: type) -> Hook:
