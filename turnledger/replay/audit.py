@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -58,7 +58,7 @@ from turnledger.domain.sweep import SweepResult, sweep_orphans
 from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.backends.sqlite import SQLiteDatabase
-from turnledger.store.mapper import ChainProblem, ProblemKind, verify_chain
+from turnledger.store.mapper import ChainProblem, ProblemKind, paused_gc, verify_chain
 from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
 from turnledger.store.session import parse_session_id
 from turnledger.store.snapshots import compare_snapshot
@@ -235,7 +235,8 @@ def _verify(
         if not records and session_ids is not None:
             raise SessionNotFound(f"no session {session_id} in this store")
         audit = _SessionVerifier(backend, session_id, records)
-        audit.run()
+        with paused_gc():  # the fold keeps what it builds: collecting would free nothing
+            audit.run()
         violations.extend(audit.violations)
         done += len(records)
         if progress is not None:
@@ -316,9 +317,11 @@ class _SessionVerifier:
                 self._chain_problem(problem)
             self._check_forget_recorded()
             return
-        for problem in verify_chain(self.records, mapper):
+        # One pass decodes every record the chain vouches for; the fold reuses those events.
+        problems, decoded = mapper.audit_session(self.records)
+        for problem in problems:
             self._chain_problem(problem)
-        events, chains = self._decode()
+        events, chains = self._decode(decoded)
         snapshot = self._snapshot()
         if not events:
             return
@@ -361,12 +364,16 @@ class _SessionVerifier:
             detail += "; the events after it are not replayed"
         self.report(problem.version, rule, f"{problem.kind}: {detail}")
 
-    def _decode(self) -> tuple[list[DomainEvent], list[bytes]]:
+    def _decode(
+        self, decoded: Mapping[int, tuple[DomainEvent, bytes]]
+    ) -> tuple[list[DomainEvent], list[bytes]]:
         """The events up to the first gap or the first record that does not decode (reported
         if the chain check did not already), with each record's stored chain value.
 
-        What follows a missing or unreadable record cannot be folded meaningfully: every later
-        view would be wrong, and reporting each consequence would bury the cause.
+        ``decoded`` holds what the chain check decoded already (by ``id(record)``); only the
+        other records are decoded here. What follows a missing or unreadable record cannot be
+        folded meaningfully: every later view would be wrong, and reporting each consequence
+        would bury the cause.
         """
         events: list[DomainEvent] = []
         chains: list[bytes] = []
@@ -376,6 +383,11 @@ class _SessionVerifier:
                 if (expected, Rule.MISSING_RECORD) not in self._seen:
                     self.report(expected, Rule.MISSING_RECORD, f"version {expected} is missing")
                 break
+            found = decoded.get(id(record))
+            if found is not None:
+                events.append(found[0])
+                chains.append(found[1])
+                continue
             try:
                 event, chain = decode(record)
             except CorruptRecord as error:

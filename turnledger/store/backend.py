@@ -63,6 +63,7 @@ from turnledger.store.crypto import Protection, protect
 from turnledger.store.mapper import (
     ZERO_CHAIN,
     ChainProblem,
+    Row,
     TurnledgerMapper,
     UndecodableRecord,
     verify_chain,
@@ -430,13 +431,17 @@ class EventStoreBackend:
                     f"session {session_id}: the chain before version 1 is all zeros",
                     session_id=str(session_id), version=0,
                 )
-            records = self._select(session_id, 0, upto_version)
-            return self.mapper.decode_chained(records, 1, ZERO_CHAIN)
-        records = self._select(session_id, after_version - 1, upto_version)
-        anchor_chain = self._anchor(session_id, after_version, records, prev_chain)
+            rows = self._rows(session_id, 0, upto_version)
+            if not rows:
+                return []
+            return self.mapper.decode_rows(_to_uuid(session_id), rows, 1, ZERO_CHAIN)
+        rows = self._rows(session_id, after_version - 1, upto_version)
+        anchor_chain = self._anchor(session_id, after_version, rows, prev_chain)
         if anchor_chain is None:
             return []
-        return self.mapper.decode_chained(records[1:], after_version + 1, anchor_chain)
+        return self.mapper.decode_rows(
+            _to_uuid(session_id), rows[1:], after_version + 1, anchor_chain
+        )
 
     def read_pages(
         self, session_id: UUID, *, page_size: int = 1000, upto_version: int | None = None
@@ -466,12 +471,12 @@ class EventStoreBackend:
         self,
         session_id: UUID,
         version: int,
-        records: Sequence[StoredEvent],
+        records: Sequence[Row],
         expected: bytes | None,
     ) -> bytes | None:
         """The stored chain of the record at ``version`` (``records[0]``), checked against
         ``expected``; None when the session ends before ``version`` and nothing is expected."""
-        if not records or records[0].originator_version != version:
+        if not records or records[0][0] != version:
             if expected is None and not records:
                 return None
             raise AnchorMismatch(
@@ -479,7 +484,7 @@ class EventStoreBackend:
                 "from (deleted, or the session ends before it)",
                 session_id=str(session_id), version=version,
             )
-        chain, _ = self.mapper.open_record(records[0])
+        chain, _ = self.mapper.open_row(session_id, *records[0])
         if expected is not None and chain != expected:
             raise AnchorMismatch(
                 f"session {session_id}: the record at version {version} does not carry the "
@@ -498,10 +503,28 @@ class EventStoreBackend:
         self, session_id: UUID, after_version: int, upto_version: int | None
     ) -> list[StoredEvent]:
         self._check_open()
+        gt = after_version if after_version > 0 else None
         with self._translate("read", session_id):
-            return list(self.recorder.select_events(
-                session_id, gt=after_version if after_version > 0 else None, lte=upto_version
-            ))
+            rows = self.database.session_rows(self.recorder, session_id, gt, upto_version)
+            if rows is None:
+                return list(self.recorder.select_events(session_id, gt=gt, lte=upto_version))
+        if not rows:
+            return []
+        uuid = _to_uuid(session_id)  # one object for every record, not one parse per row
+        return [StoredEvent(originator_id=uuid, originator_version=version, topic=topic,
+                            state=state) for version, topic, state in rows]
+
+    def _rows(self, session_id: UUID, after_version: int, upto_version: int | None) -> list[Row]:
+        """The session's records as `Row` s: the backend's bulk read (ADR-0053), or the
+        library's records where the backend has none."""
+        self._check_open()
+        gt = after_version if after_version > 0 else None
+        with self._translate("read", session_id):
+            rows = self.database.session_rows(self.recorder, session_id, gt, upto_version)
+            if rows is None:
+                records = self.recorder.select_events(session_id, gt=gt, lte=upto_version)
+                rows = [(r.originator_version, r.topic, r.state) for r in records]
+        return rows
 
     def verify(
         self, session_id: UUID, *, expected_version: int | None = None

@@ -57,6 +57,7 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
 )
+from turnledger.store.fastdecode import Decoder, TaggedUnion, build_decoder
 
 __all__ = [
     "BLOCK_TAG_KEY",
@@ -263,6 +264,22 @@ def make_converter(*, detailed_validation: bool = False) -> cattrs.Converter:
 _MESSAGE_UNION: Final = Chat | AssistantToolCalls | ToolResults
 _OPTIONAL_MESSAGE_ARGS: Final = frozenset({*MESSAGE_TAGS, type(None)})
 
+# What the generated decoders must know of the converter configured below (ADR-0052): its
+# tagged unions and the fields it never reads. Keep in step with `_configure_blocks` and
+# `_configure_messages`; the property tests compare both paths on every event class.
+_FAST_UNIONS: Final[Mapping[object, TaggedUnion]] = types.MappingProxyType({
+    _MESSAGE_UNION: TaggedUnion(
+        MESSAGE_TAG_KEY, {tag: cls for cls, tag in MESSAGE_TAGS.items()}
+    ),
+    ContentBlock: TaggedUnion(BLOCK_TAG_KEY, {tag: cls for cls, tag in BLOCK_TAGS.items()}),
+    AssistantBlock: TaggedUnion(
+        BLOCK_TAG_KEY, {tag: cls for cls, tag in _ASSISTANT_BLOCK_TAGS.items()}
+    ),
+})
+_FAST_OMITTED: Final[Mapping[type, frozenset[str]]] = types.MappingProxyType(
+    {ChatMessage: frozenset({"item"})}
+)
+
 
 def _is_optional_message(type_: object) -> bool:
     return frozenset(typing.get_args(type_)) == _OPTIONAL_MESSAGE_ARGS
@@ -384,6 +401,8 @@ class _EventClass:
     class_version: int
     unstructure: Callable[[Any], dict[str, Any]]
     structure: Callable[[Any, Any], Any]
+    fast: Decoder | None = None
+    """The generated decoder tried first (ADR-0052); None: the converter reads every record."""
 
 
 class EventCodec:
@@ -406,6 +425,7 @@ class EventCodec:
         else:
             pairs = [(topic_for(cls), cls) for cls in event_types]
         self.converter = converter if converter is not None else make_converter()
+        self._custom_converter = converter is not None
         self._explainer: cattrs.Converter | None = None
         self._by_topic: dict[str, _EventClass] = {}
         self._by_class: dict[type, _EventClass] = {}
@@ -434,9 +454,17 @@ class EventCodec:
             class_version=class_version,
             unstructure=make_dict_unstructure_fn(cls, self.converter, **omit),  # type: ignore[arg-type]
             structure=self.converter.get_structure_hook(cls),
+            fast=self._fast_decoder(cls),
         )
         self._by_topic[topic] = entry
         self._by_class[cls] = entry
+
+    def _fast_decoder(self, cls: EventType) -> Decoder | None:
+        """The generated decoder of ``cls`` for this codec's converter (ADR-0052); none for a
+        converter passed in, whose hooks this module did not configure."""
+        if self._custom_converter:
+            return None
+        return build_decoder(cls, self.converter, unions=_FAST_UNIONS, omitted=_FAST_OMITTED)
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -510,6 +538,16 @@ class EventCodec:
         except Exception as error:  # any decode failure is a corrupt record (E11)
             cause = describe_error(error)
             raise UndecodableRecord(originator_id, originator_version, topic, cause) from error
+        fast = entry.fast
+        if fast is not None and originator_id.__class__ is UUID and (
+            originator_version.__class__ is int
+        ):
+            try:
+                decoded: DomainEvent = fast(state, originator_id, originator_version)
+            except Exception:  # anything unusual: the converter decides (and explains)
+                pass
+            else:
+                return decoded
         state["originator_id"] = originator_id
         state["originator_version"] = originator_version
         try:

@@ -22,7 +22,7 @@ from typing import Any, Final
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import Compressor, StoredEvent
+from eventsourcing.persistence import Compressor
 
 from turnledger.domain.errors import CorruptRecord, SessionForgottenError
 from turnledger.domain.events import DomainEvent, SessionForgotten
@@ -41,7 +41,7 @@ from turnledger.store.keys import (
     unwrap,
     wrap,
 )
-from turnledger.store.mapper import TurnledgerMapper, _as_uuid
+from turnledger.store.mapper import TurnledgerMapper
 from turnledger.store.packing import pack_body, unpack_body
 
 __all__ = ["Keyring", "Protection", "SealedMapper", "protect"]
@@ -191,26 +191,25 @@ class SealedMapper(TurnledgerMapper):
         sealed: bytes = cipher.encrypt(nonce, plain, _aad(session_id, version, topic))
         return nonce + sealed
 
-    def reveal(self, stored: StoredEvent, body: bytes) -> bytes:
-        if stored.topic == self._plain_topic:
+    def reveal(self, session_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+        if topic == self._plain_topic:
             # Whoever reads that the session was forgotten drops the data key it may still
             # hold, so no process writes under a destroyed key.
-            self.keyring.drop(_as_uuid(stored))
+            self.keyring.drop(session_id)
             return body
-        session_id, version = _as_uuid(stored), stored.originator_version
-        plain = self._open(session_id, version, stored.topic, body)
+        plain = self._open(session_id, version, topic, body)
         try:
             payload = unpack_body(plain)
         except ValueError as error:
             raise UndecodableRecord(
-                session_id, version, stored.topic, f"cannot unpack the decrypted payload: {error}"
+                session_id, version, topic, f"cannot unpack the decrypted payload: {error}"
             ) from error
         if self.payload_compressor is not None:
             try:
                 payload = self.payload_compressor.decompress(payload)
             except Exception as error:
                 raise UndecodableRecord(
-                    session_id, version, stored.topic, f"cannot decompress: {error}"
+                    session_id, version, topic, f"cannot decompress: {error}"
                 ) from error
         return payload
 

@@ -21,12 +21,15 @@ the payload back; with an audit key the chain is `keyed_chain_digest`, an HMAC (
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import gc
 import hashlib
 import hmac
+import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final, TypeAlias
 from uuid import UUID
 
 import attrs
@@ -48,10 +51,12 @@ __all__ = [
     "ChainProblem",
     "EnvelopeTranscoder",
     "ProblemKind",
+    "Row",
     "TurnledgerMapper",
     "UndecodableRecord",
     "chain_digest",
     "keyed_chain_digest",
+    "paused_gc",
     "verify_chain",
 ]
 
@@ -62,6 +67,28 @@ ZERO_CHAIN: Final = bytes(CHAIN_SIZE)
 # Classifying a mismatch as a move costs one hash per (mismatch, known record); beyond this
 # many mismatches the session is plainly rewritten and each one is reported as edited.
 _MAX_REORDER_CANDIDATES: Final = 32
+
+Row: TypeAlias = tuple[int, str, bytes]
+"""One record of a session as a bulk read selects it: ``(version, topic, state)``."""
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a bulk read decodes (ADR-0053).
+
+    Decoding allocates many objects that all stay alive (the events), so every collection
+    the allocations trigger finds nothing to free and only re-walks what was built. Reference
+    counting still frees everything else at once; the collector runs again afterwards. A
+    no-op when the collector is already off (nested reads, or the caller turned it off).
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def chain_digest(
@@ -143,7 +170,7 @@ class TurnledgerMapper(Mapper[UUID]):
         """The bytes stored (and chained) for an event's payload: the payload itself here."""
         return payload
 
-    def reveal(self, stored: StoredEvent, body: bytes) -> bytes:
+    def reveal(self, session_id: UUID, version: int, topic: str, body: bytes) -> bytes:
         """The payload of a record's chained bytes (the inverse of `conceal`)."""
         return body
 
@@ -251,27 +278,30 @@ class TurnledgerMapper(Mapper[UUID]):
 
         Raises `UndecodableRecord` (a `CorruptRecord`) naming the session and the version.
         """
+        return self.open_row(
+            stored.originator_id, stored.originator_version, stored.topic, stored.state
+        )
+
+    def open_row(
+        self, session_id: UUID | str, version: int, topic: str, state: bytes
+    ) -> tuple[bytes, bytes]:
+        """`open_record` of a record given by its columns (`Row`, for bulk reads)."""
         try:
-            chain, payload = open_envelope(self.transcoder.decode(self.unseal(stored.state)))
+            chain, payload = open_envelope(self.transcoder.decode(self.unseal(state)))
             if not isinstance(chain, bytes) or len(chain) != CHAIN_SIZE:
                 raise ValueError(f"the chain is not {CHAIN_SIZE} bytes")
             if not isinstance(payload, bytes):
                 raise ValueError("the payload is not bytes")
         except Exception as error:  # cipher, compressor and msgpack errors alike (E11)
-            raise UndecodableRecord(
-                stored.originator_id,
-                stored.originator_version,
-                stored.topic,
-                describe_error(error),
-            ) from error
+            raise UndecodableRecord(session_id, version, topic, describe_error(error)) from error
         return chain, payload
 
     def decode_record(self, stored: StoredEvent) -> tuple[DomainEvent, bytes]:
         """(event, chain) of a record; raises `UndecodableRecord` naming session and version."""
         chain, body = self.open_record(stored)
-        event = self.codec.decode_event(
-            stored.topic, self.reveal(stored, body), _as_uuid(stored), stored.originator_version
-        )
+        session_id, version = _as_uuid(stored), stored.originator_version
+        payload = self.reveal(session_id, version, stored.topic, body)
+        event = self.codec.decode_event(stored.topic, payload, session_id, version)
         return event, chain
 
     def decode_chained(
@@ -284,38 +314,45 @@ class TurnledgerMapper(Mapper[UUID]):
         predecessor's) and its own content (ADR-0004, ADR-0024). Raises `CorruptRecord` naming
         the session and the version of the first record that is missing, edited or undecodable.
         """
-        return self._decode_chained(list(records), first_version, prev_chain)
-
-    def _decode_chained(
-        self, records: list[StoredEvent], first_version: int, prev_chain: bytes
-    ) -> list[tuple[DomainEvent, bytes]]:
         decoded: list[tuple[DomainEvent, bytes]] = []
         expected = first_version
-        known_id: object = None
-        session_id = UUID(int=0)
-        for record in records:
-            version = record.originator_version
-            if record.originator_id != known_id:  # one session: converted once, not per record
-                known_id, session_id = record.originator_id, _as_uuid(record)
-            if version != expected:
-                what = "repeated" if version < expected else "missing"
-                raise UndecodableRecord(
-                    session_id, expected, record.topic,
-                    f"version {expected} is {what} (the next record is version {version})",
-                )
-            chain, body = self.open_record(record)
-            # Decode first: an undecodable record is named by its own cause (unknown topic,
-            # invalid field) rather than by the chain it also breaks.
-            payload = self.reveal(record, body)
-            event = self.codec.decode_event(record.topic, payload, session_id, version)
-            if chain != self.chain_of(prev_chain, session_id, version, record.topic, body):
-                raise UndecodableRecord(
-                    session_id, version, record.topic,
-                    "its hash chain does not match its bytes or its predecessor's "
-                    "(edited, moved or re-chained); `turnledger verify` tells which",
-                )
-            decoded.append((event, chain))
-            prev_chain, expected = chain, expected + 1
+        # One session per run of records: its id is converted once, not per record.
+        for _, run in itertools.groupby(records, key=lambda r: r.originator_id):
+            same = list(run)
+            rows = [(r.originator_version, r.topic, r.state) for r in same]
+            decoded.extend(self.decode_rows(_as_uuid(same[0]), rows, expected, prev_chain))
+            prev_chain, expected = decoded[-1][1], expected + len(rows)
+        return decoded
+
+    def decode_rows(
+        self, session_id: UUID, rows: Iterable[Row], first_version: int, prev_chain: bytes
+    ) -> list[tuple[DomainEvent, bytes]]:
+        """`decode_chained` of one session's records given as ``(version, topic, state)``
+        rows: the bulk read path (ADR-0053), with the same checks and errors."""
+        decoded: list[tuple[DomainEvent, bytes]] = []
+        expected = first_version
+        decode, open_row, reveal = self.codec.decode_event, self.open_row, self.reveal
+        with paused_gc():
+            for version, topic, state in rows:
+                if version != expected:
+                    what = "repeated" if version < expected else "missing"
+                    raise UndecodableRecord(
+                        session_id, expected, topic,
+                        f"version {expected} is {what} (the next record is version {version})",
+                    )
+                chain, body = open_row(session_id, version, topic, state)
+                # Decode first: an undecodable record is named by its own cause (unknown
+                # topic, invalid field) rather than by the chain it also breaks.
+                event = decode(topic, reveal(session_id, version, topic, body), session_id,
+                               version)
+                if chain != self.chain_of(prev_chain, session_id, version, topic, body):
+                    raise UndecodableRecord(
+                        session_id, version, topic,
+                        "its hash chain does not match its bytes or its predecessor's "
+                        "(edited, moved or re-chained); `turnledger verify` tells which",
+                    )
+                decoded.append((event, chain))
+                prev_chain, expected = chain, expected + 1
         return decoded
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEvent:
@@ -336,12 +373,30 @@ class TurnledgerMapper(Mapper[UUID]):
         for record in stored_records:
             by_session[record.originator_id].append(record)
         problems: list[ChainProblem] = []
-        for session_id, records in by_session.items():
-            records.sort(key=lambda r: r.originator_version)
-            problems.extend(
-                _SessionAudit(self, session_id, decode_events).run(records, expected_version)
-            )
+        for records in by_session.values():
+            problems.extend(self.audit_session(
+                records, expected_version=expected_version, decode_events=decode_events
+            )[0])
         return problems
+
+    def audit_session(
+        self,
+        records: Iterable[StoredEvent],
+        *,
+        expected_version: int | None = None,
+        decode_events: bool = True,
+    ) -> tuple[list[ChainProblem], dict[int, tuple[DomainEvent, bytes]]]:
+        """`verify_chain` of ONE session's records, with what it decoded on the way:
+        ``(problems, decoded)``, ``decoded`` mapping ``id(record)`` to (event, stored chain)
+        for each record that opened, chained and decoded, so an audit that folds the events
+        next decodes each record once."""
+        ordered = sorted(records, key=lambda r: r.originator_version)
+        if not ordered:
+            return [], {}
+        audit = _SessionAudit(self, ordered[0].originator_id, decode_events)
+        with paused_gc():
+            problems = audit.run(ordered, expected_version)
+        return problems, audit.decoded
 
 
 def _as_uuid(stored: StoredEvent) -> UUID:
@@ -394,6 +449,8 @@ class _SessionAudit:
         self.decode = decode
         self.problems: list[ChainProblem] = []
         self.uuid: UUID | None = None  # the session's, converted once per run
+        self.decoded: dict[int, tuple[DomainEvent, bytes]] = {}
+        """(event, stored chain) of each record that decoded, by ``id(record)``."""
 
     def report(self, version: int, kind: ProblemKind, detail: str) -> None:
         self.problems.append(ChainProblem(self.session_id, version, kind, detail))
@@ -432,7 +489,7 @@ class _SessionAudit:
             known[chain] = version
             prev_chain = chain
             if self.decode:
-                self.check_decodes(record, payload)
+                self.check_decodes(record, chain, payload)
         if expected_version is not None and expected_version > prev_version:
             self.report_missing(
                 prev_version + 1,
@@ -448,16 +505,21 @@ class _SessionAudit:
         what = f"version {first} is" if first == last else f"versions {first} to {last} are"
         self.report(first, ProblemKind.MISSING, f"{what} missing{why}")
 
-    def check_decodes(self, record: StoredEvent, payload: bytes) -> None:
+    def check_decodes(self, record: StoredEvent, chain: bytes, payload: bytes) -> None:
+        """Decode the record; keep the event (`decoded`) or report why it does not decode."""
+        session_id = self.uuid or _as_uuid(record)
+        version = record.originator_version
         try:
-            self.mapper.codec.decode_event(
+            event = self.mapper.codec.decode_event(
                 record.topic,
-                self.mapper.reveal(record, payload),
-                self.uuid or _as_uuid(record),
-                record.originator_version,
+                self.mapper.reveal(session_id, version, record.topic, payload),
+                session_id,
+                version,
             )
         except UndecodableRecord as error:
-            self.report(record.originator_version, ProblemKind.UNDECODABLE, error.cause)
+            self.report(version, ProblemKind.UNDECODABLE, error.cause)
+        else:
+            self.decoded[id(record)] = (event, chain)
 
     def explain(self, mismatches: list[_Mismatch], known: dict[bytes, int]) -> None:
         """A mismatch whose chain verifies as another version was moved; otherwise edited."""

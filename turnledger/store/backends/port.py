@@ -214,6 +214,22 @@ class Database(abc.ABC):
         (the caller walks the list). Raises what the driver raises (`database_errors`)."""
         return None
 
+    def session_rows(
+        self,
+        recorder: ApplicationRecorder,
+        session_id: UUID,
+        after_version: int | None,
+        upto_version: int | None,
+    ) -> list[tuple[int, str, bytes]] | None:
+        """The ``(version, topic, state)`` of ``session_id``'s records in ``recorder`` with
+        ``after_version < version <= upto_version`` (None: no bound), in version order — the
+        bulk read (ADR-0053): no library record object and no UUID parsed per row.
+
+        None: this database has nothing faster than the library's ``select_events``, which
+        the event store then uses. Raises what the library or the driver raises.
+        """
+        return None
+
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
         """A new connection to the SQL database the store lives in, for a projection's tables.

@@ -23,6 +23,7 @@ from uuid import UUID
 
 import attrs
 from eventsourcing.persistence import (
+    ApplicationRecorder,
     DatabaseError,
     IntegrityError,
     InterfaceError,
@@ -232,6 +233,37 @@ class SQLiteDatabase(Database):
         finally:
             connection.close()
         return 0 if row is None else int(row[0])
+
+    def session_rows(
+        self,
+        recorder: ApplicationRecorder,
+        session_id: UUID,
+        after_version: int | None,
+        upto_version: int | None,
+    ) -> list[tuple[int, str, bytes]] | None:
+        """The three columns a read decodes, selected on the library's own connection and
+        transaction (its locking and error translation), as plain tuples."""
+        from eventsourcing.sqlite import SQLiteAggregateRecorder
+
+        if not isinstance(recorder, SQLiteAggregateRecorder):
+            return None
+        statement = (
+            f"SELECT originator_version, topic, state FROM {recorder.events_table_name} "
+            "WHERE originator_id = ?"
+        )
+        params: list[object] = [session_id.hex if isinstance(session_id, UUID) else session_id]
+        if after_version is not None:
+            statement += " AND originator_version > ?"
+            params.append(after_version)
+        if upto_version is not None:
+            statement += " AND originator_version <= ?"
+            params.append(upto_version)
+        statement += " ORDER BY originator_version"
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.sqlite_cursor.row_factory = None  # tuples, not the library's sqlite3.Row
+            cursor.execute(statement, params)
+            rows: list[tuple[int, str, bytes]] = cursor.fetchall()
+        return rows
 
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
