@@ -70,35 +70,117 @@ def _template(seed: int, turns: int) -> list[Any]:
         return store.events_of(session.id)
 
 
-def _generate(url: str, worker: int, workers: int, sessions: int, turns: int) -> int:
-    """Insert this worker's share of the sessions; the number of events it inserted."""
+def _encoded(template: Sequence[Any], mapper: Any) -> list[tuple[int, str, bytes, list[Any]]]:
+    """Per event of a template: (version, topic, chained body, envelope tail after the chain).
+
+    Nothing of these depends on the session id (the payload leaves the id to the record's
+    columns), so each template event is encoded and compressed once for every session.
+    """
+    from turnledger.store.packing import envelope_of
+
+    encoded = []
+    for event in template:
+        topic, payload = mapper.codec.encode_event(event)
+        body = mapper.conceal(event, topic, payload)
+        tail = envelope_of(bytes(32), body, compress=mapper.compress_envelope)[1:]
+        encoded.append((event.originator_version, topic, body, tail))
+    return encoded
+
+
+def _records(mapper: Any, session_id: uuid.UUID,
+             encoded: Sequence[tuple[int, str, bytes, list[Any]]]) -> list[tuple[Any, ...]]:
+    """The rows of one session re-keyed to ``session_id`` and re-chained from `ZERO_CHAIN`:
+    what `TurnledgerMapper.to_stored_events` writes (checked once per worker)."""
+    from turnledger.store.mapper import ZERO_CHAIN
+
+    chain = ZERO_CHAIN
+    rows = []
+    for version, topic, body, tail in encoded:
+        chain = mapper.chain_of(chain, session_id, version, topic, body)
+        rows.append((session_id, version, topic,
+                     mapper.seal(mapper.transcoder.encode([chain, *tail]))))
+    return rows
+
+
+def _generate(url: str, worker: int, workers: int, sessions: int, turns: int,
+              per_transaction: int) -> int:
+    """Insert this worker's share of the sessions; the number of events it inserted.
+
+    The rows are the library's bytes (`_records`, compared with `to_stored_events` for the
+    worker's first session), written with COPY, ``per_transaction`` sessions per transaction,
+    under the library's own ``LOCK TABLE ... IN EXCLUSIVE MODE`` (ADR-0038), so notification
+    ids are committed in order as the library's inserts commit them.
+    """
+    import psycopg
+    from psycopg import sql
+
     from turnledger.store.backend import open_backend
     from turnledger.store.mapper import ZERO_CHAIN
 
+    schema = url.split("schema=", 1)[1]
+    table = sql.Identifier(schema, "stored_events")
     templates = [_template(seed, turns) for seed in range(TEMPLATES)]
-    inserted = 0
     with open_backend(url) as backend:
-        for index in range(worker, sessions, workers):
-            session_id = uuid.uuid4()
-            events = [attrs.evolve(e, originator_id=session_id)
-                      for e in templates[index % TEMPLATES]]
-            stored, _ = backend.mapper.to_stored_events(events, ZERO_CHAIN)
-            backend.recorder.insert_events(stored)
-            inserted += len(stored)
+        mapper = backend.mapper
+    encoded = [_encoded(t, mapper) for t in templates]
+    inserted = 0
+    mine = list(range(worker, sessions, workers))
+    with psycopg.connect(CONNINFO, autocommit=True) as conn:
+        for first in range(0, len(mine), per_transaction):
+            chunk = []
+            for index in mine[first:first + per_transaction]:
+                session_id = uuid.uuid4()
+                rows = _records(mapper, session_id, encoded[index % TEMPLATES])
+                if inserted == 0 and not chunk:  # the same bytes as the library's writer
+                    events = [attrs.evolve(e, originator_id=session_id)
+                              for e in templates[index % TEMPLATES]]
+                    stored, _ = mapper.to_stored_events(events, ZERO_CHAIN)
+                    expected = [(s.originator_id, s.originator_version, s.topic, s.state)
+                                for s in stored]
+                    if expected != rows:
+                        raise AssertionError("the re-keyed rows differ from the library's")
+                chunk.extend(rows)
+            with conn.transaction():
+                conn.execute(sql.SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(table))
+                copy_sql = sql.SQL(
+                    "COPY {} (originator_id, originator_version, topic, state) "
+                    "FROM STDIN (FORMAT BINARY)"
+                ).format(table)
+                with conn.cursor() as cursor, cursor.copy(copy_sql) as copy:
+                    copy.set_types(["uuid", "int8", "text", "bytea"])
+                    for row in chunk:
+                        copy.write_row(row)
+            inserted += len(chunk)
     return inserted
 
 
-def generate(url: str, sessions: int, turns: int, workers: int) -> dict[str, Any]:
+def generate(url: str, sessions: int, turns: int, workers: int,
+             per_transaction: int = 20) -> dict[str, Any]:
     from turnledger.store.session import open_store
 
     open_store(url).close()  # the tables, before the workers race to make them
     began = time.perf_counter()
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers) as pool:
-        counts = pool.starmap(_generate, [(url, w, workers, sessions, turns)
+        counts = pool.starmap(_generate, [(url, w, workers, sessions, turns, per_transaction)
                                           for w in range(workers)])
-    return {"sessions": sessions, "turns": turns, "events": sum(counts),
-            "seconds": round(time.perf_counter() - began, 1)}
+    seconds = round(time.perf_counter() - began, 1)
+    return {"sessions": sessions, "turns": turns, "events": sum(counts), "seconds": seconds,
+            "verified_sample": verify_sample(url)}
+
+
+def verify_sample(url: str) -> list[str]:
+    """``turnledger verify SESSION`` on the first, a middle and the last session (exit 0
+    each, else ``AssertionError``): the generated records are ones the library accepts."""
+    from turnledger.store.session import open_store
+
+    with open_store(url) as store:
+        ids = store.sessions()
+    sample = sorted({ids[0], ids[len(ids) // 2], ids[-1]}, key=ids.index)
+    for session_id in sample:
+        _, out, code = _cli(url, ["verify", session_id], None)
+        assert code == 0, f"verify {session_id} failed: {out}"
+    return sample
 
 
 def _cli(url: str, args: Sequence[str], tree: Path | None) -> tuple[float, str, int]:
@@ -173,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2, help="generating processes")
+    parser.add_argument("--per-transaction", type=int, default=20,
+                        help="sessions written per COPY transaction")
+    parser.add_argument("--generate-only", action="store_true",
+                        help="generate the data and keep the schema (time it later: --schema)")
     parser.add_argument("--before", type=Path, help="a tree to time as 'before' too")
     parser.add_argument("--no-full-list", action="store_true",
                         help="skip `sessions` without a limit (reads every event)")
@@ -189,15 +275,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with open_store(url) as store:
             existing = store.sessions(limit=1)
-        data = (generate(url, args.sessions, args.turns, args.workers) if not existing
-                else {"sessions": "reused", "schema": schema})
+        data = (generate(url, args.sessions, args.turns, args.workers, args.per_transaction)
+                if not existing else {"sessions": "reused", "schema": schema})
         print(f"data: {data}", flush=True)
+        if args.generate_only:
+            print(f"kept: --schema {schema}")
+            return 0
         trees: dict[str, Path | None] = {"ours": None}
         if args.before:
             trees = {"before": args.before, "ours": None}
         rows = measure(url, schema, trees, not args.no_full_list, not args.no_catch_up)
     finally:
-        if not args.keep:
+        if not (args.keep or args.generate_only):
             import psycopg
 
             with psycopg.connect(CONNINFO, autocommit=True) as conn:
