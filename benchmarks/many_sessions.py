@@ -196,53 +196,69 @@ def _cli(url: str, args: Sequence[str], tree: Path | None) -> tuple[float, str, 
 def _drop_analytics(schema: str) -> None:
     import psycopg
 
+    from turnledger.projections.analytics import TABLES
+
     with psycopg.connect(CONNINFO, autocommit=True) as conn:
-        for table in ("tl_tracking", "tl_session_route", "tl_session_stats", "tl_route_stats"):
+        for table in TABLES:
             conn.execute(f'DROP TABLE IF EXISTS "{schema}".{table}')
 
 
-def measure(url: str, schema: str, trees: dict[str, Path | None],
-            full_list: bool, catch_up: bool = True) -> list[dict[str, Any]]:
-    seconds, out, code = _cli(url, ["sessions", "--limit", "100", "--json"], None)
-    assert code == 0, out
-    middle = None
-    page = json.loads(out)
-    after: str | None = page[-1]["session_id"] if page else None
-    for _ in range(20):  # walk to a page in the middle of a large store (at most 20 pages)
-        if after is None:
-            break
-        _, out, _ = _cli(url, ["sessions", "--after", after, "--limit", "100", "--json"], None)
-        rows = json.loads(out)
-        if len(rows) < 100:
-            break
-        middle, after = after, rows[-1]["session_id"]
-    commands: list[tuple[str, list[str], bool]] = [
-        ("sessions --limit 100 (first page)", ["sessions", "--limit", "100", "--json"], False),
-    ]
+def measure(url: str, schema: str, trees: dict[str, Path | None], full_list: bool,
+            catch_up: bool = True, before_catch_up: bool = True,
+            before_full_list: bool = True) -> list[dict[str, Any]]:
+    """Time the commands in three phases: the session list with no analytics tables (every
+    listed session folded, ADR-0039), the catch-up from zero and ``stats``, then the list
+    again with the tables caught up (ADR-0054: counts read from them)."""
+    from turnledger.store.session import open_store
+
+    with open_store(url) as store:
+        ids = store.sessions()
+    middle = ids[len(ids) // 2] if len(ids) > 200 else None
+    first = ["sessions", "--limit", "100", "--json"]
+    pages: list[tuple[str, list[str]]] = [("sessions --limit 100 (first page)", first)]
     if middle:
-        commands.append((f"sessions --after ID --limit 100 (page {middle[:8]}…)",
-                         ["sessions", "--after", middle, "--limit", "100", "--json"], False))
-    if full_list:
-        commands.append(("sessions (all, every event read)", ["sessions", "--json"], False))
-    if catch_up:
-        commands += [("projections run (catch-up from zero)", ["projections", "run"], True),
-                     ("stats (caught up)", ["stats", "--json"], False)]
-    rows = []
-    for label, args, from_zero in commands:
-        for name, tree in trees.items():
+        pages.append((f"sessions --after ID --limit 100 (page {len(ids) // 2:,} of the list)",
+                      ["sessions", "--after", middle, "--limit", "100", "--json"]))
+    everything = ("sessions (all)", ["sessions", "--json"])
+    rows: list[dict[str, Any]] = []
+
+    def run(phase: str, label: str, args: list[str], names: Sequence[str],
+            from_zero: bool = False) -> None:
+        outputs = []
+        for name in names:
             if from_zero:
                 _drop_analytics(schema)
-            seconds, out, code = _cli(url, args, tree)
-            rows.append({"command": label, "tree": name,
-                         "seconds": round(seconds, 2) if code == 0 else None,
-                         "exit": code})
-            print(f"  {label} [{name}]: {rows[-1]['seconds']} s (exit {code})", flush=True)
+            seconds, out, code = _cli(url, args, trees[name])
+            outputs.append(out)
+            rows.append({"phase": phase, "command": label, "tree": name,
+                         "seconds": round(seconds, 2) if code == 0 else None, "exit": code})
+            print(f"  [{phase}] {label} [{name}]: {rows[-1]['seconds']} s (exit {code})",
+                  flush=True)
+        if args[-1] == "--json" and len(outputs) > 1:  # the trees must print the same thing
+            same = all(json.loads(o) == json.loads(outputs[0]) for o in outputs)
+            rows[-1]["same_output_as_before"] = same
+            assert same, f"{label}: the trees' outputs differ"
+
+    every = list(trees)
+    ours_only = [name for name in every if trees[name] is None]
+    _drop_analytics(schema)
+    for label, args in pages:
+        run("no analytics tables", label, args, every)
+    if not catch_up:
+        return rows
+    run("catch-up", "projections run (catch-up from zero)", ["projections", "run"],
+        every if before_catch_up else ours_only, from_zero=True)
+    run("caught up", "stats", ["stats", "--json"], every)
+    for label, args in pages:
+        run("caught up", label, args, every)
+    if full_list:
+        run("caught up", *everything, every if before_full_list else ours_only)
     return rows
 
 
 def _table(rows: Sequence[dict[str, Any]]) -> str:
-    columns = ["command", "tree", "seconds", "exit"]
-    cells = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+    columns = ["phase", "command", "tree", "seconds", "exit"]
+    cells = [[("-" if row.get(c) is None else str(row[c])) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
@@ -263,7 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-full-list", action="store_true",
                         help="skip `sessions` without a limit (reads every event)")
     parser.add_argument("--no-catch-up", action="store_true",
-                        help="skip the projection catch-up and stats")
+                        help="skip the projection catch-up, stats and the caught-up list")
+    parser.add_argument("--ours-only-slow", action="store_true",
+                        help="time the catch-up and the full list for our tree only "
+                        "(the before tree's take tens of minutes at 10,000 sessions)")
     parser.add_argument("--schema", help="reuse this schema's data (generated when empty)")
     parser.add_argument("--keep", action="store_true", help="keep the schema")
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -284,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         trees: dict[str, Path | None] = {"ours": None}
         if args.before:
             trees = {"before": args.before, "ours": None}
-        rows = measure(url, schema, trees, not args.no_full_list, not args.no_catch_up)
+        slow_before = not args.ours_only_slow
+        rows = measure(url, schema, trees, not args.no_full_list, not args.no_catch_up,
+                       before_catch_up=slow_before, before_full_list=slow_before)
     finally:
         if not (args.keep or args.generate_only):
             import psycopg
