@@ -3,27 +3,34 @@
 The data: ``--sessions`` sessions (default 10,000) of ``--turns`` agent turns each (default 100:
 user, tool call(s), 1-2 KB tool results, assistant, and one ``prepare_request``), recorded
 through the library on ``memory://`` once per template (three `benchmarks.session.Workload`
-seeds), then re-keyed to each new session id and re-chained (`TurnledgerMapper`), and inserted
-one session per transaction by ``--workers`` processes through the library's recorder (the
-bytes a live session would have written, without the per-append round trips). Snapshots are
-not copied (a cache: nothing timed here reads them).
+seeds). Each template event is encoded once; per session its records are re-keyed to a new id
+and re-chained with the store's mapper (the bytes `to_stored_events` writes: compared for each
+worker's first session) and COPYed, ``--per-transaction`` sessions per transaction under the
+library's table lock, by ``--workers`` processes (ADR-0055). ``turnledger verify`` then checks
+the first, a middle and the last session. Snapshots are not copied (a cache: nothing timed here
+reads them).
 
 Timed, each as the command a user runs (``python -m turnledger --store URL ...`` in a child
-process, so imports and the store's open are included):
+process, so imports and the store's open are included), in three phases:
 
-- ``sessions --limit 100 --json``: the first page; ``sessions --after ID --limit 100 --json``:
-  a page from the middle;
-- ``sessions --json``: every session (reads every event: the pre-paging behaviour);
-- ``projections run``: the analytics catch-up from zero (its ``tl_*`` tables dropped first);
-- ``stats --json``: the statistics once caught up.
+1. no analytics tables (dropped): ``sessions --limit 100 --json`` (the first page) and
+   ``sessions --after ID --limit 100 --json`` (the page after the middle session) — every
+   listed session's events folded (ADR-0039);
+2. ``projections run``: the analytics catch-up from zero (its ``tl_*`` tables dropped first),
+   then ``stats --json``;
+3. caught up: the same two pages and ``sessions --json`` (every session) — the counts read
+   from the tables (ADR-0054).
 
 ``--before PATH`` runs the same commands from the tree at PATH too (first on ``PYTHONPATH``),
-interleaved with ours; a command that tree does not have is reported as such.
+interleaved with ours, and checks that both trees print the same JSON; ``--ours-only-slow``
+skips the before tree's catch-up and full list (tens of minutes at 10,000 sessions).
 
 Run from the project root::
 
     .venv/bin/python -m benchmarks.many_sessions                  # 10,000 x 100 turns
     .venv/bin/python -m benchmarks.many_sessions --sessions 500   # quick
+    .venv/bin/python -m benchmarks.many_sessions --generate-only  # build, keep, time later:
+    .venv/bin/python -m benchmarks.many_sessions --schema bench_many_NNN --before ../base
 
 Writes ``benchmarks/results/many_sessions.json``; the schema ``bench_many_*`` is dropped at the
 end unless ``--keep``.
