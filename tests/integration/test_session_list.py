@@ -24,6 +24,7 @@ from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.messages import ChatMessage
 from turnledger.projections import analytics as analytics_module
 from turnledger.projections.analytics import Analytics
+from turnledger.projections.counters import Counters, Tally, count, fold_counters
 from turnledger.replay.timeline import session_summaries
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.keys import new_key_text
@@ -207,3 +208,22 @@ def _tables(target: Target) -> list[str]:
             target.pg_schema,
         )
     return sorted(str(r[0]) for r in rows)
+
+
+def test_e7_a_tally_read_between_events_counts_as_one_fold() -> None:
+    """`Tally.counters()` mid-way, then more events: the same counts as folding all at once
+    and as `count` event by event."""
+    with open_store("memory://session-list-tally") as store:
+        sessions = _fill(store)
+        events = [e for s in sessions for e in s.events()]
+    tally = Tally()
+    middle = []
+    for i, event in enumerate(events):
+        tally.add(event)
+        if i % 5 == 0:
+            middle.append(tally.counters())
+    stepwise = Counters()
+    for event in events:
+        stepwise = count(stepwise, event)
+    assert (fold_counters(events), stepwise) == (tally.counters(), tally.counters())
+    assert fold_counters(events[:1]) == middle[0]
