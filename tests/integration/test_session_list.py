@@ -82,6 +82,20 @@ class _Decodes:
         monkeypatch.setattr(backend.mapper, "decode_record", counted)
 
 
+class _Reads:
+    """Counts the sessions whose records `session_summaries` reads."""
+
+    def __init__(self, backend: EventStoreBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        read = backend.read_records
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return read(*args, **kwargs)
+
+        monkeypatch.setattr(backend, "read_records", counted)
+
+
 def _folded(backend: EventStoreBackend, monkeypatch: pytest.MonkeyPatch,
             **page: Any) -> list[dict[str, Any]]:
     """The page as folding every listed session's events gives it (no tables consulted)."""
@@ -99,14 +113,14 @@ def _catch_up(store: Store) -> None:
 def test_e7_a_caught_up_page_comes_from_the_tables_and_equals_the_fold(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Caught up: every page equals the fold of its sessions, and no record is decoded."""
+    """Caught up: every page equals the fold of its sessions, and no record is read."""
     _fill(store)
     _catch_up(store)
     pages = [{}, {"limit": 2}, {"after": UUID(store.sessions()[0]), "limit": 1}]
     expected = [_folded(store.backend, monkeypatch, **page) for page in pages]
-    decodes = _Decodes(store.backend, monkeypatch)
+    decodes, reads = _Decodes(store.backend, monkeypatch), _Reads(store.backend, monkeypatch)
     actual = [session_summaries(store.backend, **page) for page in pages]
-    assert (expected, 0) == (actual, decodes.count)
+    assert (expected, 0, 0) == (actual, decodes.count, reads.count)
 
 
 @SHARED

@@ -180,13 +180,17 @@ class Listed:
     """What the read model knows of one session for ``turnledger sessions``: its start, its
     latest `RouteSelected` route (None before one), and its `Counters` over its first
     ``counters.events`` events (versions 1 to ``counters.events``; later ones are not applied
-    yet)."""
+    yet; ``notices`` is not kept: 0)."""
 
     session_id: UUID
     started_at: str
     legacy: bool
     route: Route | None
     counters: Counters
+    current: bool = False
+    """True when the tables had applied the whole log when this was read (their tracking
+    position, read before the rows, was still the newest notification id after them): the
+    session has no later event, and its counts are complete."""
 
 
 @attrs.define
@@ -696,9 +700,10 @@ def listed_sessions(
 
     Only sessions with both a ``tl_session_stats`` and a ``tl_session_list`` row are in the
     result; the counts cover the events applied so far (`Listed`), so a caller folds the
-    rest. Empty when the store has no analytics tables (never caught up, a ``memory://`` or
-    read-only store, a salvaged copy) or they cannot be read: the caller then folds every
-    session's events, which gives the same answer, only slower. Nothing is created.
+    rest, unless `Listed.current` says there is none. Empty when the store has no analytics
+    tables (never caught up, a ``memory://`` or read-only store, a salvaged copy) or they
+    cannot be read: the caller then folds every session's events, which gives the same
+    answer, only slower. Nothing is created.
     """
     if not session_ids:
         return {}
@@ -709,6 +714,9 @@ def listed_sessions(
     found: dict[UUID, Listed] = {}
     try:
         with closing(_Database(backend.connect_sql())) as db:
+            found_position = db.rows(db.sql.position, (TRACKING_NAME,))
+            # read before the rows: they are at least this far
+            position = int(found_position[0][0]) if found_position else 0
             p = db.sql.dialect.placeholder
             for first in range(0, len(session_ids), _LISTED_CHUNK):
                 chunk = [str(sid) for sid in session_ids[first:first + _LISTED_CHUNK]]
@@ -727,6 +735,10 @@ def listed_sessions(
     except database_errors() as error:  # no tables (or no database): fold instead
         log.debug("analytics: no session list in %s: %s", backend.url, describe_error(error))
         return {}
+    # Records commit in notification order (one writer, or the table lock, ADR-0038): when
+    # nothing is newer than the position now, the rows read after it hold every event.
+    if found and backend.max_notification_id() == position:
+        found = {sid: attrs.evolve(listed, current=True) for sid, listed in found.items()}
     return found
 
 

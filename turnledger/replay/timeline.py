@@ -610,7 +610,8 @@ def session_summaries(
 
     The counts come from the analytics tables where they have the session
     (`listed_sessions`, ADR-0054): only the events recorded after what the tables applied
-    are read and folded, so a page of a caught-up store decodes nothing. A session the
+    are read and folded, so a page of a caught-up store decodes nothing (and reads no record
+    when nothing was recorded after the tables' position). A session the
     tables do not have (never caught up, started before ``tl_session_list`` existed, a
     ``memory://``, read-only or salvaged store) has all its events folded. The answer is the
     same either way.
@@ -628,7 +629,8 @@ def session_summaries(
         forgotten = backend.mapper.is_forgotten(session_id)
         listed = None if forgotten else known.get(session_id)
         after_version = 0 if listed is None else listed.counters.events
-        records = backend.read_records(session_id, after_version=after_version)
+        current = listed is not None and listed.current  # nothing after: no read at all
+        records = [] if current else backend.read_records(session_id, after_version=after_version)
         events, corrupt_at = _decoded(backend, [] if forgotten else records)
         if listed is None:
             row = summarize_session(events)
