@@ -611,10 +611,9 @@ def session_summaries(
     The counts come from the analytics tables where they have the session
     (`listed_sessions`, ADR-0054): only the events recorded after what the tables applied
     are read and folded, so a page of a caught-up store decodes nothing (and reads no record
-    when nothing was recorded after the tables' position). A session the
-    tables do not have (never caught up, started before ``tl_session_list`` existed, a
-    ``memory://``, read-only or salvaged store) has all its events folded. The answer is the
-    same either way.
+    when nothing was recorded after the tables' position). A session the tables do not have
+    (never caught up, started before ``tl_session_list`` existed, a ``memory://``, read-only
+    or salvaged store) has all its events folded. The answer is the same either way.
 
     A session with a record that cannot be decoded is summarised up to that record, with
     ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
