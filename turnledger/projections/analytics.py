@@ -77,7 +77,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
-from datetime import UTC
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -91,7 +90,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionStarted,
 )
-from turnledger.projections.counters import Counters, Tally
+from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
 from turnledger.store.backends.port import SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
@@ -603,7 +602,7 @@ class _Batch:
                 row.legacy = event.legacy
                 self.move(sid, event.route)
                 if event.originator_version == 1:
-                    self.listed[sid] = _ListRow(sid, _instant(event), event.legacy)
+                    self.listed[sid] = _ListRow(sid, event_time(event.timestamp), event.legacy)
                     self.relisted.add(sid)
             case RouteSelected():
                 self.move(sid, event.route)
@@ -676,11 +675,6 @@ class _Batch:
         self.db.run_many(
             sql.upsert_session_route, [(sid, *route) for sid, route in moved if route is not None]
         )
-
-
-def _instant(event: DomainEvent) -> str:
-    """An event's time as the tables keep it (the text `count` gives ``last_event_at``)."""
-    return event.timestamp.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _list_row(values: Sequence[Any]) -> _ListRow:

@@ -29,7 +29,7 @@ from turnledger.domain.events import (
     TrimReason,
 )
 
-__all__ = ["Counters", "Tally", "count", "fold_counters"]
+__all__ = ["Counters", "Tally", "count", "event_time", "fold_counters"]
 
 
 @attrs.frozen
@@ -111,6 +111,12 @@ def fold_counters(events: Iterable[DomainEvent], start: Counters | None = None) 
     return tally.counters()
 
 
+def event_time(timestamp: datetime) -> str:
+    """An event's time as the counters keep it (``last_event_at``): ISO-8601 UTC text with
+    microseconds, so it sorts as text."""
+    return timestamp.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 _FIELDS: Final = tuple(field.name for field in attrs.fields(Counters))
 
 
@@ -168,7 +174,7 @@ class Tally:
     def counters(self) -> Counters:
         """The counts so far."""
         if self._last is not None:
-            self.last_event_at = self._last.astimezone(UTC).isoformat(timespec="microseconds")
+            self.last_event_at = event_time(self._last)
             self._last = None
         return Counters(**{name: getattr(self, name) for name in _FIELDS})
 
