@@ -44,6 +44,16 @@ the next events to the right route).
   ``last_event_at`` (text): the session's `Counters`, as `Counters` defines them (``events``
   equals the session's version).
 
+``tl_session_list`` — what ``turnledger sessions`` lists besides the counters, one row per
+session whose `SessionStarted` (version 1) this table saw being applied (ADR-0054); a session
+started before the table existed has no row until `Analytics.rebuild`.
+
+- ``session_id`` (text, primary key): the session id (UUID text).
+- ``started_at`` (text): the time of its `SessionStarted`, as ``last_event_at``.
+- ``legacy`` (boolean): that event's ``legacy``.
+- ``provider``, ``model`` (text, NULL before the first): the route of its latest
+  `RouteSelected`.
+
 ``tl_route_stats`` — one row per provider/model route; every event is counted against the
 route its session was on when the event happened.
 
@@ -65,9 +75,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager, suppress
 from typing import Any, Final, Self
+from uuid import UUID
 
 import attrs
 
@@ -79,19 +90,28 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionStarted,
 )
-from turnledger.projections.counters import Counters, count
+from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
 from turnledger.store.backends.port import SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
 
-__all__ = ["ROUTE_STATS_COLUMNS", "SESSION_STATS_COLUMNS", "Analytics"]
+__all__ = [
+    "ROUTE_STATS_COLUMNS",
+    "SESSION_LIST_COLUMNS",
+    "SESSION_STATS_COLUMNS",
+    "Analytics",
+    "Listed",
+    "listed_sessions",
+]
 
 log = logging.getLogger("turnledger.analytics")
 
 TRACKING_NAME: Final = "analytics"
 """The ``tl_tracking.name`` of this projection."""
 
-TABLES: Final = ("tl_tracking", "tl_session_route", "tl_session_stats", "tl_route_stats")
+TABLES: Final = (
+    "tl_tracking", "tl_session_route", "tl_session_stats", "tl_session_list", "tl_route_stats"
+)
 """Every table this projection owns (`Analytics.rebuild` drops and recreates them)."""
 
 COUNTER_COLUMNS: Final = (
@@ -117,6 +137,9 @@ SESSION_STATS_COLUMNS: Final = (
 )
 """Columns of ``tl_session_stats``, in table order (the keys of `Analytics.session_stats`)."""
 
+SESSION_LIST_COLUMNS: Final = ("session_id", "started_at", "legacy", "provider", "model")
+"""Columns of ``tl_session_list``, in table order."""
+
 ROUTE_STATS_COLUMNS: Final = ("provider", "model", "selections", *COUNTER_COLUMNS, *_TAIL_COLUMNS)
 """Columns of ``tl_route_stats``, in table order (the keys of `Analytics.route_stats`)."""
 
@@ -132,11 +155,41 @@ class _SessionRow:
     provider: str | None = None
     model: str | None = None
     legacy: bool = False
-    counters: Counters = attrs.field(factory=Counters)
+    tally: Tally = attrs.field(factory=Tally)
 
     def values(self) -> tuple[object, ...]:
         head = (self.session_id, self.provider, self.model, self.legacy)
-        return (*head, *_counter_values(self.counters))
+        return (*head, *_counter_values(self.tally.counters()))
+
+
+@attrs.define
+class _ListRow:
+    session_id: str
+    started_at: str
+    legacy: bool
+    provider: str | None = None
+    model: str | None = None
+
+    def values(self) -> tuple[object, ...]:
+        return (self.session_id, self.started_at, self.legacy, self.provider, self.model)
+
+
+@attrs.frozen
+class Listed:
+    """What the read model knows of one session for ``turnledger sessions``: its start, its
+    latest `RouteSelected` route (None before one), and its `Counters` over its first
+    ``counters.events`` events (versions 1 to ``counters.events``; later ones are not applied
+    yet; ``notices`` is not kept: 0)."""
+
+    session_id: UUID
+    started_at: str
+    legacy: bool
+    route: Route | None
+    counters: Counters
+    current: bool = False
+    """True when the tables had applied the whole log when this was read (their tracking
+    position, read before the rows, was still the newest notification id after them): the
+    session has no later event, and its counts are complete."""
 
 
 @attrs.define
@@ -144,10 +197,11 @@ class _RouteRow:
     provider: str
     model: str
     selections: int = 0
-    counters: Counters = attrs.field(factory=Counters)
+    tally: Tally = attrs.field(factory=Tally)
 
     def values(self) -> tuple[object, ...]:
-        return (self.provider, self.model, self.selections, *_counter_values(self.counters))
+        counters = _counter_values(self.tally.counters())
+        return (self.provider, self.model, self.selections, *counters)
 
 
 def _counter_values(counters: Counters) -> tuple[object, ...]:
@@ -173,6 +227,8 @@ _CREATE: Final = (
     f"model TEXT, legacy BOOLEAN NOT NULL, {_COUNTERS_DDL}, {_TAIL_DDL})",
     "CREATE TABLE IF NOT EXISTS tl_route_stats (provider TEXT NOT NULL, model TEXT NOT NULL, "
     f"selections {_INT}, {_COUNTERS_DDL}, {_TAIL_DDL}, PRIMARY KEY (provider, model))",
+    "CREATE TABLE IF NOT EXISTS tl_session_list (session_id TEXT PRIMARY KEY, "
+    "started_at TEXT NOT NULL, legacy BOOLEAN NOT NULL, provider TEXT, model TEXT)",
 )
 
 
@@ -200,6 +256,8 @@ class _Statements:
     session_row: str
     route_row: str
     session_route: str
+    list_row: str
+    upsert_list: str
     upsert_session: str
     upsert_route: str
     upsert_session_route: str
@@ -235,6 +293,11 @@ class _Statements:
                 f"WHERE provider = {p} AND model = {p}"
             ),
             session_route=f"SELECT provider, model FROM tl_session_route WHERE session_id = {p}",
+            list_row=(
+                f"SELECT {', '.join(SESSION_LIST_COLUMNS)} FROM tl_session_list "
+                f"WHERE session_id = {p}"
+            ),
+            upsert_list=_upsert("tl_session_list", SESSION_LIST_COLUMNS, ("session_id",), p),
             upsert_session=_upsert(
                 "tl_session_stats", SESSION_STATS_COLUMNS, ("session_id",), p
             ),
@@ -527,6 +590,8 @@ class _Batch:
         self.routes: dict[tuple[str, str], _RouteRow] = {}
         self.current: dict[str, tuple[str, str] | None] = {}  # each session's route now
         self.moved: set[str] = set()  # sessions whose route changed in this batch
+        self.listed: dict[str, _ListRow | None] = {}  # None: no row (started before the table)
+        self.relisted: set[str] = set()  # sessions whose list row changed in this batch
 
     def add(self, event: DomainEvent) -> None:
         """Fold ``event`` into its session's row and the row of the route the session is on."""
@@ -536,18 +601,24 @@ class _Batch:
             case SessionStarted():
                 row.legacy = event.legacy
                 self.move(sid, event.route)
+                if event.originator_version == 1:
+                    self.listed[sid] = _ListRow(sid, event_time(event.timestamp), event.legacy)
+                    self.relisted.add(sid)
             case RouteSelected():
                 self.move(sid, event.route)
                 self.route_row((event.route.provider, event.route.model)).selections += 1
+                listed = self.list_row(sid)
+                if listed is not None:
+                    listed.provider, listed.model = event.route.provider, event.route.model
+                    self.relisted.add(sid)
             case RequestPrepared() | RequestRejected():
                 row.provider, row.model = event.route.provider, event.route.model
             case _:
                 pass
-        row.counters = count(row.counters, event)
+        row.tally.add(event)
         route = self.route_of(sid)
         if route is not None:
-            route_row = self.route_row(route)
-            route_row.counters = count(route_row.counters, event)
+            self.route_row(route).tally.add(event)
 
     def move(self, sid: str, route: Route) -> None:
         self.current[sid] = (route.provider, route.model)
@@ -560,7 +631,8 @@ class _Batch:
             if found:
                 values = found[0]
                 row = _SessionRow(
-                    values[0], values[1], values[2], bool(values[3]), _counters_from(values[4:])
+                    values[0], values[1], values[2], bool(values[3]),
+                    Tally(_counters_from(values[4:])),
                 )
             else:
                 row = _SessionRow(sid)
@@ -573,11 +645,18 @@ class _Batch:
             found = self.db.rows(self.db.sql.route_row, route)
             if found:
                 values = found[0]
-                row = _RouteRow(values[0], values[1], int(values[2]), _counters_from(values[3:]))
+                counters = Tally(_counters_from(values[3:]))
+                row = _RouteRow(values[0], values[1], int(values[2]), counters)
             else:
                 row = _RouteRow(*route)
             self.routes[route] = row
         return row
+
+    def list_row(self, sid: str) -> _ListRow | None:
+        if sid not in self.listed:
+            found = self.db.rows(self.db.sql.list_row, (sid,))
+            self.listed[sid] = _list_row(found[0]) if found else None
+        return self.listed[sid]
 
     def route_of(self, sid: str) -> tuple[str, str] | None:
         if sid not in self.current:
@@ -590,10 +669,71 @@ class _Batch:
         sql = self.db.sql
         self.db.run_many(sql.upsert_session, [r.values() for r in self.sessions.values()])
         self.db.run_many(sql.upsert_route, [r.values() for r in self.routes.values()])
+        relisted = [self.listed[sid] for sid in sorted(self.relisted)]
+        self.db.run_many(sql.upsert_list, [r.values() for r in relisted if r is not None])
         moved = [(sid, self.current[sid]) for sid in sorted(self.moved)]
         self.db.run_many(
             sql.upsert_session_route, [(sid, *route) for sid, route in moved if route is not None]
         )
+
+
+def _list_row(values: Sequence[Any]) -> _ListRow:
+    provider, model = values[3], values[4]
+    return _ListRow(str(values[0]), str(values[1]), bool(values[2]),
+                    None if provider is None else str(provider),
+                    None if model is None else str(model))
+
+
+_LISTED_CHUNK: Final = 500  # session ids per query (SQLite allows 999 parameters by default)
+
+
+def listed_sessions(
+    backend: EventStoreBackend, session_ids: Sequence[UUID]
+) -> Mapping[UUID, Listed]:
+    """What the store's analytics tables hold of these sessions, read without writing.
+
+    Only sessions with both a ``tl_session_stats`` and a ``tl_session_list`` row are in the
+    result; the counts cover the events applied so far (`Listed`), so a caller folds the
+    rest, unless `Listed.current` says there is none. Empty when the store has no analytics
+    tables (never caught up, a ``memory://`` or read-only store, a salvaged copy) or they
+    cannot be read: the caller then folds every session's events, which gives the same
+    answer, only slower. Nothing is created.
+    """
+    if not session_ids:
+        return {}
+    columns = ", ".join(
+        [*(f"s.{c}" for c in (*COUNTER_COLUMNS, *_TAIL_COLUMNS)),
+         *(f"l.{c}" for c in SESSION_LIST_COLUMNS)]
+    )
+    found: dict[UUID, Listed] = {}
+    try:
+        with closing(_Database(backend.connect_sql())) as db:
+            found_position = db.rows(db.sql.position, (TRACKING_NAME,))
+            # read before the rows: they are at least this far
+            position = int(found_position[0][0]) if found_position else 0
+            p = db.sql.dialect.placeholder
+            for first in range(0, len(session_ids), _LISTED_CHUNK):
+                chunk = [str(sid) for sid in session_ids[first:first + _LISTED_CHUNK]]
+                query = (
+                    f"SELECT {columns} FROM tl_session_list l JOIN tl_session_stats s "
+                    f"ON s.session_id = l.session_id "
+                    f"WHERE l.session_id IN ({', '.join(p for _ in chunk)})"
+                )
+                for values in db.rows(query, chunk):
+                    counters = _counters_from(values[: len(COUNTER_COLUMNS) + 3])
+                    listed = _list_row(values[len(COUNTER_COLUMNS) + 3 :])
+                    route = (None if listed.provider is None or listed.model is None
+                             else Route(listed.provider, listed.model))
+                    sid = UUID(listed.session_id)
+                    found[sid] = Listed(sid, listed.started_at, listed.legacy, route, counters)
+    except database_errors() as error:  # no tables (or no database): fold instead
+        log.debug("analytics: no session list in %s: %s", backend.url, describe_error(error))
+        return {}
+    # Records commit in notification order (one writer, or the table lock, ADR-0038): when
+    # nothing is newer than the position now, the rows read after it hold every event.
+    if found and backend.max_notification_id() == position:
+        found = {sid: attrs.evolve(listed, current=True) for sid, listed in found.items()}
+    return found
 
 
 def _normalise(row: dict[str, Any]) -> dict[str, Any]:

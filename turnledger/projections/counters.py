@@ -11,8 +11,8 @@ Pure: no I/O, deterministic (E12).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC
-from typing import Any
+from datetime import UTC, datetime
+from typing import Final
 
 import attrs
 
@@ -29,7 +29,7 @@ from turnledger.domain.events import (
     TrimReason,
 )
 
-__all__ = ["Counters", "count", "fold_counters"]
+__all__ = ["Counters", "Tally", "count", "event_time", "fold_counters"]
 
 
 @attrs.frozen
@@ -98,60 +98,100 @@ class Counters:
 
 def count(counters: Counters, event: DomainEvent) -> Counters:
     """``counters`` with ``event`` folded in (see `Counters` for what each event adds)."""
-    timestamp = event.timestamp.astimezone(UTC).isoformat(timespec="microseconds")
-    return attrs.evolve(
-        counters,
-        events=counters.events + 1,
-        last_event_at=timestamp,
-        **_changes(counters, event),
-    )
+    tally = Tally(counters)
+    tally.add(event)
+    return tally.counters()
 
 
 def fold_counters(events: Iterable[DomainEvent], start: Counters | None = None) -> Counters:
     """Fold ``events``, in order, into ``start`` (no counts by default)."""
-    counters = Counters() if start is None else start
+    tally = Tally(start)
     for event in events:
-        counters = count(counters, event)
-    return counters
+        tally.add(event)
+    return tally.counters()
 
 
-def _changes(c: Counters, event: DomainEvent) -> dict[str, Any]:
-    """The counters ``event`` changes, besides ``events`` and ``last_event_at``."""
-    match event:
-        case MessageAppended():
-            return {"appends": c.appends + 1}
-        case TrimDecided():
-            return {
-                **_trim_reason(c, event.reason),
-                "messages_dropped": c.messages_dropped + event.dropped_messages,
-                "tokens_dropped": c.tokens_dropped + event.tokens_before - event.tokens_after,
-            }
-        case HistoryTrimmed():
-            return {"notices": c.notices + 1}
-        case RequestPrepared():
-            return {"requests_prepared": c.requests_prepared + 1, **_peak(c, event)}
-        case RequestRejected():
-            return {"requests_rejected": c.requests_rejected + 1, **_peak(c, event)}
-        case OverflowRecovered():
-            return {"overflow_recoveries": c.overflow_recoveries + 1}
-        case OverflowUnrecoverable():
-            return {"overflows_unrecoverable": c.overflows_unrecoverable + 1}
-        case OrphansSwept():
-            return {
-                "orphan_sweeps": c.orphan_sweeps + 1,
-                "orphans_removed": c.orphans_removed + event.removed,
-            }
-    return {}  # the other events only count as events
+def event_time(timestamp: datetime) -> str:
+    """An event's time as the counters keep it (``last_event_at``): ISO-8601 UTC text with
+    microseconds, so it sorts as text."""
+    return timestamp.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def _trim_reason(c: Counters, reason: TrimReason) -> dict[str, int]:
-    if reason is TrimReason.TOKEN_BUDGET:
-        return {"trims_token_budget": c.trims_token_budget + 1}
-    return {"trims_turn_limit": c.trims_turn_limit + 1}
+_FIELDS: Final = tuple(field.name for field in attrs.fields(Counters))
 
 
-def _peak(c: Counters, event: RequestPrepared | RequestRejected) -> dict[str, Any]:
-    # Strictly greater: the first request to reach the peak names its window.
-    if c.peak_window is None or event.estimated_tokens > c.peak_estimated_tokens:
-        return {"peak_estimated_tokens": event.estimated_tokens, "peak_window": event.window}
-    return {}
+class Tally:
+    """`Counters` being folded: the one home of what each event adds (`count` and
+    `fold_counters` use it). Mutable, so a long fold (a projection's catch-up) does not
+    build a new `Counters` per event; ``counters()`` gives the value so far."""
+
+    __slots__ = (*_FIELDS, "_last")
+
+    def __init__(self, start: Counters | None = None) -> None:
+        start = Counters() if start is None else start
+        for name in _FIELDS:
+            setattr(self, name, getattr(start, name))
+        self._last: datetime | None = None  # the newest event's time, as text on demand
+
+    def add(self, event: DomainEvent) -> None:
+        """Fold one event in."""
+        self.events += 1
+        self._last = event.timestamp
+        match event:
+            case MessageAppended():
+                self.appends += 1
+            case TrimDecided():
+                if event.reason is TrimReason.TOKEN_BUDGET:
+                    self.trims_token_budget += 1
+                else:
+                    self.trims_turn_limit += 1
+                self.messages_dropped += event.dropped_messages
+                self.tokens_dropped += event.tokens_before - event.tokens_after
+            case HistoryTrimmed():
+                self.notices += 1
+            case RequestPrepared():
+                self.requests_prepared += 1
+                self._peak(event)
+            case RequestRejected():
+                self.requests_rejected += 1
+                self._peak(event)
+            case OverflowRecovered():
+                self.overflow_recoveries += 1
+            case OverflowUnrecoverable():
+                self.overflows_unrecoverable += 1
+            case OrphansSwept():
+                self.orphan_sweeps += 1
+                self.orphans_removed += event.removed
+            case _:
+                pass  # the other events only count as events
+
+    def _peak(self, event: RequestPrepared | RequestRejected) -> None:
+        # Strictly greater: the first request to reach the peak names its window.
+        if self.peak_window is None or event.estimated_tokens > self.peak_estimated_tokens:
+            self.peak_estimated_tokens = event.estimated_tokens
+            self.peak_window = event.window
+
+    def counters(self) -> Counters:
+        """The counts so far."""
+        if self._last is not None:
+            self.last_event_at = event_time(self._last)
+            self._last = None
+        return Counters(**{name: getattr(self, name) for name in _FIELDS})
+
+    # the slots, typed for mypy (see `Counters` for their meaning)
+    events: int
+    appends: int
+    trims_token_budget: int
+    trims_turn_limit: int
+    messages_dropped: int
+    tokens_dropped: int
+    notices: int
+    requests_prepared: int
+    requests_rejected: int
+    overflow_recoveries: int
+    overflows_unrecoverable: int
+    orphan_sweeps: int
+    orphans_removed: int
+    peak_estimated_tokens: int
+    peak_window: int | None
+    last_event_at: str | None

@@ -63,10 +63,13 @@ from turnledger.domain.messages import (
     ToolResults,
     to_chat_messages,
 )
-from turnledger.projections.counters import fold_counters
+from turnledger.projections.counters import Counters, fold_counters
 from turnledger.store.codec import MESSAGE_TAGS
 
 if TYPE_CHECKING:
+    from eventsourcing.persistence import StoredEvent
+
+    from turnledger.domain.budget import Route
     from turnledger.store.backend import EventStoreBackend
 
 __all__ = [
@@ -565,11 +568,31 @@ def summarize_session(events: Sequence[DomainEvent]) -> dict[str, Any]:
     (``provider/model``); the counts are the session's `Counters`."""
     started = events[0] if events else None
     counters = fold_counters(events)
-    route = next((e.route for e in reversed(events) if isinstance(e, RouteSelected)), None)
+    return _summary(
+        started.originator_id if started else None,
+        to_jsonable(started.timestamp) if started else None,
+        started.legacy if isinstance(started, SessionStarted) else None,
+        counters,
+        _last_route(events, None),
+    )
+
+
+def _last_route(events: Sequence[DomainEvent], before: Route | None) -> Route | None:
+    """The route of the last `RouteSelected` of ``events``; ``before`` when there is none."""
+    return next((e.route for e in reversed(events) if isinstance(e, RouteSelected)), before)
+
+
+def _summary(
+    session_id: UUID | None,
+    started_at: str | None,
+    legacy: bool | None,
+    counters: Counters,
+    route: Route | None,
+) -> dict[str, Any]:
     return {
-        "session_id": str(started.originator_id) if started else "",
-        "started_at": to_jsonable(started.timestamp) if started else None,
-        "legacy": started.legacy if isinstance(started, SessionStarted) else None,
+        "session_id": "" if session_id is None else str(session_id),
+        "started_at": started_at,
+        "legacy": legacy,
         "events": counters.events,
         "messages": counters.appends,
         "trims": counters.trims,
@@ -585,23 +608,39 @@ def session_summaries(
     """`summarize_session` for the sessions of the store, oldest first: every one, or the page
     ``after`` / ``limit`` select (`EventStoreBackend.session_ids`); only their events are read.
 
+    The counts come from the analytics tables where they have the session
+    (`listed_sessions`, ADR-0054): only the events recorded after what the tables applied
+    are read and folded, so a page of a caught-up store decodes nothing (and reads no record
+    when nothing was recorded after the tables' position). A session the tables do not have
+    (never caught up, started before ``tl_session_list`` existed, a ``memory://``, read-only
+    or salvaged store) has all its events folded. The answer is the same either way.
+
     A session with a record that cannot be decoded is summarised up to that record, with
     ``"corrupt_at"`` set to its version (else None), so one bad record does not hide the list.
     A forgotten session (``"forgotten"``: True) shows its id and its number of records only.
     """
+    from turnledger.projections.analytics import listed_sessions
+
+    session_ids = backend.session_ids(after=after, limit=limit)
+    known = listed_sessions(backend, session_ids)
     rows: list[dict[str, Any]] = []
-    for session_id in backend.session_ids(after=after, limit=limit):
-        events: list[DomainEvent] = []
-        corrupt_at: int | None = None
-        records = backend.read_records(session_id)
+    for session_id in session_ids:
         forgotten = backend.mapper.is_forgotten(session_id)
-        for record in [] if forgotten else records:
-            try:
-                events.append(backend.mapper.decode_record(record)[0])
-            except CorruptRecord:
-                corrupt_at = record.originator_version
-                break
-        row = summarize_session(events)
+        listed = None if forgotten else known.get(session_id)
+        after_version = 0 if listed is None else listed.counters.events
+        current = listed is not None and listed.current  # nothing after: no read at all
+        records = [] if current else backend.read_records(session_id, after_version=after_version)
+        events, corrupt_at = _decoded(backend, [] if forgotten else records)
+        if listed is None:
+            row = summarize_session(events)
+        else:  # the tables' counts, and the events they have not applied yet
+            row = _summary(
+                session_id,
+                to_jsonable(datetime.fromisoformat(listed.started_at)),
+                listed.legacy,
+                fold_counters(events, listed.counters),
+                _last_route(events, listed.route),
+            )
         row["session_id"] = str(session_id)
         row["corrupt_at"] = corrupt_at
         row["forgotten"] = forgotten
@@ -610,3 +649,16 @@ def session_summaries(
             row["route"] = "(forgotten)"
         rows.append(row)
     return rows
+
+
+def _decoded(
+    backend: EventStoreBackend, records: Sequence[StoredEvent]
+) -> tuple[list[DomainEvent], int | None]:
+    """The events of ``records`` up to the first that cannot be decoded, and its version."""
+    events: list[DomainEvent] = []
+    for record in records:
+        try:
+            events.append(backend.mapper.decode_record(record)[0])
+        except CorruptRecord:
+            return events, record.originator_version
+    return events, None
