@@ -46,6 +46,7 @@ from turnledger.store.codec import (
     decode_event,
     default_codec,
     encode_event,
+    make_converter,
 )
 from turnledger.store.mapper import ZERO_CHAIN, TurnledgerMapper, chain_digest
 
@@ -514,3 +515,19 @@ def test_e10_v1_chat_message_upcasts_with_the_seed_reading(
     assert isinstance(event, MessageAppended)
     assert isinstance(event.message, Chat)
     assert envelope == event.message.message.envelope
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [([1, True, 3], "expected int, got bool"), ([1, "2"], "expected int, got str"),
+     ([1, 2.0], "expected int, got float")],
+)
+def test_e11_a_tuple_of_ints_with_one_stray_element_is_refused(
+    value: list[Any], problem: str
+) -> None:
+    """The one-pass type check of a tuple of scalars (ADR-0058) refuses what the per-element
+    hook refuses, with the hook's own message, and passes exact ints through unchanged."""
+    converter = make_converter()
+    assert (1, 2, 3) == converter.structure([1, 2, 3], tuple[int, ...])
+    with pytest.raises(Exception, match=problem):
+        converter.structure(value, tuple[int, ...])

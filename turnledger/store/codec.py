@@ -57,7 +57,7 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
 )
-from turnledger.store.fastdecode import Decoder, TaggedUnion, build_decoder
+from turnledger.store.fastdecode import EXACT_SCALARS, Decoder, TaggedUnion, build_decoder
 
 __all__ = [
     "BLOCK_TAG_KEY",
@@ -182,10 +182,6 @@ def _unstructure_float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-_EXACT_SCALARS: Final = frozenset({int, str, bool, bytes, float})
-"""Types whose structure hook (`_strict`) is the identity on a value of exactly that type."""
-
-
 def _is_homogeneous_tuple(type_: object) -> bool:
     args = typing.get_args(type_)
     return typing.get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis
@@ -201,7 +197,7 @@ def _homogeneous_tuple_hook(
     # For the scalar types, whose strict hook returns a value of exactly that type unchanged,
     # one pass over the types replaces a hook call per item (a snapshot holds tens of
     # thousands of ints); anything else still goes item by item, for the error it names.
-    exact = {item_type} if item_type in _EXACT_SCALARS else None
+    exact = {item_type} if item_type in EXACT_SCALARS else None
 
     def hook(value: object, _: object) -> tuple[Any, ...]:
         if not isinstance(value, list | tuple):

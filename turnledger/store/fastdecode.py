@@ -27,7 +27,7 @@ from uuid import UUID
 import attrs
 import cattrs
 
-__all__ = ["Decoder", "TaggedUnion", "build_decoder"]
+__all__ = ["EXACT_SCALARS", "Decoder", "TaggedUnion", "build_decoder"]
 
 Decoder = Callable[[dict[str, Any], UUID, int], Any]
 """``decoder(state, originator_id, originator_version) -> event``; raises when unsure."""
@@ -35,7 +35,8 @@ Decoder = Callable[[dict[str, Any], UUID, int], Any]
 Hook = Callable[[Any], Any]
 
 _COLUMNS: Final = ("originator_id", "originator_version")
-_EXACT_SCALARS: Final = (int, str, bool, bytes)
+EXACT_SCALARS: Final = (int, str, bool, bytes)
+"""The types whose strict structure hook is the identity on a value of exactly that type."""
 
 
 class _Reject(Exception):
@@ -78,7 +79,7 @@ class _Builder:
             inner_type: object = rest[0] if len(rest) == 1 else typing.Union[rest]  # noqa: UP007
             if len(rest) == 1 or inner_type in self.unions:
                 return _optional(self.hook(inner_type))
-        if type_ in _EXACT_SCALARS:
+        if type_ in EXACT_SCALARS:
             return _exact(typing.cast(type, type_))
         if type_ is float:
             return _float
@@ -176,7 +177,7 @@ class _Builder:
         if optional is not None and type_ not in self.unions:
             names[f"_t{index}"] = optional
             return [f"if v is not None and v.__class__ is not _t{index}:", "  raise _Reject"]
-        if type_ in _EXACT_SCALARS:
+        if type_ in EXACT_SCALARS:
             names[f"_t{index}"] = type_
             return [f"if v.__class__ is not _t{index}:", "  raise _Reject"]
         if type_ is datetime:
@@ -195,7 +196,7 @@ def _optional_scalar(type_: object) -> type | None:
     origin = typing.get_origin(type_)
     if (origin is typing.Union or origin is types.UnionType) and len(args) == 2:
         rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and rest[0] in _EXACT_SCALARS:
+        if len(rest) == 1 and rest[0] in EXACT_SCALARS:
             return typing.cast(type, rest[0])
     return None
 
