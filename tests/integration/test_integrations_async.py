@@ -13,6 +13,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,17 @@ from turnledger.domain.budget import RuntimeProfile
 from turnledger.store.session import open_store
 
 THRESHOLD = 0.05  # seconds; the control's blocking work takes several times this
+CONTROL = 4 * THRESHOLD
+"""How long a control blocks the loop with store work: a fixed amount of work shrank below the
+threshold once appends got faster, and then the control proved nothing."""
+
+
+def _block_for(seconds: float, work: Callable[[int], object]) -> None:
+    """Call ``work(0)``, ``work(1)``, ... on this thread until ``seconds`` have passed."""
+    start, step = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        work(step)
+        step += 1
 OURS = "turnledger/integrations"
 
 
@@ -76,8 +88,8 @@ def test_openai_agents_session_does_its_io_off_the_event_loop(
     with open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
         session = TurnledgerSession("async", store)
 
-        async def blocking() -> None:
-            session.add(_items(600))  # the same work, on the loop: must be caught
+        async def blocking() -> None:  # the same work, on the loop: must be caught
+            _block_for(CONTROL, lambda step: session.add(_items(100, 100 * step)))
 
         async def control() -> None:
             await asyncio.create_task(blocking())
@@ -144,7 +156,7 @@ def test_langchain_history_and_trimmer_do_their_io_off_the_event_loop(
         history = TurnledgerChatMessageHistory(store.start_session())
 
         async def blocking() -> None:
-            history.add_messages(talk)
+            _block_for(CONTROL, lambda _: history.add_messages(talk[:100]))
 
         async def control() -> None:
             await asyncio.create_task(blocking())
