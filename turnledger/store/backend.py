@@ -502,12 +502,9 @@ class EventStoreBackend:
     def _select(
         self, session_id: UUID, after_version: int, upto_version: int | None
     ) -> list[StoredEvent]:
-        self._check_open()
-        gt = after_version if after_version > 0 else None
-        with self._translate("read", session_id):
-            rows = self.database.session_rows(self.recorder, session_id, gt, upto_version)
-            if rows is None:
-                return list(self.recorder.select_events(session_id, gt=gt, lte=upto_version))
+        rows, records = self._bulk(session_id, after_version, upto_version)
+        if records is not None:
+            return records
         if not rows:
             return []
         uuid = _to_uuid(session_id)  # one object for every record, not one parse per row
@@ -517,14 +514,22 @@ class EventStoreBackend:
     def _rows(self, session_id: UUID, after_version: int, upto_version: int | None) -> list[Row]:
         """The session's records as `Row` s: the backend's bulk read (ADR-0053), or the
         library's records where the backend has none."""
+        rows, records = self._bulk(session_id, after_version, upto_version)
+        if records is not None:
+            rows = [(r.originator_version, r.topic, r.state) for r in records]
+        return rows
+
+    def _bulk(
+        self, session_id: UUID, after_version: int, upto_version: int | None
+    ) -> tuple[list[Row], list[StoredEvent] | None]:
+        """The backend's bulk rows, or (where it has no bulk read) the library's records."""
         self._check_open()
         gt = after_version if after_version > 0 else None
         with self._translate("read", session_id):
             rows = self.database.session_rows(self.recorder, session_id, gt, upto_version)
             if rows is None:
-                records = self.recorder.select_events(session_id, gt=gt, lte=upto_version)
-                rows = [(r.originator_version, r.topic, r.state) for r in records]
-        return rows
+                return [], list(self.recorder.select_events(session_id, gt=gt, lte=upto_version))
+        return rows, None
 
     def verify(
         self, session_id: UUID, *, expected_version: int | None = None
