@@ -35,13 +35,32 @@ MIN_COMPRESSED: Final = 200
 MIN_SAVING: Final = 32
 """Bytes a compressed payload must save to be stored compressed."""
 _LEVEL: Final = 6
+_MEM_LEVEL: Final = 4
+"""zlib's ``memLevel`` (its hash table's size; 8 by default) for record payloads."""
+_MIN_WBITS: Final = 9
+_MAX_WBITS: Final = zlib.MAX_WBITS
+
+
+def _window_bits(size: int) -> int:
+    """The smallest zlib window (as ``wbits``) that holds ``size`` bytes, between 512 bytes
+    and zlib's 32 KB: a match can never reach further back than the payload's start, so a
+    larger window only costs memory to set up."""
+    return max(_MIN_WBITS, min(_MAX_WBITS, (size - 1).bit_length()))
 
 
 def _shrunk(payload: bytes) -> bytes | None:
-    """zlib of ``payload`` when that pays (`MIN_COMPRESSED`, `MIN_SAVING`), else None."""
-    if len(payload) >= MIN_COMPRESSED:
-        packed = zlib.compress(payload, _LEVEL)
-        if len(packed) + MIN_SAVING <= len(payload):
+    """zlib of ``payload`` when that pays (`MIN_COMPRESSED`, `MIN_SAVING`), else None.
+
+    A zlib stream whose window fits the payload, with a smaller hash table than zlib's
+    default (ADR-0061): `zlib.compress` sets up a 32 KB window and a 256 KB state for a
+    payload of a few hundred bytes, which costs more than compressing it. Any zlib reader
+    decompresses the stream (its header names the window).
+    """
+    size = len(payload)
+    if size >= MIN_COMPRESSED:
+        compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, _window_bits(size), _MEM_LEVEL)
+        packed = compressor.compress(payload) + compressor.flush()
+        if len(packed) + MIN_SAVING <= size:
             return packed
     return None
 
