@@ -14,6 +14,11 @@ machine load weighs on both sides alike: above 1, turnledger is faster.
      through ``asyncio.to_thread`` like the SDK's own I/O (a blocking call on the event loop's
      thread was measured at up to 3x its time in a worker: a COMMIT there waits on the
      threads the process started, whoever's code it is);
+   - on SQLite also the **floor**: the very records ``extend`` wrote for that turn, inserted by
+     the bare ``sqlite3`` driver in one ``BEGIN IMMEDIATE`` ... ``COMMIT`` into a table of the
+     same schema, same journal and ``synchronous``, through ``asyncio.to_thread``: what a turn
+     costs with no turnledger code at all (no decision, encoding, chain or compression), so
+     "speed vs SDK" of this row bounds what any turnledger code can reach;
    - PostgreSQL (``synchronous_commit`` on, the server default): the SDK's
      ``SQLAlchemySession`` on asyncpg vs the same three turnledger calls.
 2. **Read and restore** at 100 / 1,000 / 10,000 turns, SQLite and PostgreSQL:
@@ -51,11 +56,14 @@ import statistics
 import tempfile
 import time
 import urllib.parse
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import msgpack
 
 os.environ.setdefault("OPENAI_API_KEY", "sk-benchmark-no-network")
 
@@ -181,6 +189,9 @@ async def bench_append(backend: Backend, rounds: int, per_round: int) -> list[di
     times: dict[str, list[float]] = {k: [] for k in
                                      ("sdk", "add_items", "extend", "append x5")}
     n = 0
+    floor = _Floor(backend.ours_url) if backend.name == "SQLite" else None
+    if floor is not None:
+        times["floor"] = []
     with tl.open_store(backend.ours_url) as store:
         theirs = backend.theirs("append-sdk")
         ours = TurnledgerSession("append-ours", store)
@@ -199,7 +210,12 @@ async def bench_append(backend: Backend, rounds: int, per_round: int) -> list[di
             times["extend"].append(await _timed_async(_in_thread(plain.extend), messages))
             times["append x5"].append(await _timed_async(
                 _in_thread(lambda m: [one_by_one.append(x) for x in m]), messages))
+            if floor is not None:
+                times["floor"].append(await _timed_async(_in_thread(floor.insert),
+                                                         floor.turns(plain.id, per_round)))
         await _close_theirs(theirs)
+        if floor is not None:
+            floor.close()
     sdk = statistics.median(times["sdk"]) / per_round
     rows = []
     for kind, samples in times.items():
@@ -207,6 +223,60 @@ async def bench_append(backend: Backend, rounds: int, per_round: int) -> list[di
         rows.append({"backend": backend.name, "call": kind, "ms_per_turn": per_turn * 1e3,
                      "sdk_over_this": sdk / per_turn})
     return rows
+
+
+class _Floor:
+    """The driver floor on SQLite: turnledger's own records of a turn, inserted raw."""
+
+    def __init__(self, ours_url: str) -> None:
+        ours = Path(ours_url.removeprefix("sqlite:///"))
+        self._source = sqlite3.connect(ours)
+        self._path = ours.with_name("floor.db")
+        self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._seen = 0
+        self._schema_copied = False
+
+    def turns(self, session_id: str, count: int) -> list[list[tuple[Any, ...]]]:
+        """The records of the newest ``count`` turns of ``session_id``, a list per turn
+        (read back from turnledger's file after its ``extend``: the same bytes)."""
+        if not self._schema_copied:
+            (schema,) = self._source.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'stored_events'").fetchone()
+            self._db.execute(schema)
+            self._schema_copied = True
+        rows = self._source.execute(
+            "SELECT originator_id, originator_version, topic, state FROM stored_events "
+            "WHERE originator_id = ? AND originator_version > ? ORDER BY originator_version",
+            (uuid.UUID(session_id).hex, self._seen)).fetchall()
+        self._seen = rows[-1][1]
+        batches: list[list[tuple[Any, ...]]] = []
+        for row in rows:  # a turn starts at its user message (what start_session wrote: skip)
+            if row[2].endswith("MessageAppended") and _starts_turn(row[3]):
+                batches.append([])
+            if batches:
+                batches[-1].append(row)
+        assert len(batches) == count, (len(batches), count)
+        return batches
+
+    def insert(self, rows: list[tuple[Any, ...]]) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        self._db.executemany("INSERT INTO stored_events VALUES (?, ?, ?, ?)", rows)
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._source.close()
+        self._db.close()
+
+
+def _starts_turn(state: bytes) -> bool:
+    """Whether a `MessageAppended` record holds a user message (opens a turn)."""
+    from turnledger.store.packing import open_envelope
+
+    _, payload = open_envelope(msgpack.unpackb(state))
+    assert isinstance(payload, bytes)
+    message = msgpack.unpackb(payload, timestamp=3)["message"]
+    return message.get("t") == "chat" and message["message"]["role"] == "user"
 
 
 async def _timed_async(call: Callable[[Any], Awaitable[Any]], batches: list[Any]) -> float:

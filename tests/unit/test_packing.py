@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from turnledger.store import packing
 from turnledger.store.packing import (
     MIN_COMPRESSED,
     MIN_SAVING,
@@ -54,7 +55,7 @@ def test_e12_a_small_window_saves_what_zlib_default_saves() -> None:
     for size in (300, 900, 1_600, 5_000, 30_000):
         payload = _prose(size, seed=size)
         ours = envelope_of(CHAIN, payload)[1]
-        theirs = zlib.compress(payload, 6)
+        theirs = zlib.compress(payload, packing.ZLIB_LEVEL)
         assert len(ours) <= len(theirs) * 1.02 + 4, (size, len(ours), len(theirs))
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "MIN_COMPRESSED",
     "MIN_SAVING",
     "ZLIB",
+    "ZLIB_LEVEL",
     "envelope_of",
     "open_envelope",
     "pack_body",
@@ -34,7 +35,9 @@ MIN_COMPRESSED: Final = 200
 """Payloads shorter than this are stored as they are (zlib would not pay for its header)."""
 MIN_SAVING: Final = 32
 """Bytes a compressed payload must save to be stored compressed."""
-_LEVEL: Final = 6
+ZLIB_LEVEL: Final = 1
+"""zlib's level for record payloads: on the append path level 1 costs half of level 6's time
+for about 3 % more event bytes (ADR-0061)."""
 _MEM_LEVEL: Final = 4
 """zlib's ``memLevel`` (its hash table's size; 8 by default) for record payloads."""
 _MIN_WBITS: Final = 9
@@ -58,7 +61,7 @@ def _shrunk(payload: bytes) -> bytes | None:
     """
     size = len(payload)
     if size >= MIN_COMPRESSED:
-        compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, _window_bits(size), _MEM_LEVEL)
+        compressor = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, _window_bits(size), _MEM_LEVEL)
         packed = compressor.compress(payload) + compressor.flush()
         if len(packed) + MIN_SAVING <= size:
             return packed
