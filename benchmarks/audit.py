@@ -10,7 +10,11 @@ checkout to compare with, e.g. ``git worktree add /tmp/base <commit>``):
 - ``read``: ``backend.read(session)`` — select, hash chain check, decode;
 - ``replay``: ``read`` plus the fold of every event into a fresh ``SessionState`` (``evolve``);
 - ``timeline``: ``timeline(store.events_of(session))`` — a replay rendered as entries;
-- ``verify``: ``turnledger.replay.audit.verify`` (hash chain, decode, fold, every invariant).
+- ``verify``: ``turnledger.replay.audit.verify`` (hash chain, decode, fold, every invariant);
+- ``floor``: the bare loop under all of them, written with the drivers alone — select the
+  rows, open each envelope, unzip, recompute and compare the SHA-256 chain, unpack the
+  payload — with no event built, nothing validated and nothing folded: what no checked read
+  can beat in this interpreter.
 
 Prints the median of the rounds per tree in events per second of the child's CPU time (steadier
 than wall time on a shared machine; both are in the JSON) and the ratio to ``--before``; writes
@@ -20,6 +24,7 @@ than wall time on a shared machine; both are in the JSON) and the ratio to ``--b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -35,7 +40,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "audit.json"
 ROOT = Path(__file__).resolve().parent.parent
-MEASURES = ("read", "replay", "timeline", "verify")
+MEASURES = ("floor", "read", "replay", "timeline", "verify")
 
 
 def _child(path: str, session_id: str) -> None:
@@ -61,6 +66,9 @@ def _child(path: str, session_id: str) -> None:
         seconds[measure] = time.perf_counter() - marks[0]
         cpu[measure] = time.thread_time() - marks[1]
 
+    start()
+    counts["floor"] = _bare_loop(path, uuid)
+    stop("floor")
     with open_store(f"sqlite:///{path}") as store:
         start()
         events = store.backend.read(uuid)
@@ -86,6 +94,32 @@ def _child(path: str, session_id: str) -> None:
         if not report.ok:
             raise SystemExit(f"verify found violations: {report.violations[:3]}")
     print(json.dumps({"seconds": seconds, "cpu": cpu, "counts": counts}))
+
+
+def _bare_loop(path: str, uuid: Any) -> int:
+    """The floor measure (module doc): the records of ``uuid`` read and chain-checked with
+    sqlite3, msgpack, zlib and hashlib alone; the number of records."""
+    import hashlib
+    import sqlite3
+    import zlib
+
+    import msgpack
+
+    prev, key, count = bytes(32), uuid.bytes, 0
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        rows = connection.execute(
+            "SELECT originator_version, topic, state FROM stored_events "
+            "WHERE originator_id = ? ORDER BY originator_version", (uuid.hex,))
+        for version, topic, state in rows:
+            envelope = msgpack.unpackb(state)
+            payload = zlib.decompress(envelope[1]) if len(envelope) == 3 else envelope[1]
+            chain = hashlib.sha256(b"".join(
+                (prev, key, version.to_bytes(8, "big"), topic.encode(), payload))).digest()
+            if chain != envelope[0]:
+                raise SystemExit(f"floor: the chain breaks at version {version}")
+            msgpack.unpackb(payload, timestamp=3)
+            prev, count = chain, count + 1
+    return count
 
 
 def _run_child(tree: Path, path: str, session_id: str) -> dict[str, Any]:
