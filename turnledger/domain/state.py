@@ -227,13 +227,18 @@ class SessionState:
     def newest_in_log(self) -> tuple[int, ConversationMessage] | None:
         """The position and item of the newest message the conversation view shows from the
         log: not a leading or retained system message (R4), not the breadcrumb; None when
-        there is none. O(1) unless the newest items were removed from the views."""
-        index, start = self.index, self.window(View.CONVERSATION).start
-        for offset in range(len(index.items) - 1, -1, -1):
+        there is none. O(1) unless the newest items were removed from the views.
+
+        A system message a trim kept from the dropped turns (R9) is retained from the trim
+        on, whether the index has moved it to ``retained`` yet or still holds it at its
+        position (it forgets in amortised steps, a snapshot at once): never popped, so a
+        restored session pops what the live one would have."""
+        index = self.index
+        first = max(self.window(View.CONVERSATION).start - index.base, 0)
+        for offset in range(len(index.items) - 1, first - 1, -1):
             item = index.items[offset]
-            position = index.base + offset
-            if item is not None and (position >= start or index.rows.is_system(item)):
-                return position, item
+            if item is not None:
+                return index.base + offset, item
         return None
 
     def clear(self, next_position: int) -> None:
