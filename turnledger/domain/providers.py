@@ -985,29 +985,32 @@ def _exact_json(value: object, depth: int = 0) -> bool:
 
 
 def _exact_extra(obj: Json, interpreted: frozenset[str]) -> str | None:
-    """`extra_text` of the fields of ``obj`` not in ``interpreted``; None when a key is not an
-    exact string or a value is not exact JSON (`_exact_json`).
+    """`extra_text` of the fields of ``obj`` not in ``interpreted``; None when a key of ``obj``
+    is not an exact string or one of those fields is not exact JSON (`_exact_json`).
 
     Fields that are all strings or empty lists (``id``, ``status``, ``annotations``...) are
     written here, as `canonical_json` writes them (sorted keys, ``json``'s own string writer);
     any other value through `canonical_json`.
     """
-    names = obj.keys() - interpreted
-    if not names:
-        return ""
     fields: list[tuple[str, str]] = []  # (name, its value's JSON text)
-    for name in names:
-        value = obj[name]
+    flat = True
+    for name, value in obj.items():
         if type(name) is not str:
             return None
+        if name in interpreted:
+            continue
         if type(value) is str:
             fields.append((name, _json_string(value)))
         elif type(value) is list and not value:
             fields.append((name, "[]"))
-        elif not _exact_json(value):
+        elif _exact_json(value):
+            flat = False
+        else:
             return None
-    if len(fields) < len(names):
-        return extra_text({name: obj[name] for name in names})
+    if not flat:
+        return extra_text({k: v for k, v in obj.items() if k not in interpreted})
+    if not fields:
+        return ""
     if len(fields) == 1:
         return _CanonicalText(f"{{{_json_string(fields[0][0])}:{fields[0][1]}}}")
     fields.sort()  # by name (names are unique), as canonical_json sorts the keys
@@ -1096,8 +1099,8 @@ def _exact_reasoning(raw: Json) -> ConversationMessage | None:
         if type(part_type) is not str or part_type != "summary_text" or not thinking:
             return None
     signature = raw.get("encrypted_content")
-    if type(signature) is not str or not signature:
-        signature = ""  # and the field, if any, is kept in the extra
+    if type(signature) is not str:
+        signature = ""  # the field, if any, is kept in the extra (as an empty one is)
     extra = _exact_extra(raw, _SIGNED_REASONING_KEYS if signature else _REASONING_KEYS)
     if extra is None or type(thinking) is not str:
         return None
