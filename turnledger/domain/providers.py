@@ -32,6 +32,8 @@ and the field. Nothing here does I/O.
 from __future__ import annotations
 
 import json
+import json.encoder
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeGuard, TypeVar
 
@@ -45,6 +47,7 @@ from turnledger.domain.blocks import (
     ServerToolUse,
     TextBlock,
     ThinkingBlock,
+    _CanonicalText,  # the mark of a canonical text (ADR-0056), for the texts _exact_extra writes
     canonical_json,
     extra_fields,
     extra_text,
@@ -67,6 +70,7 @@ from turnledger.domain.messages import (
 __all__ = [
     "TranscriptError",
     "block_json",
+    "exact_openai_responses_item",
     "from_anthropic",
     "from_openai_chat",
     "from_openai_responses",
@@ -100,6 +104,8 @@ class TranscriptError(InvalidMessage):
 
 def plain(value: object) -> Any:
     """``value`` as plain JSON data: an SDK object through ``model_dump()``, lists element-wise."""
+    if type(value) is dict:  # the common case, and a dict has no model_dump
+        return value
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         try:
@@ -944,6 +950,194 @@ def from_openai_responses_item(item: object) -> ConversationMessage:
     if isinstance(parsed, ToolResult):
         return ToolResults((parsed,))
     return parsed
+
+
+# An item of the shapes below converts to a message whose export is, by construction, a dict
+# equal to the item with values of the same types: the interpreted fields are exact strings,
+# rebuilt as they were, and every other field goes through canonical JSON, which gives back an
+# equal value of the same type for exact JSON data (`_exact_json`). Such an item needs no
+# round-trip check; any other item (an SDK object, another type or role, a list output, a
+# non-simple summary, a tuple, a subclass...) returns None and is converted and checked.
+# tests/unit/test_responses_exact.py proves both against `from_openai_responses_item` and
+# `to_openai_responses`.
+
+_json_string: Final = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses
+_EXACT_DEPTH: Final = 32  # deeper values take the checked path (no recursion limit to meet)
+_REASONING_EXTRA: Final = extra_text({"type": "reasoning"})
+_MESSAGE_ROLES: Final = frozenset(("system", "user", "assistant"))
+
+
+def _exact_json(value: object, depth: int = 0) -> bool:
+    """Whether canonical JSON gives ``value`` back equal and of the same types (JSON data
+    built of exact dicts with string keys, lists, strings, ints, bools, None, finite floats)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if type(value) is float:
+        return math.isfinite(value)
+    if depth >= _EXACT_DEPTH:
+        return False
+    if type(value) is list:
+        return all(_exact_json(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _exact_json(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _exact_extra(obj: Json, interpreted: frozenset[str]) -> str | None:
+    """`extra_text` of the fields of ``obj`` not in ``interpreted``; None when a key of ``obj``
+    is not an exact string or one of those fields is not exact JSON (`_exact_json`).
+
+    Fields that are all strings or empty lists (``id``, ``status``, ``annotations``...) are
+    written here, as `canonical_json` writes them (sorted keys, ``json``'s own string writer);
+    any other value through `canonical_json`.
+    """
+    fields: list[tuple[str, str]] = []  # (name, its value's JSON text)
+    flat = True
+    for name, value in obj.items():
+        if type(name) is not str:
+            return None
+        if name in interpreted:
+            continue
+        if type(value) is str:
+            fields.append((name, _json_string(value)))
+        elif type(value) is list and not value:
+            fields.append((name, "[]"))
+        elif _exact_json(value):
+            flat = False
+        else:
+            return None
+    if not flat:
+        return extra_text({k: v for k, v in obj.items() if k not in interpreted})
+    if not fields:
+        return ""
+    if len(fields) == 1:
+        return _CanonicalText(f"{{{_json_string(fields[0][0])}:{fields[0][1]}}}")
+    fields.sort()  # by name (names are unique), as canonical_json sorts the keys
+    return _CanonicalText("{" + ",".join([f"{_json_string(n)}:{v}" for n, v in fields]) + "}")
+
+
+_MESSAGE_KEYS: Final = frozenset(("role", "content"))
+_PART_KEYS: Final = frozenset(("type", "text"))
+
+
+def _exact_message(raw: Json) -> ConversationMessage | None:
+    """`_responses_message` of a system, user or assistant message whose content is a string
+    or a list of text parts of its role's default type."""
+    role, content = raw.get("role"), raw.get("content")
+    if type(role) is not str or role not in _MESSAGE_ROLES:
+        return None
+    extra = _exact_extra(raw, _MESSAGE_KEYS)
+    if extra is None:
+        return None
+    if type(content) is str:
+        return Chat(ChatMessage(role, content, extra=extra, envelope=False))
+    if type(content) is not list or not content:
+        return None
+    kind = _text_type(role)
+    blocks: list[ContentBlock] = []
+    for part in content:
+        if type(part) is not dict:
+            return None
+        part_type, text = part.get("type"), part.get("text")
+        if type(part_type) is not str or part_type != kind or type(text) is not str:
+            return None
+        part_extra = _exact_extra(part, _PART_KEYS)
+        if part_extra is None:
+            return None
+        blocks.append(TextBlock(text, extra=part_extra))
+    if len(blocks) == 1:  # ChatMessage.from_blocks, without joining the text twice
+        return Chat(ChatMessage(role, content[0]["text"], blocks=blocks, extra=extra,
+                                envelope=False))
+    return Chat(ChatMessage.from_blocks(role, blocks, extra=extra))
+
+
+_CALL_KEYS: Final = frozenset(("type", "call_id", "name", "arguments"))
+
+
+def _exact_call(raw: Json) -> ConversationMessage | None:
+    """`_responses_call` of a call whose id, name and arguments are strings."""
+    call_id, name, arguments = raw.get("call_id"), raw.get("name"), raw.get("arguments")
+    if type(call_id) is not str or type(name) is not str or type(arguments) is not str:
+        return None
+    extra = _exact_extra(raw, _CALL_KEYS)
+    if extra is None or not call_id or not name:
+        return None
+    return AssistantToolCalls(None, (ToolCall(call_id, name, arguments, extra=extra),))
+
+
+_OUTPUT_KEYS: Final = frozenset(("type", "call_id", "output"))
+
+
+def _exact_output(raw: Json) -> ConversationMessage | None:
+    """`_responses_output` of an output that is a string."""
+    call_id, output = raw.get("call_id"), raw.get("output")
+    if type(call_id) is not str or not call_id or type(output) is not str:
+        return None
+    extra = _exact_extra(raw, _OUTPUT_KEYS)
+    if extra is None:
+        return None
+    return ToolResults((ToolResult(call_id, output, extra=extra),))
+
+
+_REASONING_KEYS: Final = frozenset(("type", "summary"))
+_SIGNED_REASONING_KEYS: Final = frozenset(("type", "summary", "encrypted_content"))
+
+
+def _exact_reasoning(raw: Json) -> ConversationMessage | None:
+    """`_responses_reasoning` of a reasoning item whose summary is [] or one ``summary_text``
+    part (`_summary_texts`)."""
+    summary = raw.get("summary")
+    if type(summary) is not list or len(summary) > 1:
+        return None
+    thinking: object = ""
+    if summary:
+        part = summary[0]
+        if type(part) is not dict or len(part) != 2:
+            return None
+        part_type, thinking = part.get("type"), part.get("text")
+        if type(part_type) is not str or part_type != "summary_text" or not thinking:
+            return None
+    signature = raw.get("encrypted_content")
+    if type(signature) is not str:
+        signature = ""  # the field, if any, is kept in the extra (as an empty one is)
+    extra = _exact_extra(raw, _SIGNED_REASONING_KEYS if signature else _REASONING_KEYS)
+    if extra is None or type(thinking) is not str:
+        return None
+    block = ThinkingBlock(thinking, signature, extra=extra)
+    return Chat(ChatMessage("assistant", thinking, blocks=(block,), extra=_REASONING_EXTRA,
+                            envelope=False))  # ChatMessage.from_blocks of the one block
+
+
+_EXACT_ITEMS: Final[dict[str, Callable[[Json], ConversationMessage | None]]] = {
+    "message": _exact_message,
+    "function_call": _exact_call,
+    "function_call_output": _exact_output,
+    "reasoning": _exact_reasoning,
+}
+
+
+def exact_openai_responses_item(item: object) -> ConversationMessage | None:
+    """`from_openai_responses_item` of ``item`` when the item is a plain dict of a shape whose
+    conversion is exact by construction: `to_openai_responses` of the message gives back a dict
+    equal to ``item``, its values of the same types. None for any other item (convert it and
+    check the round trip).
+
+    The shapes: a system, user or assistant message whose content is a string or text parts,
+    a function call, a function call output that is a string, a reasoning item with a simple
+    summary; every other field exact JSON data (dicts with string keys, lists, strings, ints,
+    bools, None, finite floats).
+    """
+    if type(item) is not dict:
+        return None
+    kind = item.get("type", "message")
+    convert = _EXACT_ITEMS.get(kind) if type(kind) is str else None
+    if convert is None:
+        return None
+    try:
+        return convert(item)
+    except (InvalidMessage, ValueError):  # the checked path raises or refuses it, as it does
+        return None
 
 
 def _responses_content(role: str, text: str, blocks: Sequence[ContentBlock | ToolCall]) -> Any:

@@ -33,6 +33,7 @@ from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import (
+    exact_openai_responses_item,
     from_openai_responses_item,
     plain,
     to_openai_responses,
@@ -48,23 +49,31 @@ Item = dict[str, Any]
 def from_responses_items(items: Iterable[object]) -> list[ConversationMessage]:
     """One turnledger message per Responses item, each checked to come back exactly.
 
+    An item of a shape whose conversion is exact by construction needs no check
+    (`exact_openai_responses_item`); any other is converted, exported again and compared.
     Raises `InvalidMessage` naming the item when one is not a Responses input item or would
     not be returned as it was given.
     """
     messages: list[ConversationMessage] = []
     for i, raw in enumerate(items):
-        item = plain(raw)
-        try:
-            converted = from_openai_responses_item(item)
-        except InvalidMessage as error:
-            raise InvalidMessage(f"items[{i}]: {error}") from None
-        if to_openai_responses((converted,)) != [item]:
-            raise InvalidMessage(
-                f"items[{i}] (type {item.get('type', 'message')!r}) would not be returned "
-                "exactly as it was added; it was not recorded"
-            )
-        messages.append(converted)
+        item = raw if type(raw) is dict else plain(raw)
+        converted = exact_openai_responses_item(item)
+        messages.append(_checked(i, item) if converted is None else converted)
     return messages
+
+
+def _checked(index: int, item: Any) -> ConversationMessage:
+    """``item`` converted, or `InvalidMessage` when it does not come back exactly."""
+    try:
+        converted = from_openai_responses_item(item)
+    except InvalidMessage as error:
+        raise InvalidMessage(f"items[{index}]: {error}") from None
+    if to_openai_responses((converted,)) != [item]:
+        raise InvalidMessage(
+            f"items[{index}] (type {item.get('type', 'message')!r}) would not be returned "
+            "exactly as it was added; it was not recorded"
+        )
+    return converted
 
 
 def _to_item(message: ConversationMessage) -> Item:
