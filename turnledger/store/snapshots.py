@@ -175,7 +175,7 @@ def _pack_ints(values: Sequence[int]) -> bytes:
         if _SWAP:  # pragma: no cover - big-endian machines
             packed.byteswap()
         return code.encode() + packed.tobytes()
-    raise ValueError("an integer column of the snapshot holds a number beyond 64 bits")
+    raise ValueError("an integer column of the snapshot holds numbers no 64-bit type holds")
 
 
 def _unpack_ints(data: bytes) -> list[int]:
