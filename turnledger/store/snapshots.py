@@ -457,26 +457,17 @@ def decode_snapshot(
 
 
 def _state_of(snapshot: _Snapshot | _Compact | _Columns) -> SessionState:
+    body = snapshot.packed if isinstance(snapshot, _Columns) else snapshot
     lo, region = None, None
-    if isinstance(snapshot, _Columns):  # its lists become the region's: no copy
-        body: _Snapshot | _Compact | _Packed = snapshot.packed
-        lo = snapshot.packed.lo
-        turns = accumulate(snapshot.turn_gaps, initial=lo)
-        next(turns)  # lo itself
-        region = Region(
-            list(turns), snapshot.segment_tokens, snapshot.segment_real,
-            list(snapshot.packed.systems), list(snapshot.packed.suspects),
-        )
-    elif isinstance(snapshot, _Compact):
-        body, lo = snapshot, snapshot.lo
+    if isinstance(snapshot, _Compact | _Columns):
+        assert not isinstance(body, _Snapshot)
+        lo = body.lo
         starts = accumulate(snapshot.turn_gaps, initial=lo)
-        next(starts)
+        next(starts)  # lo itself
         region = Region(
             list(starts), list(snapshot.segment_tokens), list(snapshot.segment_real),
-            list(snapshot.systems), list(snapshot.suspects),
+            list(body.systems), list(body.suspects),
         )
-    else:
-        body = snapshot
     return SessionState.restored(
         session_id=body.session_id,
         version=body.version,
