@@ -45,7 +45,7 @@ from turnledger.domain.errors import (
 from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
 from turnledger.store.backend import AnchorMismatch, EventStoreBackend, StoreUnavailable
 from turnledger.store.mapper import ZERO_CHAIN
-from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot, settle
+from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
 
 __all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "Pipeline", "Position"]
 
@@ -240,9 +240,6 @@ class Pipeline:
         if events < self.snapshot_interval and messages < self.snapshot_messages:
             return
         try:
-            # The state takes its snapshot's form (what its next trims would summarise, now
-            # rather than on a copy): encoding it then copies and re-indexes nothing (ADR-0060).
-            settle(state)
             payload = encode_snapshot(state, position.chain)
             # Only the newest snapshot is ever read (ADR-0030): the older ones are dead bytes,
             # deleted in the transaction that saves it (one commit, ADR-0060).

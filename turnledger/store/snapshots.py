@@ -56,7 +56,6 @@ __all__ = [
     "compare_snapshot",
     "decode_snapshot",
     "encode_snapshot",
-    "settle",
 ]
 
 SNAPSHOT_FORMAT = 4
@@ -214,7 +213,7 @@ def encode_snapshot(
 
     ``snapshot_format=3`` or ``2`` writes an older format (ADR-0030; before it: the whole held
     window's items), for tests and tools that need an old snapshot; ``ValueError`` for any
-    other format. Reads ``state`` only; `settle` first makes this cheaper.
+    other format. Reads ``state`` only.
     """
     if snapshot_format == SNAPSHOT_FORMAT:
         compact = _compact_of(state, chain)
@@ -238,29 +237,12 @@ def encode_snapshot(
 _PACKED_FIELDS = tuple(f.name for f in attrs.fields(_Packed) if f.name not in _COLUMNS)
 
 
-def settle(state: SessionState) -> None:
-    """Put a compact ``state`` in its snapshot's canonical form, in place (ADR-0060).
-
-    Forgets the log before the conversation window and summarises it up to the chat window, as
-    the state's own trims do in amortised steps (`WindowIndex.forget_before`,
-    `WindowIndex.compact_before`): the state decides exactly as before, like one restored from
-    its snapshot, and `encode_snapshot` then reads it without copying or re-indexing it. The
-    summarised items are the ones the state's next compaction would have summarised anyway.
-    ``ValueError`` for a state that holds everything (the replay tools').
-    """
-    if not state.compact:
-        raise ValueError("only a compact state is settled: a whole one holds its log")
-    index = state.index
-    index.forget_before(state.window(View.CONVERSATION).start, force=True)
-    index.compact_before(max(state.chat.start, index.base), force=True)
-
-
 def _compact_of(state: SessionState, chain: bytes) -> _Compact:
     """The canonical compact form of ``state``, whether it is compact or holds everything."""
     assert state.session_id is not None
     conversation, chat = state.window(View.CONVERSATION), state.chat
     index = state.index
-    if conversation.start > index.lo or chat.start > index.base:  # not settled: on a copy
+    if conversation.start > index.lo or chat.start > index.base:  # not canonical: on a copy
         index = _canonical(index, conversation.start, chat.start)
     region = index.region
     turns = region.turns
