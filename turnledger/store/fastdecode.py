@@ -27,7 +27,7 @@ from uuid import UUID
 import attrs
 import cattrs
 
-__all__ = ["EXACT_SCALARS", "Decoder", "TaggedUnion", "build_decoder"]
+__all__ = ["EXACT_SCALARS", "Decoder", "TaggedUnion", "build_decoder", "build_hook"]
 
 Decoder = Callable[[dict[str, Any], UUID, int], Any]
 """``decoder(state, originator_id, originator_version) -> event``; raises when unsure."""
@@ -276,3 +276,20 @@ def build_decoder(
     builder = _Builder(converter, unions, omitted)
     decoder: Decoder = builder.attrs_class(cls, event=True)  # type: ignore[assignment]
     return decoder
+
+
+def build_hook(
+    type_: object,
+    converter: cattrs.Converter,
+    *,
+    unions: Mapping[object, TaggedUnion],
+    omitted: Mapping[type, frozenset[str]],
+) -> Hook:
+    """The fast structuring function of a value of ``type_`` that is not an event (a
+    snapshot's body, ADR-0060), generated as for the events.
+
+    The same one-sided contract as `build_decoder`: when it returns a value, the converter
+    would return an equal one; on anything unusual it raises, and the caller asks the
+    converter, which decides and explains. ``unions`` and ``omitted`` as for `build_decoder`.
+    """
+    return _Builder(converter, unions, omitted).hook(type_)

@@ -241,9 +241,9 @@ class Pipeline:
             return
         try:
             payload = encode_snapshot(state, position.chain)
-            self.backend.save_snapshot(position.session_id, state.version, payload)
-            # Only the newest snapshot is ever read (ADR-0030): the older ones are dead bytes.
-            self.backend.prune_snapshots(position.session_id, before_version=state.version)
+            # Only the newest snapshot is ever read (ADR-0030): the older ones are dead bytes,
+            # deleted in the transaction that saves it (one commit, ADR-0060).
+            self.backend.replace_snapshot(position.session_id, state.version, payload)
         except TurnledgerError as error:  # a snapshot is a cache: losing one loses nothing
             log.warning("snapshot of session %s at version %d failed: %s",
                         position.session_id, state.version, error)

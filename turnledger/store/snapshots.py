@@ -17,14 +17,24 @@ rest of the conversation window (`Region`: turn starts as gaps, per-turn token a
 sums, system items, sweep suspects), in one canonical form: region ``[conversation start,
 chat start)``, items from the chat start. A format 2 snapshot is still read (its items become
 the held window of a compact state) and compared by `verify` against the state as folded.
+
+Format 4 (ADR-0060) is format 3 with the region's three integer columns (a number per turn of
+the conversation window) packed as little-endian arrays of the narrowest width instead of
+msgpack arrays, and its body structured by a generated function (ADR-0052), the converter
+deciding whatever that one refuses. Format 3 snapshots are still read and compared as before.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 import zlib
+from array import array
+from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import accumulate
+from operator import sub
+from typing import Any
 from uuid import UUID
 
 import attrs
@@ -37,7 +47,8 @@ from turnledger.domain.errors import CorruptRecord
 from turnledger.domain.events import View
 from turnledger.domain.messages import ConversationMessage
 from turnledger.domain.window import Region, Window, WindowIndex
-from turnledger.store.codec import describe_error, make_converter
+from turnledger.store.codec import _FAST_OMITTED, _FAST_UNIONS, describe_error, make_converter
+from turnledger.store.fastdecode import build_hook
 
 __all__ = [
     "SNAPSHOT_FORMAT",
@@ -47,7 +58,8 @@ __all__ = [
     "encode_snapshot",
 ]
 
-SNAPSHOT_FORMAT = 3
+SNAPSHOT_FORMAT = 4
+_COMPACT_FORMAT = 3  # ADR-0030: format 4's fields, its integer columns as msgpack arrays
 _WINDOW_FORMAT = 2  # ADR-0023: the whole conversation window's items, digested
 _UNDIGESTED_FORMAT = 1  # before ADR-0023: the body alone, without a digest
 
@@ -78,7 +90,9 @@ class _Snapshot:
 
 @attrs.frozen
 class _Compact:
-    """Format 3: the chat window held, the rest of the conversation window summarised."""
+    """Formats 3 and 4: the chat window held, the rest of the conversation window summarised.
+
+    What `verify` compares field by field, whichever of the two formats the bytes are in."""
 
     format: int
     session_id: UUID
@@ -105,9 +119,80 @@ class _Compact:
     chat_breadcrumb: bool
 
 
+@attrs.frozen
+class _Packed:
+    """Format 4 as stored: `_Compact`'s fields, its three integer columns packed (`_pack_ints`)
+    instead of msgpack arrays, which cost a decode and a type check per integer (ADR-0060)."""
+
+    format: int
+    session_id: UUID
+    version: int
+    chain: bytes
+    profile: RuntimeProfile
+    providers: tuple[ProviderProfile, ...]
+    legacy: bool
+    route: Route
+    leading: tuple[ConversationMessage, ...]
+    retained: tuple[ConversationMessage, ...]
+    lo: int
+    base: int
+    items: tuple[ConversationMessage | None, ...]
+    turn_gaps: bytes
+    segment_tokens: bytes
+    segment_real: bytes
+    systems: tuple[tuple[int, ConversationMessage], ...]
+    suspects: tuple[tuple[int, ConversationMessage], ...]
+    conv_cursor: int
+    chat_cursor: int
+    conv_breadcrumb: bool
+    chat_breadcrumb: bool
+
+
+_COLUMNS = ("turn_gaps", "segment_tokens", "segment_real")
+"""`_Compact`'s integer columns: one number per turn of the conversation window (ADR-0030)."""
+
 _LEVEL = 1
 """zlib level of a snapshot body: a snapshot is written on the append path, and level 1
 compresses a 130 KB window in 1.5 ms against 4.1 ms at level 6 for 15 % more bytes (ADR-0058)."""
+
+_INT_CODES = {"B": 1, "H": 2, "I": 4, "Q": 8, "q": 8}
+"""The `array` type codes of a packed integer column and their widths in bytes, narrowest
+first (``q``: a column with a negative value, which no writer produces)."""
+_SWAP = sys.byteorder != "little"  # packed columns are little-endian on every machine
+
+
+def _pack_ints(values: Sequence[int]) -> bytes:
+    """``values`` as one type code byte and the little-endian array of the narrowest type
+    that holds them all: small numbers cost zlib one byte each, as in msgpack."""
+    for code, width in _INT_CODES.items():
+        try:
+            packed = array(code, values)
+        except OverflowError:
+            continue
+        if packed.itemsize != width:  # pragma: no cover - no CPython platform we know of
+            raise ValueError(f"array({code!r}) is {packed.itemsize} bytes here, not {width}")
+        if _SWAP:  # pragma: no cover - big-endian machines
+            packed.byteswap()
+        return code.encode() + packed.tobytes()
+    raise ValueError("an integer column of the snapshot holds numbers no 64-bit type holds")
+
+
+def _unpack_ints(data: bytes) -> list[int]:
+    """The inverse of `_pack_ints`; ``ValueError`` for an unknown type code or a length that
+    is not a whole number of items."""
+    if not data:
+        raise ValueError("an integer column is empty (it lacks its type code)")
+    code = chr(data[0])
+    width = _INT_CODES.get(code)
+    if width is None:
+        raise ValueError(f"unknown integer column type {code!r}")
+    if (len(data) - 1) % width:
+        raise ValueError(f"an integer column of type {code!r} is {len(data) - 1} bytes long")
+    values = array(code)
+    values.frombytes(memoryview(data)[1:])
+    if _SWAP:  # pragma: no cover - big-endian machines
+        values.byteswap()
+    return values.tolist()
 
 
 @cache
@@ -115,17 +200,32 @@ def _converter() -> cattrs.Converter:
     return make_converter()
 
 
+@cache
+def _fast_packed() -> Callable[[Any], Any]:
+    """The generated structuring function of `_Packed` (ADR-0052, ADR-0060)."""
+    return build_hook(_Packed, _converter(), unions=_FAST_UNIONS, omitted=_FAST_OMITTED)
+
+
 def encode_snapshot(
     state: SessionState, chain: bytes, *, snapshot_format: int = SNAPSHOT_FORMAT
 ) -> bytes:
     """The snapshot bytes of ``state`` whose last record has chain value ``chain``.
 
-    ``snapshot_format=2`` writes the format before ADR-0030 (the whole held window's items),
-    for tests and tools that need an old snapshot; ``ValueError`` for any other format.
+    ``snapshot_format=3`` or ``2`` writes an older format (ADR-0030; before it: the whole held
+    window's items), for tests and tools that need an old snapshot; ``ValueError`` for any
+    other format. Reads ``state`` only.
     """
     if snapshot_format == SNAPSHOT_FORMAT:
-        packed = msgpack.packb(_converter().unstructure(_compact_of(state, chain)), datetime=True)
+        compact = _compact_of(state, chain)
+        fields = {name: getattr(compact, name) for name in _PACKED_FIELDS}
+        fields.update((name, _pack_ints(getattr(compact, name))) for name in _COLUMNS)
+        packed = msgpack.packb(_converter().unstructure(_Packed(**fields)), datetime=True)
         body = zlib.compress(packed, _LEVEL)
+    elif snapshot_format == _COMPACT_FORMAT:
+        compact = attrs.evolve(_compact_of(state, chain), format=_COMPACT_FORMAT)
+        body = zlib.compress(
+            msgpack.packb(_converter().unstructure(compact), datetime=True), _LEVEL
+        )
     elif snapshot_format == _WINDOW_FORMAT:
         body = msgpack.packb(_converter().unstructure(_snapshot_of(state, chain)), datetime=True)
     else:
@@ -134,11 +234,16 @@ def encode_snapshot(
     return wrapped
 
 
+_PACKED_FIELDS = tuple(f.name for f in attrs.fields(_Packed) if f.name not in _COLUMNS)
+
+
 def _compact_of(state: SessionState, chain: bytes) -> _Compact:
     """The canonical compact form of ``state``, whether it is compact or holds everything."""
     assert state.session_id is not None
     conversation, chat = state.window(View.CONVERSATION), state.chat
-    index = _canonical(state.index, conversation.start, chat.start)
+    index = state.index
+    if conversation.start > index.lo or chat.start > index.base:  # not canonical: on a copy
+        index = _canonical(index, conversation.start, chat.start)
     region = index.region
     turns = region.turns
     return _Compact(
@@ -155,7 +260,7 @@ def _compact_of(state: SessionState, chain: bytes) -> _Compact:
         lo=index.lo,
         base=index.base,
         items=tuple(index.items),
-        turn_gaps=tuple(b - a for a, b in zip([index.lo, *turns], turns, strict=False)),
+        turn_gaps=tuple(map(sub, turns, [index.lo, *turns])),
         segment_tokens=tuple(region.tokens),
         segment_real=tuple(region.real),
         systems=tuple(region.systems),
@@ -208,16 +313,22 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
     )
 
 
-def _unwrap(payload: bytes, trust_undigested: bool) -> _Snapshot | _Compact:
+_DIGESTED = (SNAPSHOT_FORMAT, _COMPACT_FORMAT, _WINDOW_FORMAT)
+
+
+def _unwrap(payload: bytes, trust_undigested: bool) -> _Snapshot | _Compact | _Columns:
     """The snapshot in ``payload``; ``ValueError`` (or a msgpack/cattrs error) if untrusted."""
     raw = msgpack.unpackb(payload, timestamp=3)
-    if isinstance(raw, list) and len(raw) == 3 and raw[0] in (SNAPSHOT_FORMAT, _WINDOW_FORMAT):
+    if isinstance(raw, list) and len(raw) == 3 and raw[0] in _DIGESTED:
         form, digest, body = raw
         if not isinstance(body, bytes) or hashlib.sha256(body).digest() != digest:
             raise ValueError("its digest does not match its bytes")
+        snapshot: _Snapshot | _Compact | _Columns
         if form == SNAPSHOT_FORMAT:
+            snapshot = _columns(msgpack.unpackb(zlib.decompress(body), timestamp=3))
+        elif form == _COMPACT_FORMAT:
             unpacked = msgpack.unpackb(zlib.decompress(body), timestamp=3)
-            snapshot: _Snapshot | _Compact = _converter().structure(unpacked, _Compact)
+            snapshot = _converter().structure(unpacked, _Compact)
         else:
             snapshot = _converter().structure(msgpack.unpackb(body, timestamp=3), _Snapshot)
         if snapshot.format != form:
@@ -230,16 +341,62 @@ def _unwrap(payload: bytes, trust_undigested: bool) -> _Snapshot | _Compact:
     raise ValueError("unknown snapshot format")
 
 
+@attrs.frozen
+class _Columns:
+    """A format 4 snapshot read: its `_Packed` fields, and its integer columns unpacked."""
+
+    packed: _Packed
+    turn_gaps: list[int]
+    segment_tokens: list[int]
+    segment_real: list[int]
+
+    @property
+    def format(self) -> int:
+        return self.packed.format
+
+    @property
+    def session_id(self) -> UUID:
+        return self.packed.session_id
+
+    @property
+    def version(self) -> int:
+        return self.packed.version
+
+    @property
+    def chain(self) -> bytes:
+        return self.packed.chain
+
+    def compact(self) -> _Compact:
+        """The same snapshot as `verify` compares it (`_compact_of`)."""
+        fields: dict[str, Any] = {name: getattr(self.packed, name) for name in _PACKED_FIELDS}
+        fields.update((name, tuple(getattr(self, name))) for name in _COLUMNS)
+        return _Compact(**fields)
+
+
+def _columns(raw: object) -> _Columns:
+    """A format 4 body, structured by its generated function, or by the converter when that
+    one refuses (the converter decides, and explains a failure, ADR-0052)."""
+    try:
+        packed: _Packed = _fast_packed()(raw)
+    except Exception:  # anything unusual: the converter decides
+        packed = _converter().structure(raw, _Packed)
+    tokens, real = _unpack_ints(packed.segment_tokens), _unpack_ints(packed.segment_real)
+    if len(tokens) != len(real):
+        raise ValueError("the region's token and message columns differ in length")
+    return _Columns(packed, _unpack_ints(packed.turn_gaps), tokens, real)
+
+
 def compare_snapshot(payload: bytes, state: SessionState, chain: bytes) -> list[str]:
     """The fields of the snapshot ``payload`` that differ from ``state`` and its ``chain``.
 
     Every field is compared: profile, providers, route, legacy flag, chain, and the window
-    (leading, retained, base, items, cursors, breadcrumbs). Undigested (format 1) snapshots are
-    compared too. Raises `CorruptRecord` when the payload cannot be decoded.
+    (leading, retained, base, items, cursors, breadcrumbs; the region's summary for formats 3
+    and 4). Undigested (format 1) snapshots are compared too. Raises `CorruptRecord` when the
+    payload cannot be decoded.
     """
     assert state.session_id is not None
     try:
-        stored = _unwrap(payload, trust_undigested=True)
+        unwrapped = _unwrap(payload, trust_undigested=True)
     except Exception as error:
         raise CorruptRecord(
             f"session {state.session_id}: snapshot at version {state.version} cannot be "
@@ -247,6 +404,7 @@ def compare_snapshot(payload: bytes, state: SessionState, chain: bytes) -> list[
             session_id=str(state.session_id),
             version=state.version,
         ) from error
+    stored = unwrapped.compact() if isinstance(unwrapped, _Columns) else unwrapped
     replayed: _Snapshot | _Compact = (
         _compact_of(state, chain) if isinstance(stored, _Compact) else _snapshot_of(state, chain)
     )
@@ -280,28 +438,31 @@ def decode_snapshot(
     return _state_of(snapshot), snapshot.chain
 
 
-def _state_of(snapshot: _Snapshot | _Compact) -> SessionState:
+def _state_of(snapshot: _Snapshot | _Compact | _Columns) -> SessionState:
+    body = snapshot.packed if isinstance(snapshot, _Columns) else snapshot
     lo, region = None, None
-    if isinstance(snapshot, _Compact):
-        turns = list(accumulate(snapshot.turn_gaps, initial=snapshot.lo))[1:]
-        lo = snapshot.lo
+    if isinstance(snapshot, _Compact | _Columns):
+        assert not isinstance(body, _Snapshot)
+        lo = body.lo
+        starts = accumulate(snapshot.turn_gaps, initial=lo)
+        next(starts)  # lo itself
         region = Region(
-            turns, list(snapshot.segment_tokens), list(snapshot.segment_real),
-            list(snapshot.systems), list(snapshot.suspects),
+            list(starts), list(snapshot.segment_tokens), list(snapshot.segment_real),
+            list(body.systems), list(body.suspects),
         )
     return SessionState.restored(
-        session_id=snapshot.session_id,
-        version=snapshot.version,
-        profile=snapshot.profile,
-        providers=snapshot.providers,
-        legacy=snapshot.legacy,
-        route=snapshot.route,
-        conversation=Window(snapshot.conv_cursor, snapshot.conv_breadcrumb),
-        chat=Window(snapshot.chat_cursor, snapshot.chat_breadcrumb),
-        leading=snapshot.leading,
-        retained=snapshot.retained,
-        base=snapshot.base,
-        items=snapshot.items,
+        session_id=body.session_id,
+        version=body.version,
+        profile=body.profile,
+        providers=body.providers,
+        legacy=body.legacy,
+        route=body.route,
+        conversation=Window(body.conv_cursor, body.conv_breadcrumb),
+        chat=Window(body.chat_cursor, body.chat_breadcrumb),
+        leading=body.leading,
+        retained=body.retained,
+        base=body.base,
+        items=body.items,
         lo=lo,
         region=region,
     )
