@@ -247,12 +247,21 @@ class SessionState:
         self.conversation = self.chat = Window(next_position)
 
     def pop(self, position: int, item: ConversationMessage) -> None:
-        """Remove the popped ``item`` at ``position`` from the views (the log keeps it)."""
+        """Remove the popped ``item`` at ``position`` from the views (the log keeps it).
+
+        Popping the message a window starts at (pops go newest first: every kept turn is
+        gone then) leaves a start that is no longer a turn start. The index forgets what
+        lies before it at once, as a trim would in time (nothing there is shown again but
+        its systems, which it retains), so the start stays a bound of the index: a later
+        trim, or a snapshot, summarises the log around it without splitting a turn there.
+        """
         index = self.index
         if index.lo <= position < index.base:
             index.remove_summarised(position, item)
         else:
             index.replace({position: None})
+        if position == self.window(View.CONVERSATION).start:
+            index.forget_before(position, force=True)
 
     @property
     def held_from(self) -> range:
