@@ -18,6 +18,7 @@ The tool call and tool result blocks are `turnledger.domain.messages.ToolCall` a
 from __future__ import annotations
 
 import json
+import json.encoder
 from collections.abc import Mapping
 from typing import Any, Final, TypeAlias
 
@@ -37,6 +38,7 @@ __all__ = [
     "TextBlock",
     "ThinkingBlock",
     "block_text",
+    "canonical_flat_object",
     "canonical_json",
     "canonical_text",
     "extra_fields",
@@ -59,6 +61,18 @@ def canonical_json(value: object) -> str:
     return _CanonicalText(
         json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     )
+
+
+def canonical_flat_object(fields: list[tuple[str, str]]) -> str:
+    """`canonical_json` of an object whose fields are given as (name, the JSON text of its
+    value), names unique and each value written as `canonical_json` would (a string through
+    ``json``'s own writer, ``[]``): the same text, without building and dumping a dict.
+    Sorts ``fields`` in place. ``""`` for no field, as `extra_text` gives."""
+    if not fields:
+        return ""
+    fields.sort()  # by name, as canonical_json sorts the keys
+    write = json.encoder.encode_basestring
+    return _CanonicalText("{" + ",".join([f"{write(n)}:{v}" for n, v in fields]) + "}")
 
 
 def extra_text(fields: Mapping[str, Any]) -> str:

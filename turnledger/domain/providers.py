@@ -47,7 +47,7 @@ from turnledger.domain.blocks import (
     ServerToolUse,
     TextBlock,
     ThinkingBlock,
-    _CanonicalText,  # the mark of a canonical text (ADR-0056), for the texts _exact_extra writes
+    canonical_flat_object,
     canonical_json,
     extra_fields,
     extra_text,
@@ -1009,12 +1009,7 @@ def _exact_extra(obj: Json, interpreted: frozenset[str]) -> str | None:
             return None
     if not flat:
         return extra_text({k: v for k, v in obj.items() if k not in interpreted})
-    if not fields:
-        return ""
-    if len(fields) == 1:
-        return _CanonicalText(f"{{{_json_string(fields[0][0])}:{fields[0][1]}}}")
-    fields.sort()  # by name (names are unique), as canonical_json sorts the keys
-    return _CanonicalText("{" + ",".join([f"{_json_string(n)}:{v}" for n, v in fields]) + "}")
+    return canonical_flat_object(fields)
 
 
 _MESSAGE_KEYS: Final = frozenset(("role", "content"))
