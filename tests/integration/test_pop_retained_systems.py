@@ -15,6 +15,7 @@ from turnledger import (
     Chat,
     ChatMessage,
     RuntimeProfile,
+    Session,
     ToolCall,
     ToolResult,
     ToolResults,
@@ -25,9 +26,9 @@ from turnledger.replay.audit import verify
 PROFILE = RuntimeProfile(max_context_tokens=40, max_history_messages=2)
 
 
-def _script(session: object) -> None:
+def _script(session: Session) -> None:
     """Turns, a late system message, then trims by the turn limit that drop its turn."""
-    append = session.append  # type: ignore[attr-defined]
+    append = session.append
     append(ChatMessage.user("q1"))
     append(AssistantToolCalls(None, (ToolCall("call_1", "shell", "{}"),)))
     append(ToolResults((ToolResult("call_1", "", "shell"),)))

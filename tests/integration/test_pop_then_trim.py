@@ -10,16 +10,21 @@ to. The index now forgets before such a start at once (`SessionState.pop`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from turnledger import ChatMessage, RuntimeProfile, ToolResult, ToolResults, open_store
+from turnledger import (
+    ChatMessage,
+    RuntimeProfile,
+    Session,
+    ToolResult,
+    ToolResults,
+    open_store,
+)
 from turnledger.replay.audit import verify
 
 PROFILE = RuntimeProfile(max_context_tokens=191, max_history_messages=2)
 
 
-def _pops_then_trims(session: object) -> None:
-    s: Any = session
+def _pops_then_trims(s: Session) -> None:
     s.append(ChatMessage.user(""))
     s.append(ChatMessage.user("a [IMAGE:photo.png] [IMAGE:/x.png]"))
     s.append(ChatMessage.user("b [IMAGE:...]"))  # the turn limit keeps two turns

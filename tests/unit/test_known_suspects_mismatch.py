@@ -11,12 +11,10 @@ snapshot mismatch for such a session. Strict: this test fails once the bug is fi
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from uuid import UUID
-
 import pytest
 
-from turnledger.domain.budget import Route, RuntimeProfile
+from tests.unit.test_compact_state import NOW, SESSION, _start
+from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
     Command,
@@ -24,7 +22,6 @@ from turnledger.domain.decider import (
     PrepareRequest,
     RecoverFromOverflow,
     SessionState,
-    StartSession,
     execute,
 )
 from turnledger.domain.messages import (
@@ -39,8 +36,6 @@ from turnledger.domain.messages import (
 from turnledger.domain.state import collect_summarised
 from turnledger.store.snapshots import compare_snapshot, decode_snapshot, encode_snapshot
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-SESSION = UUID(int=12)
 PROFILE = RuntimeProfile(max_context_tokens=40, max_history_messages=4)
 
 
@@ -69,10 +64,9 @@ def _script() -> list[Command]:
 @pytest.mark.xfail(strict=True, reason="known: suspects of a turn straddling the region")
 def test_r36_a_compact_snapshot_matches_the_whole_state_after_pops_below_the_chat_start(
 ) -> None:
-    start = StartSession(SESSION, PROFILE, (), Route("p", "m"), False, NOW)
     whole, compact = SessionState(), SessionState(compact=True)
-    log = execute(whole, start)
-    execute(compact, start)
+    log = _start(PROFILE, False, whole)
+    _start(PROFILE, False, compact)
     mismatches = []
     for step, command in enumerate(_script()):
         if isinstance(command, PopMessage):  # as `Session.pop` does
