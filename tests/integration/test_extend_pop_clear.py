@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.backends import Target
+from tests.properties import examples
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
@@ -88,7 +89,9 @@ def _close(store: Store, url: str) -> None:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     history=conversation_histories(max_turns=5),

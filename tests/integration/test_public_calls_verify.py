@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import turnledger
+from tests.properties import examples
 from turnledger import (
     AssistantToolCalls,
     Chat,
@@ -133,7 +134,7 @@ def _report(store: Store) -> list[str]:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -153,7 +154,7 @@ def test_r37_any_public_call_sequence_leaves_a_store_verify_passes(
 
 
 @settings(
-    max_examples=15,
+    max_examples=examples(15),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                            HealthCheck.function_scoped_fixture],

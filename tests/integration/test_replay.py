@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.backends import Target
+from tests.properties import examples
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import request_digest
@@ -467,7 +468,7 @@ def test_e4_verify_a_healthy_store_is_ok(store: Store) -> None:
     assert 3 == len(seen)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     history=conversation_histories(max_turns=5),
     budget=st.sampled_from((None, 0, 40, 150)),

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from tests.properties import examples
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import PreparedRequest
 from turnledger.domain.errors import ContextWindowExceeded
@@ -336,7 +337,7 @@ class SessionMachine(RuleBasedStateMachine):
 
 
 SessionMachine.TestCase.settings = settings(
-    max_examples=30,
+    max_examples=examples(30),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

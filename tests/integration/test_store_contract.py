@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.event_strategies import streams_with_every_type
 from tests.integration.conftest import RecordEditor
+from tests.properties import examples
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord
 from turnledger.domain.events import (
@@ -79,7 +80,9 @@ def new_session(backend: EventStoreBackend, messages: int = 0) -> tuple[UUID, by
 # --- round trips ----------------------------------------------------------------------------
 
 @settings(
-    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(8),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(stream=streams_with_every_type())
 def test_e9_every_event_type_round_trips_through_the_store(

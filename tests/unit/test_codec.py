@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.event_strategies import EVENT_STRATEGIES, any_event, streams_with_every_type
+from tests.properties import examples
 from tests.strategies import every_block_type_history
 from turnledger.domain.budget import MAX_STORED_INT, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import CorruptRecord, InvalidMessage, InvalidProfile
@@ -105,7 +106,7 @@ def assert_identical(expected: object, actual: object, path: str = "$") -> None:
 # --- round trips ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data())
 def test_e9_every_event_type_round_trips(cls: type[DomainEvent], data: st.DataObject) -> None:
     """Every event class survives structure -> msgpack -> structure unchanged."""
@@ -115,7 +116,7 @@ def test_e9_every_event_type_round_trips(cls: type[DomainEvent], data: st.DataOb
     assert_identical(event, decoded)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(stream=streams_with_every_type())
 def test_e9_a_stream_with_every_event_type_round_trips(stream: list[DomainEvent]) -> None:
     """A stream holding one event of every class decodes to the same events."""
@@ -225,7 +226,7 @@ def test_e9_provider_aliases_round_trip_as_a_mapping() -> None:
 
 # --- determinism ----------------------------------------------------------------------------
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(event=any_event)
 def test_e12_same_event_gives_same_bytes(event: DomainEvent) -> None:
     """Encoding is a function: twice the same event, or its decoded copy, gives equal bytes."""

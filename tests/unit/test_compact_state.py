@@ -15,6 +15,7 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import Route, RuntimeProfile
 from turnledger.domain.decider import (
@@ -89,7 +90,7 @@ def _conversation(state: SessionState, log: list[DomainEvent]) -> list[Conversat
     return state.conversation_view(older)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_scripts(), st.data())
 def test_a_compact_state_decides_and_shows_what_a_whole_one_does(
     script: tuple[RuntimeProfile, bool, list[Command]], data: st.DataObject

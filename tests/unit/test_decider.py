@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import (
@@ -1040,7 +1041,7 @@ def _no_split_pairs(history: Sequence[ChatMessage]) -> bool:
     return calls == results
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(conversation_histories(max_turns=7), st.integers(min_value=0, max_value=4))
 def test_r9_r27a_incremental_turn_limit_equals_one_pure_trim(
     history: list[ConversationMessage], limit: int
@@ -1058,7 +1059,7 @@ def test_r9_r27a_incremental_turn_limit_equals_one_pure_trim(
     assert estimate_history_tokens(state.chat_view()) == state.chat_tokens()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(conversation_histories(max_turns=7), st.integers(min_value=1, max_value=3000))
 def test_r7_r24_prepare_keeps_what_the_pure_token_trim_keeps(
     history: list[ConversationMessage], budget: int
@@ -1084,7 +1085,7 @@ def test_r7_r24_prepare_keeps_what_the_pure_token_trim_keeps(
         assert [leading_system_count(view)] == breadcrumb_positions(view)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(conversation_histories(min_turns=1, max_turns=7))
 def test_r25_overflow_recovery_reaches_two_thirds_unless_one_turn_is_left(
     history: list[ConversationMessage],
@@ -1122,7 +1123,7 @@ def _histories_with_orphans(draw: st.DrawFn) -> list[ConversationMessage]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_histories_with_orphans(), st.integers(min_value=1, max_value=2000))
 def test_r36_e5_sweep_equals_the_pure_sweep_and_keeps_the_estimate_exact(
     items: list[ConversationMessage], budget: int

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.event_strategies import EVENT_STRATEGIES, any_event
+from tests.properties import examples
 from tests.strategies import every_block_type_history
 from turnledger.domain.errors import CorruptRecord
 from turnledger.domain.events import EVENT_TYPES, DomainEvent, MessageAppended
@@ -92,7 +93,7 @@ def test_e9_every_event_class_has_a_generated_decoder() -> None:
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_e9_generated_decoder_gives_the_converters_event(
     cls: type[DomainEvent], data: st.DataObject
@@ -170,7 +171,7 @@ def mutated_payloads(draw: st.DrawFn) -> tuple[str, bytes]:
     return topic, msgpack.packb(state, datetime=True)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated=mutated_payloads())
 def test_e11_generated_decoder_never_accepts_what_the_converter_refuses(
     mutated: tuple[str, bytes],
@@ -216,7 +217,7 @@ def _check_same_outcome(topic: str, state: object) -> None:
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=examples(4), deadline=None)
 @given(data=st.data())
 def test_e11_generated_decoder_refuses_every_wrong_type_the_converter_refuses(
     cls: type[DomainEvent], data: st.DataObject

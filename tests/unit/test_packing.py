@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
 from turnledger.store import packing
 from turnledger.store.packing import (
     MIN_COMPRESSED,
@@ -74,7 +75,7 @@ def test_e12_what_does_not_pay_stays_plain() -> None:
     assert MIN_SAVING > 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(min_size=0, max_size=3_000) | st.text(max_size=3_000).map(str.encode))
 def test_e12_every_payload_comes_back(payload: bytes) -> None:
     """Any payload, compressed or not, opens to itself; so does an encrypted store's body."""

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
 from tests.strategies import (
     chat_histories,
     conversation_histories,
@@ -62,7 +63,7 @@ def fixture_lines(fmt: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_e11_generated_histories_round_trip(fmt: str, data: st.DataObject) -> None:
     """from_X(to_X(h)) == h and to_X(from_X(raw)) == raw for generated conversations."""
@@ -544,7 +545,7 @@ def test_write_conversation_is_compact_unescaped_and_deterministic() -> None:
     ) == (write_conversation(history, "openai"), write_conversation(history, "anthropic"))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=conversation_histories())
 def test_e11_responses_export_of_items_equals_that_of_their_chat_messages(
     history: list[ConversationMessage],

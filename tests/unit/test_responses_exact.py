@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.integrations import Text, turn_items
+from tests.properties import examples
 from turnledger.domain.blocks import canonical_json
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.events import MessageAppended
@@ -211,7 +212,7 @@ def outcome(convert: Any, raw: list[Any]) -> object:
         return ("raised", type(error), str(error))
 
 
-SETTINGS = settings(max_examples=400, deadline=None,
+SETTINGS = settings(max_examples=examples(400), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

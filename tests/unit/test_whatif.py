@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import (
@@ -333,7 +334,7 @@ def recorded_histories(
     return profile, recorder.events, captured
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(recorded_histories())
 def test_e6_whatif_under_the_recorded_profile_is_the_recording(
     recorded: tuple[RuntimeProfile, list[DomainEvent], dict[int, tuple[object, object]]],
@@ -347,7 +348,7 @@ def test_e6_whatif_under_the_recorded_profile_is_the_recording(
     assert report.recorded == report.what_if
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(recorded_histories())
 def test_e4_e6_e12_replay_matches_the_live_session(
     recorded: tuple[RuntimeProfile, list[DomainEvent], dict[int, tuple[object, object]]],
