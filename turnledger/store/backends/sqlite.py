@@ -204,6 +204,10 @@ class SQLiteDatabase(Database):
                 f"{self.url!r}: cannot create {self.path}: "
                 f"{error.strerror or type(error).__name__}"
             ) from None
+        if not os.access(self.path, os.W_OK):  # asked, not opened: a descriptor would drop locks
+            raise InvalidStoreURL(
+                f"{self.url!r}: cannot write {self.path}: permission denied (mode=ro reads it)"
+            )
 
     def _check_readable(self) -> None:
         if not os.path.isfile(self.path):
