@@ -277,24 +277,23 @@ def _import_line(
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.providers import TranscriptError
-    from turnledger.replay.transcripts import read_conversations
+    from turnledger.replay.transcripts import decode_lines, read_conversations
 
     path = Path(args.file)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        lines = decode_lines(path.read_bytes())  # per line: a bad byte rejects its line only
+    except (OSError, TranscriptError) as error:
         raise UsageError(f"cannot read {path}: {error}") from None
     settings = _import_profile(args)
     imported: list[dict[str, Any]] = []
     rejected: list[str] = []
-    lines = text.count("\n") + 1
     progress = _Progress("importing")
     with _open(args) as store:
-        for parsed in read_conversations(text, args.format):
+        for parsed in read_conversations(lines, args.format):
             if isinstance(parsed, TranscriptError):
                 rejected.append(f"{path}:{parsed}")
                 continue
-            progress(parsed.line, lines)
+            progress(parsed.line, len(lines))
             try:
                 imported.append(_import_line(store, parsed, args, settings))
             except TurnledgerError as error:  # e.g. a lone surrogate: nothing of it is stored

@@ -248,6 +248,14 @@ class Session:
         the same transaction. Returns the events recorded.
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        Raises `ConcurrencyConflict` when another writer of this session (another session
+        object, thread or process) recorded first: nothing of this call was recorded and the
+        session reloads itself before its next use. It is not retried here: only the caller
+        knows whether its message still makes sense after what the other writer recorded.
+        When it does (an append rarely depends on what was read), make the call again:
+        ``tl.retry_on_conflict(lambda: session.append(message))`` backs off with jitter and
+        gives up after 30 s by default (README "Several writers on one session"; the
+        framework integrations do this for every call, ADR-0065).
         """
         return self._run(AppendMessage(message, _now())).events
 
@@ -261,6 +269,9 @@ class Session:
         saved together (E3): all of them or, on any error, none. Returns the events recorded.
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        Raises `ConcurrencyConflict` when another writer recorded first: none of the messages
+        is recorded, and ``tl.retry_on_conflict(lambda: session.extend(messages))`` makes the
+        call again on the reloaded session (as for `append`).
         """
         if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
             raise InvalidMessage(
