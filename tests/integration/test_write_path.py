@@ -30,10 +30,9 @@ from tests.backends import (
     PG_URL,
     SHARED_BACKENDS,
     fresh_target,
-    pg_execute,
     require_postgres,
 )
-from tests.tcp_proxy import CommitCuttingProxy, commit_cutting_proxy
+from tests.tcp_proxy import CommitCuttingProxy
 from turnledger.domain.errors import ConcurrencyConflict
 from turnledger.domain.events import DomainEvent, MessageAppended
 from turnledger.domain.messages import Chat, ChatMessage
@@ -42,23 +41,6 @@ from turnledger.store.session import open_store
 
 IN_DOUBT_APPENDS = 5
 """In-doubt commits per test (each costs the proxy's wait, 0.2 s)."""
-
-
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh PostgreSQL schema name (created by the store on first open), dropped after."""
-    require_postgres()
-    schema = f"tl_test_{uuid.uuid4().hex[:16]}"
-    yield schema
-    pg_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture
-def proxy() -> Iterator[CommitCuttingProxy]:
-    """A loopback proxy to the test PostgreSQL server that can cut a connection after COMMIT."""
-    require_postgres()
-    with commit_cutting_proxy() as running:
-        yield running
 
 
 def _proxied_url(proxy: CommitCuttingProxy, schema: str) -> str:
