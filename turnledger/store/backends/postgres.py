@@ -216,35 +216,46 @@ class PostgresDatabase(Database):
                 f"cannot open {self.url}: {self.describe_failure(error)}"
             ) from error
 
-    def settle(self) -> None:
-        """Wait (up to the lock or connect timeout) for writers still holding the events table.
+    def settled_rows(
+        self, session_id: UUID, after_version: int, upto_version: int
+    ) -> list[tuple[int, str, bytes]]:
+        """The records, read under a SHARE lock on the events table (waited for up to the
+        lock or connect timeout) on a connection of its own (ADR-0020, ADR-0064).
 
-        A SHARE lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it
-        is granted once a transaction whose connection was lost has committed or rolled back.
+        The lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it is
+        granted once a transaction whose connection was lost has committed or rolled back;
+        a new connection, not the pool's, which may hold dead ones and wait before
+        reconnecting after an outage.
         """
         import psycopg
         from psycopg import sql
 
         wait = self.limits.lock or self.limits.connect
+        table = sql.SQL("{}.{}").format(
+            sql.Identifier(self.schema), sql.Identifier(self._events_table)
+        )
         try:
             with (
                 psycopg.connect(self.login.conninfo(), autocommit=True) as connection,
                 connection.transaction(),
             ):
-                connection.execute(
-                    sql.SQL("SET LOCAL lock_timeout = {}").format(
-                        sql.Literal(f"{int(wait * 1000)}ms")
-                    )
-                )
-                connection.execute(
-                    sql.SQL("LOCK TABLE {}.{} IN SHARE MODE").format(
-                        sql.Identifier(self.schema), sql.Identifier(self._events_table)
-                    )
-                )
+                connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
+                    sql.Literal(f"{int(wait * 1000)}ms")
+                ))
+                connection.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(table))
+                rows = connection.execute(
+                    sql.SQL(
+                        "SELECT originator_version, topic, state FROM {} WHERE originator_id"
+                        " = %s AND originator_version > %s AND originator_version <= %s"
+                        " ORDER BY originator_version"
+                    ).format(table),
+                    (session_id, after_version, upto_version),
+                ).fetchall()
         except psycopg.Error as error:
             raise StoreUnavailable(
                 f"cannot wait for writers in {self.url}: {self.describe_failure(error)}"
             ) from error
+        return [(int(version), str(topic), bytes(state)) for version, topic, state in rows]
 
     @contextlib.contextmanager
     def _setup_connection(self) -> Iterator[Any]:
