@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import socket
 import sqlite3
 import threading
@@ -256,6 +257,23 @@ def test_e3_postgres_lock_and_statement_timeouts_bound_an_append(
         assert (True, True) == (f"{limit} exceeded" in message, in_time), message
         session.append(ChatMessage.user("after"))
     assert ["hello", "after"] == _stored_contents(url, session.id)
+
+
+@pytest.mark.postgres
+def test_i19_p7_a_statement_timeout_from_pgoptions_is_named_as_the_server_applies_it(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement_timeout set through PGOPTIONS is named with its value when it runs out."""
+    url = f"{PG_URL}?schema={pg_schema}&pool_size=1"
+    with open_store(url) as store:
+        session_id = store.start_session().id
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")  # libpq: every connection
+    with open_store(url) as store:
+        session = store.restore(session_id)
+        with _pg_locked(pg_schema, "ACCESS EXCLUSIVE"):
+            message, _ = _failure_after(lambda: session.append(ChatMessage.user("x")), 0.3)
+    named = re.search(r"statement_timeout=\S+ s exceeded", message)
+    assert "statement_timeout=0.3 s exceeded" == (named and named.group()), message
 
 
 @pytest.mark.postgres

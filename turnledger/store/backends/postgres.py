@@ -68,14 +68,15 @@ class _Login:
     password: str = attrs.field(repr=False)
     connect_timeout: str
 
-    def conninfo(self) -> str:
+    def conninfo(self, options: str = "") -> str:
+        """libpq's connection string; ``options``: libpq's (``-c name=value`` settings)."""
         import psycopg.conninfo
 
         params = {
             name: value
             for name, value in (
                 ("dbname", self.dbname), ("host", self.host), ("port", self.port),
-                ("user", self.user), ("password", self.password),
+                ("user", self.user), ("password", self.password), ("options", options),
             )
             if value
         }
@@ -104,6 +105,7 @@ class PostgresDatabase(Database):
         self.limits = limits or Limits(connect=float(login.connect_timeout))
         # The timeouts every connection obeys (seconds; 0: no limit).
         self._events_table = "stored_events"
+        self._server_limits: Limits | None = None
 
     @classmethod
     def from_url(cls, url: str, rest: str) -> Self:
@@ -215,6 +217,43 @@ class PostgresDatabase(Database):
             raise StoreUnavailable(
                 f"cannot open {self.url}: {self.describe_failure(error)}"
             ) from error
+
+    def describe_failure(self, error: BaseException) -> str:
+        """One line for a database error, naming the timeout it ran into as the server
+        applies it: one the URL leaves unset may come from ``PGOPTIONS``, the role or the
+        server's configuration."""
+        limits = self.limits
+        if limits.exceeded(error) is not None and not (limits.lock and limits.statement):
+            limits = self._effective_limits()
+        return limits.explain(error)
+
+    def _effective_limits(self) -> Limits:
+        """The limits with the lock and statement timeouts the URL leaves unset as the
+        server sets them on a connection like the pool's (read once; the URL's limits when
+        the server cannot be asked)."""
+        import psycopg
+
+        from turnledger.store.backends import pg_recorders
+
+        if self._server_limits is not None:
+            return self._server_limits
+        try:
+            with psycopg.connect(
+                self.login.conninfo(pg_recorders.connection_options(self.limits))
+            ) as connection:
+                rows = connection.execute(
+                    "SELECT name, setting::float / 1000 FROM pg_settings"
+                    " WHERE name IN ('lock_timeout', 'statement_timeout')"
+                ).fetchall()
+        except psycopg.Error:
+            return self.limits
+        found: dict[str, float] = {str(name): float(seconds) for name, seconds in rows}
+        self._server_limits = attrs.evolve(
+            self.limits,
+            lock=self.limits.lock or found.get("lock_timeout", 0.0),
+            statement=self.limits.statement or found.get("statement_timeout", 0.0),
+        )
+        return self._server_limits
 
     def settled_rows(
         self, session_id: UUID, after_version: int, upto_version: int
