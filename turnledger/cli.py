@@ -8,6 +8,7 @@ other lines are still imported: DECISIONS 10).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -711,30 +712,38 @@ def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimePr
 
 
 def cmd_projections_run(args: argparse.Namespace, out: TextIO) -> int:
+    stop = threading.Event()
+    # A follower's SIGTERM may come while the store opens or during the first catch-up (a
+    # large log on PostgreSQL takes seconds): from the start, it ends the batch in progress.
+    restore = _stop_on_sigterm(stop) if args.follow else (lambda: None)
+    try:
+        _run_projections(args, out, stop)
+    finally:
+        restore()
+    return EXIT_OK
+
+
+def _run_projections(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> None:
+    """Catch up, then (``--follow``) follow until ``stop`` is set or Ctrl-C."""
     from turnledger.projections.analytics import Analytics
 
     progress = _Progress("catching up")
     with _open(args) as store:
         analytics = Analytics(store.backend)
         try:
-            applied = analytics.catch_up(progress=progress)
+            applied = analytics.catch_up(progress=progress, stop=stop)
             progress.close()
             print(f"applied {applied:,} events", file=out)
-            if args.follow:
-                stop = threading.Event()
-                restore = _stop_on_sigterm(stop)  # before announcing: a prompt TERM is honoured
+            if not args.follow:
+                return
+            if not stop.is_set():
                 print("following new events (Ctrl-C to stop)", file=out)
                 out.flush()
-                try:
+                with contextlib.suppress(KeyboardInterrupt):
                     analytics.follow(poll_interval=args.interval, stop=stop)
-                except KeyboardInterrupt:
-                    pass
-                finally:
-                    restore()
-                print("stopped", file=out)
+            print("stopped", file=out)
         finally:
             analytics.close()
-    return EXIT_OK
 
 
 def _stop_on_sigterm(stop: threading.Event) -> Callable[[], None]:
