@@ -89,7 +89,8 @@ class Rule(enum.StrEnum):
     ANCHOR = "E2-anchor"
     """The store disagrees with an anchor kept outside it (ADR-0048)."""
     KEYED_CHAIN = "E2-keyed-chain"
-    """An audit key was given but the store keeps an unkeyed chain (ADR-0047)."""
+    """An audit key was given but the store keeps an unkeyed chain, or records of a keyed
+    store are chained without the key (ADR-0047, ADR-0063)."""
 
     @property
     def requirement(self) -> str:
@@ -289,6 +290,7 @@ _CHAIN_RULES = {
     ProblemKind.REORDERED: Rule.HASH_CHAIN,
     ProblemKind.MISSING: Rule.MISSING_RECORD,
     ProblemKind.UNDECODABLE: Rule.CORRUPT_RECORD,
+    ProblemKind.UNKEYED: Rule.KEYED_CHAIN,
 }
 
 
