@@ -1,7 +1,9 @@
 """A TCP proxy on 127.0.0.1 that can cut a PostgreSQL connection right after a COMMIT.
 
 Used to reproduce an *in-doubt commit*: the client's ``COMMIT`` reaches the server, which commits,
-but the connection dies before the client reads the answer. Only loopback addresses are used.
+but the connection dies before the client reads the answer (or the COMMIT is lost on the way,
+and the server rolls back); and a server that cannot be reached for a while. Only loopback
+addresses are used.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 class CommitCuttingProxy:
@@ -19,6 +21,10 @@ class CommitCuttingProxy:
     ``arm(n)`` makes the next ``n`` COMMIT statements (psycopg pipelines them as Parse messages)
     be forwarded to the server, then, after ``wait`` seconds (the server commits
     meanwhile), both sockets of that connection are closed without passing the server's reply on.
+    ``forward=False`` drops the COMMIT instead (the server never commits); ``dark=S`` blacks
+    the proxy out for ``S`` seconds after the cut. ``black_out(seconds)`` cuts every connection
+    at once, wherever it stands, and closes each new one at once for ``seconds``: the server
+    cannot be reached meanwhile.
     """
 
     def __init__(self, upstream: tuple[str, int], *, wait: float = 0.2) -> None:
@@ -26,6 +32,8 @@ class CommitCuttingProxy:
         self.wait = wait
         self.cuts = 0
         self._armed = 0
+        self._forward = True
+        self._dark = 0.0
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
@@ -33,10 +41,23 @@ class CommitCuttingProxy:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
+        self._dark_until = 0.0
 
-    def arm(self, commits: int = 1) -> None:
+    def arm(self, commits: int = 1, *, forward: bool = True, dark: float = 0.0) -> None:
         with self._lock:
-            self._armed = commits
+            self._armed, self._forward, self._dark = commits, forward, dark
+
+    def light(self) -> None:
+        """Wait until a blackout is over."""
+        with self._lock:
+            left = self._dark_until - time.monotonic()
+        time.sleep(max(left, 0.0))
+
+    def black_out(self, seconds: float) -> None:
+        with self._lock:
+            self._dark_until = time.monotonic() + seconds
+            cut, self._sockets = self._sockets, []
+        _cut(cut)
 
     def start(self) -> CommitCuttingProxy:
         thread = threading.Thread(target=self._accept_loop, daemon=True)
@@ -46,7 +67,9 @@ class CommitCuttingProxy:
 
     def stop(self) -> None:
         self._stopping.set()
-        for sock in [self._listener, *self._sockets]:
+        with self._lock:
+            sockets = [self._listener, *self._sockets]
+        for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.close()
         for thread in self._threads:
@@ -62,7 +85,13 @@ class CommitCuttingProxy:
                 return
             server = socket.create_connection(self.upstream, timeout=5)
             server.settimeout(None)
-            self._sockets += [client, server]
+            with self._lock:
+                dark = time.monotonic() < self._dark_until
+                if not dark:
+                    self._sockets += [client, server]
+            if dark:
+                _cut((client, server))
+                continue
             for source, target, watch in ((client, server, True), (server, client, False)):
                 thread = threading.Thread(
                     target=self._pump, args=(source, target, (client, server), watch), daemon=True
@@ -70,12 +99,13 @@ class CommitCuttingProxy:
                 thread.start()
                 self._threads.append(thread)
 
-    def _take_arm(self) -> bool:
+    def _take_arm(self) -> tuple[bool, float] | None:
+        """(forward the COMMIT, seconds to black out after the cut), or None: not armed."""
         with self._lock:
             if self._armed <= 0:
-                return False
+                return None
             self._armed -= 1
-            return True
+            return self._forward, self._dark
 
     def _pump(
         self,
@@ -86,22 +116,32 @@ class CommitCuttingProxy:
     ) -> None:
         try:
             while data := source.recv(65536):
-                target.sendall(data)
-                if watch_commits and _is_commit(data) and self._take_arm():
+                armed = self._take_arm() if watch_commits and _is_commit(data) else None
+                if armed is None:
+                    target.sendall(data)
+                    continue
+                forward, dark = armed
+                if forward:
+                    target.sendall(data)
                     time.sleep(self.wait)  # the server commits; its reply is never passed on
-                    with self._lock:
-                        self.cuts += 1
-                    for sock in pair:
-                        with contextlib.suppress(OSError):
-                            sock.shutdown(socket.SHUT_RDWR)
-                        with contextlib.suppress(OSError):
-                            sock.close()
-                    return
+                with self._lock:
+                    self.cuts += 1
+                if dark:
+                    self.black_out(dark)
+                break
         except OSError:
             pass
-        for sock in pair:
-            with contextlib.suppress(OSError):
-                sock.close()
+        _cut(pair)
+
+
+def _cut(sockets: Iterable[socket.socket]) -> None:
+    """Close ``sockets`` now: shut down first, since a plain close waits for the other
+    direction's pump to leave its recv, and until then the peer is told nothing (it hangs)."""
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
 
 
 def _is_commit(data: bytes) -> bool:

@@ -100,7 +100,12 @@ from turnledger.replay.audit import VerifyReport, Violation, verify
 from turnledger.replay.report import report
 from turnledger.replay.timeline import TimelineEntry, timeline, views_at
 from turnledger.replay.whatif import WhatIfReport, what_if
-from turnledger.store.backend import InvalidStoreURL, StoreUnavailable, retry_on_conflict
+from turnledger.store.backend import (
+    AppendInDoubt,
+    InvalidStoreURL,
+    StoreUnavailable,
+    retry_on_conflict,
+)
 from turnledger.store.keys import (
     AuditKeyRequired,
     InvalidKey,
@@ -119,6 +124,7 @@ __all__ = [
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
     "IMAGE_TOKEN_ESTIMATE",
     "Analytics",
+    "AppendInDoubt",
     "AssistantToolCalls",
     "AuditKeyRequired",
     "BreadcrumbInserted",

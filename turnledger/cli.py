@@ -8,6 +8,7 @@ other lines are still imported: DECISIONS 10).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -277,24 +278,23 @@ def _import_line(
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.providers import TranscriptError
-    from turnledger.replay.transcripts import read_conversations
+    from turnledger.replay.transcripts import decode_lines, read_conversations
 
     path = Path(args.file)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        lines = decode_lines(path.read_bytes())  # per line: a bad byte rejects its line only
+    except (OSError, TranscriptError) as error:
         raise UsageError(f"cannot read {path}: {error}") from None
     settings = _import_profile(args)
     imported: list[dict[str, Any]] = []
     rejected: list[str] = []
-    lines = text.count("\n") + 1
     progress = _Progress("importing")
     with _open(args) as store:
-        for parsed in read_conversations(text, args.format):
+        for parsed in read_conversations(lines, args.format):
             if isinstance(parsed, TranscriptError):
                 rejected.append(f"{path}:{parsed}")
                 continue
-            progress(parsed.line, lines)
+            progress(parsed.line, len(lines))
             try:
                 imported.append(_import_line(store, parsed, args, settings))
             except TurnledgerError as error:  # e.g. a lone surrogate: nothing of it is stored
@@ -710,30 +710,38 @@ def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimePr
 
 
 def cmd_projections_run(args: argparse.Namespace, out: TextIO) -> int:
+    stop = threading.Event()
+    # A follower's SIGTERM may come while the store opens or during the first catch-up (a
+    # large log on PostgreSQL takes seconds): from the start, it ends the batch in progress.
+    restore = _stop_on_sigterm(stop) if args.follow else (lambda: None)
+    try:
+        _run_projections(args, out, stop)
+    finally:
+        restore()
+    return EXIT_OK
+
+
+def _run_projections(args: argparse.Namespace, out: TextIO, stop: threading.Event) -> None:
+    """Catch up, then (``--follow``) follow until ``stop`` is set or Ctrl-C."""
     from turnledger.projections.analytics import Analytics
 
     progress = _Progress("catching up")
     with _open(args) as store:
         analytics = Analytics(store.backend)
         try:
-            applied = analytics.catch_up(progress=progress)
+            applied = analytics.catch_up(progress=progress, stop=stop)
             progress.close()
             print(f"applied {applied:,} events", file=out)
-            if args.follow:
-                stop = threading.Event()
-                restore = _stop_on_sigterm(stop)  # before announcing: a prompt TERM is honoured
+            if not args.follow:
+                return
+            if not stop.is_set():
                 print("following new events (Ctrl-C to stop)", file=out)
                 out.flush()
-                try:
+                with contextlib.suppress(KeyboardInterrupt):
                     analytics.follow(poll_interval=args.interval, stop=stop)
-                except KeyboardInterrupt:
-                    pass
-                finally:
-                    restore()
-                print("stopped", file=out)
+            print("stopped", file=out)
         finally:
             analytics.close()
-    return EXIT_OK
 
 
 def _stop_on_sigterm(stop: threading.Event) -> Callable[[], None]:

@@ -6,17 +6,22 @@ is written to the store (no table, no WAL, no analytics rows: ``stats`` computes
 events and says so).
 
 Root ignores file permissions, so when the tests run as root the commands run as ``nobody``
-through ``setpriv`` (skipped with the reason when neither is possible). Two copies: one with the
-writer's ``-wal``/``-shm`` files beside it (a WAL not yet checkpointed must be read), one with
-the database file alone.
+through ``setpriv`` (skipped with the reason when neither is possible). ``nobody`` must be able
+to run this checkout's turnledger: when the checkout or its venv sits in a directory other users
+cannot enter (a private home, a ``mktemp -d`` folder) the tests skip and say which directory
+(issue 19, point 7); wherever it can, they run. Two copies: one with the writer's
+``-wal``/``-shm`` files beside it (a WAL not yet checkpointed must be read), one with the
+database file alone.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -25,19 +30,60 @@ from pathlib import Path
 
 import pytest
 
+import turnledger
 from tests.e2e.conftest import CLI_TIMEOUT, SESSION_LINE, clean_env, describe, run_command
 
 NOBODY = 65534
 
 
+OURS = Path(turnledger.__file__).resolve().parent
+"""The turnledger under test: the reader's CLI must run this one."""
+PROBE = ("import os, turnledger.cli; "
+         "print(os.path.dirname(os.path.realpath(turnledger.__file__)))")
+
+
 def _as_reader() -> list[str]:
-    """The prefix that runs a command as a user the file permissions apply to."""
+    """The prefix that runs a command as a user the file permissions apply to; skips, saying
+    why, when that user cannot run this checkout's turnledger."""
     if os.geteuid() != 0:
         return []
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("running as root and setpriv is missing: permissions cannot be tested")
-    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    prefix = (setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+    problem = _reader_problem(prefix)
+    if problem is not None:
+        pytest.skip(problem)
+    return list(prefix)
+
+
+@functools.cache
+def _reader_problem(prefix: tuple[str, ...]) -> str | None:
+    """None when ``prefix`` runs this checkout's turnledger with this Python; else why not.
+
+    Decided by running it (once per test process), not by reading permissions: only the
+    message names the directory that is closed to other users."""
+    probe = run_command([*prefix, sys.executable, "-c", PROBE], cwd=Path(tempfile.gettempdir()))
+    found = probe.stdout.strip()
+    if probe.returncode == 0 and found == str(OURS):
+        return None
+    what = f"it imports {found}" if probe.returncode == 0 and found else (
+        (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1])
+    closed = _closed_directory(OURS, Path(sys.executable).parent)
+    where = "" if closed is None else (
+        f"; {closed} is mode {stat.S_IMODE(closed.stat().st_mode):04o}, closed to other users")
+    return (f"the read-only commands run as nobody (uid {NOBODY}), who cannot run this "
+            f"checkout's turnledger ({OURS}) with {sys.executable}: {what}{where}; put the "
+            "checkout and its venv where other users may read them to run these tests")
+
+
+def _closed_directory(*paths: Path) -> Path | None:
+    """The first directory on the way to ``paths`` that other users may not enter."""
+    for path in paths:
+        for directory in reversed([path, *path.parents]):
+            if not directory.stat().st_mode & stat.S_IXOTH:
+                return directory
+    return None
 
 
 def _digest(directory: Path) -> dict[str, str]:
@@ -49,6 +95,7 @@ def _digest(directory: Path) -> dict[str, str]:
 @pytest.fixture(params=["with-wal", "file-alone"])
 def read_only_store(request: pytest.FixtureRequest) -> Iterator[tuple[Path, str]]:
     """A store with the demo session, in a directory nobody may write; (db path, session id)."""
+    _as_reader()  # skips first, with the reason, when the reader cannot run the CLI
     directory = Path(tempfile.mkdtemp(prefix="tl-readonly-"))
     db = directory / "store.db"
     url = f"sqlite:///{db}"

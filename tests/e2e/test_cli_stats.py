@@ -6,6 +6,7 @@ an independent fold over the same events, and the tables are read with plain SQL
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
 import subprocess
@@ -146,3 +147,62 @@ def _follow_import_then_stop(cli: Cli, stop_signal: signal.Signals) -> None:
     assert follower.stderr is not None
     assert (0, "") == (returncode, follower.stderr.read())
     assert "stopped\n" == stdout.rest(timeout=5.0)[-1]
+
+
+LONG_LOG = (20, 250)
+"""Conversations and messages each: about ten batches of 500 events to catch up on."""
+
+
+def _long_log(cli: Cli) -> int:
+    """Import a log that takes several batches to catch up on; its number of events."""
+    path = cli.cwd / "long.jsonl"
+    conversations, messages = LONG_LOG
+    with path.open("w", encoding="utf-8") as out:
+        for c in range(conversations):
+            turn = [{"role": ("user", "assistant")[m % 2], "content": f"c{c} m{m}"}
+                    for m in range(messages)]
+            out.write(json.dumps(turn) + "\n")
+    cli.ok("import", path, "--format", "openai")
+    ((events,),) = cli.target.query("SELECT count(*) FROM stored_events")
+    return int(events)
+
+
+def _tracked(cli: Cli) -> int:
+    """The analytics' tracking position (0 until the follower has created its tables)."""
+    try:
+        found = cli.target.query("SELECT position FROM tl_tracking")
+    except Exception as error:  # sqlite3 or psycopg: the table does not exist yet
+        if "tl_tracking" not in str(error):
+            raise
+        return 0
+    return int(found[0][0]) if found else 0
+
+
+def test_i19_p7_projections_follow_ends_its_batch_on_sigterm_during_the_catch_up(
+    cli: Cli,
+) -> None:
+    """SIGTERM while --follow still catches up: the batch in progress is applied, exit 0."""
+    events = _long_log(cli)
+    follower = subprocess.Popen(
+        cli.argv("projections", "run", "--follow", "--interval", "0.1"),
+        cwd=cli.cwd, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, encoding="utf-8",
+    )
+    try:
+        deadline = time.monotonic() + FOLLOW_TIMEOUT
+        while _tracked(cli) == 0 and follower.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # until its first batch is committed
+        follower.send_signal(signal.SIGTERM)
+        stdout, stderr = follower.communicate(timeout=FOLLOW_TIMEOUT)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    position = _tracked(cli)
+    ((counted,),) = cli.target.query("SELECT coalesce(sum(events), 0) FROM tl_session_stats")
+    log_id = "rowid" if cli.target.kind == "sqlite" else "notification_id"  # its log order
+    ((logged,),) = cli.target.query(
+        f"SELECT count(*) FROM stored_events WHERE {log_id} <= {cli.target.mark()}", position
+    )
+    assert (0, "", ["stopped"]) == (follower.returncode, stderr, stdout.splitlines()[-1:])
+    assert (True, logged) == (0 < position <= events, counted)

@@ -3,11 +3,14 @@
 ``target`` is parametrized over every backend (``tests.backends.ALL_BACKENDS``), each one a
 fresh database per test (`tests.backends.fresh_target`); ``backend_url`` is its URL.
 ``open_backend_at`` opens backends that are closed at teardown; ``records`` edits stored rows
-behind the store's back, per backend, for the corruption and tamper tests.
+behind the store's back, per backend, for the corruption and tamper tests. ``pg_schema`` (a
+fresh PostgreSQL schema name) and ``proxy`` (`tests.tcp_proxy`, which cuts connections) serve
+the PostgreSQL write-path tests.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,9 +18,27 @@ from uuid import UUID
 
 import pytest
 
-from tests.backends import ALL_BACKENDS, Target, fresh_target
+from tests.backends import ALL_BACKENDS, Target, fresh_target, pg_execute, require_postgres
+from tests.tcp_proxy import CommitCuttingProxy, commit_cutting_proxy
 from turnledger.store.backend import EventStoreBackend, open_backend
 from turnledger.store.backends.memory import MemoryEventRecorder
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema name (created by the store on first open), dropped after."""
+    require_postgres()
+    schema = f"tl_test_{uuid.uuid4().hex[:16]}"
+    yield schema
+    pg_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def proxy() -> Iterator[CommitCuttingProxy]:
+    """A loopback proxy to the test PostgreSQL server that can cut a connection after COMMIT."""
+    require_postgres()
+    with commit_cutting_proxy() as running:
+        yield running
 
 
 @pytest.fixture(params=ALL_BACKENDS)

@@ -1,7 +1,10 @@
 """A session writer that test_crash.py kills with SIGKILL at random moments (E3, E5).
 
-Usage: ``python crash_child.py STORE SESSION_ID LIFETIME_SECONDS``; STORE is a store URL
-(``sqlite:///...``, ``postgresql://...``) or a SQLite file path.
+Usage: ``python crash_child.py STORE SESSION_ID LIFETIME_SECONDS [per-request]``; STORE is a
+store URL (``sqlite:///...``, ``postgresql://...``) or a SQLite file path. With
+``per-request``, the child also opens and closes another store object on the same URL after
+every fifth append, as a web handler that opens a store per request does (issue 19: that open
+once dropped the SQLite locks of the store kept open, and commits were lost).
 
 Opens the store, restores the session (or starts it when it is not recorded yet), prints
 ``READY <seq>`` and then appends forever in turns — user message, prepare, assistant tool call,
@@ -35,7 +38,7 @@ from turnledger.domain.messages import (
 )
 from turnledger.store.session import Session, Store, open_store
 
-__all__ = ["PROFILE", "SNAPSHOT_INTERVAL", "main", "message_seq", "store_url"]
+__all__ = ["PER_REQUEST_EVERY", "PROFILE", "SNAPSHOT_INTERVAL", "main", "message_seq", "store_url"]
 
 PROFILE = RuntimeProfile(
     max_context_tokens=400,  # unknown capacity: 400 is the window of R17/R18 ...
@@ -92,8 +95,13 @@ def _next_seq(session: Session) -> int:
         back *= 4
 
 
+PER_REQUEST_EVERY = 5
+"""Appends between two stores opened and closed beside the writer's (``per-request``)."""
+
+
 def main(argv: list[str]) -> int:
     path, session_id, lifetime = argv[1], argv[2], float(argv[3])
+    per_request = argv[4:5] == ["per-request"]
     deadline = time.monotonic() + lifetime
     with open_store(store_url(path), snapshot_interval=SNAPSHOT_INTERVAL) as store:
         session = _open_session(store, session_id)
@@ -109,6 +117,8 @@ def main(argv: list[str]) -> int:
             out.write(f"APPENDED {seq}\n")
             out.flush()
             seq += 1
+            if per_request and seq % PER_REQUEST_EVERY == 0:
+                open_store(store_url(path)).close()
 
         # A restart always begins a new turn, so an interrupted tool exchange is never
         # "completed" by a result whose call the restore swept away (R36).

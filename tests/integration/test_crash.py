@@ -66,10 +66,13 @@ _APPENDED = re.compile(r"APPENDED (\d+)\n")
 class ChildRun:
     """One run of crash_child.py, its stdout read line by line on a thread."""
 
-    def __init__(self, url: str, session_id: str, stderr_path: Path) -> None:
+    def __init__(
+        self, url: str, session_id: str, stderr_path: Path, *, per_request: bool = False
+    ) -> None:
+        extra = ["per-request"] if per_request else []
         with stderr_path.open("ab") as err:
             self.process = subprocess.Popen(
-                [sys.executable, str(CHILD), url, session_id, str(CHILD_LIFETIME)],
+                [sys.executable, str(CHILD), url, session_id, str(CHILD_LIFETIME), *extra],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
@@ -240,13 +243,21 @@ class CrashFigures:
     """Messages recorded more than once (must be 0)."""
     seconds: float
     events: tuple[DomainEvent, ...] = attrs.field(repr=False)
+    integrity: str = "-"
+    """SQLite's ``PRAGMA integrity_check`` of the file at the end ("-" on PostgreSQL)."""
+    lister_errors: tuple[str, ...] = ()
+    """What the listing processes of the per-request pattern could not do (each a line)."""
 
 
-def crash_loop(url: str, kills: int, seed: int, workdir: Path) -> CrashFigures:
+def crash_loop(
+    url: str, kills: int, seed: int, workdir: Path, *, per_request: bool = False
+) -> CrashFigures:
     """SIGKILL a writer of one session on ``url`` ``kills`` times, checking after every kill.
 
-    Raises AssertionError (naming the seed) at the first broken invariant; the figures count
-    what the final store holds.
+    ``per_request``: the writer also opens and closes another store object every fifth
+    append and two processes open the store, list its sessions and close it, in a loop, the
+    whole time (issue 19's "store opened per request"). Raises AssertionError (naming the
+    seed) at the first broken invariant; the figures count what the final store holds.
     """
     rng = random.Random(seed)
     session_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
@@ -255,22 +266,23 @@ def crash_loop(url: str, kills: int, seed: int, workdir: Path) -> CrashFigures:
     done = silent = 0
     checked = _Checked()
     started = time.monotonic()
-    for index in range(kills):
-        run = ChildRun(url, session_id, stderr_path)
-        try:
-            _kill_moment(run, rng, last=index == kills - 1)
-        finally:
-            status = run.kill_and_collect()
-        assert -signal.SIGKILL == status, (
-            f"run {index} ended by itself (seed {seed}): {stderr_path.read_text()}"
-        )
-        done += 1
-        this_run = run.returned()
-        assert len(this_run) == len(set(this_run)), f"a number printed twice (seed {seed})"
-        returned.update(this_run)
-        silent += not this_run  # killed in imports, the restore or its first append
-        full = index % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 or index == kills - 1
-        _check_after_kill(url, session_id, returned, seed, checked, full)
+    with Listers(url, 2 if per_request else 0, workdir) as listers:
+        for index in range(kills):
+            run = ChildRun(url, session_id, stderr_path, per_request=per_request)
+            try:
+                _kill_moment(run, rng, last=index == kills - 1)
+            finally:
+                status = run.kill_and_collect()
+            assert -signal.SIGKILL == status, (
+                f"run {index} ended by itself (seed {seed}): {stderr_path.read_text()}"
+            )
+            done += 1
+            this_run = run.returned()
+            assert len(this_run) == len(set(this_run)), f"a number printed twice (seed {seed})"
+            returned.update(this_run)
+            silent += not this_run  # killed in imports, the restore or its first append
+            full = index % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 or index == kills - 1
+            _check_after_kill(url, session_id, returned, seed, checked, full)
     events = checked.events
     recorded = [message_seq(e.message) for e in events if isinstance(e, MessageAppended)]
     return CrashFigures(
@@ -282,7 +294,67 @@ def crash_loop(url: str, kills: int, seed: int, workdir: Path) -> CrashFigures:
         duplicated=len(recorded) - len(set(recorded)),
         seconds=time.monotonic() - started,
         events=tuple(events),
+        integrity=sqlite_integrity(url),
+        lister_errors=listers.errors,
     )
+
+
+_LISTER = """\
+import sys, time
+import turnledger as tl
+while True:
+    try:
+        with tl.open_store(sys.argv[1]) as store:
+            store.sessions()
+    except tl.TurnledgerError as error:
+        print("ERROR", type(error).__name__, str(error).splitlines()[0][:300], flush=True)
+    time.sleep(0.01)
+"""
+
+
+class Listers:
+    """``count`` processes that open the store at ``url``, list its sessions and close it, in
+    a loop, until the block ends; ``errors`` are the failures they printed."""
+
+    def __init__(self, url: str, count: int, workdir: Path) -> None:
+        self.url, self.count = url, count
+        self.log = workdir / "listers.out"
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.errors: tuple[str, ...] = ()
+
+    def __enter__(self) -> Listers:
+        with self.log.open("ab") as out:
+            self.processes = [
+                subprocess.Popen([sys.executable, "-c", _LISTER, self.url], stdout=out,
+                                 stderr=subprocess.STDOUT)
+                for _ in range(self.count)
+            ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        died = [p.poll() for p in self.processes if p.poll() is not None]
+        for process in self.processes:
+            process.kill()
+            process.wait(timeout=WAIT_LIMIT)
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        self.errors = tuple(line for line in text.splitlines() if line.startswith("ERROR"))
+        if died and exc == (None, None, None):
+            raise AssertionError(f"a listing process died (status {died}): {text[-2000:]}")
+
+
+def sqlite_integrity(url: str) -> str:
+    """``PRAGMA integrity_check`` of a ``sqlite:///`` store (through SQLite), else "-"."""
+    if not url.startswith("sqlite:///"):
+        return "-"
+    import sqlite3
+
+    path = url.removeprefix("sqlite:///").partition("?")[0]
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = connection.execute("PRAGMA integrity_check").fetchall()
+    finally:
+        connection.close()
+    return "; ".join(str(row[0]) for row in rows)[:500]
 
 
 def crash_seed() -> int:
@@ -304,6 +376,32 @@ def test_e5_session_survives_sigkill_at_random_moments(kind: str, tmp_path: Path
     reasons = {e.reason for e in figures.events if isinstance(e, TrimDecided)}
     print(f"{figures}; {dict(kinds)}")
     assert (KILLS[kind], 0, 0) == (figures.kills, figures.lost, figures.duplicated)
+    assert figures.integrity in ("ok", "-")
     # The last run alone appended ten turns: both kinds of trim were recorded (R24, R27a).
     assert {TrimReason.TURN_LIMIT, TrimReason.TOKEN_BUDGET} <= reasons, f"seed {seed}"
     assert kinds["MessageAppended"] >= LAST_RUN_APPENDS
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_i19_p1_writer_killed_while_stores_are_opened_per_request(
+    kind: str, tmp_path: Path
+) -> None:
+    """Issue 19 point 1 under kills: the writer opens and closes another store every fifth
+    append and two processes open, list and close the store in a loop; nothing returned is
+    lost or written twice and the file stays whole."""
+    seed = crash_seed()
+    print(f"crash test seed: {seed} (TURNLEDGER_CRASH_SEED={seed} to replay the delays)")
+    kills = KILLS[kind] // 2
+    with fresh_target(kind, tmp_path) as target:
+        figures = crash_loop(target.url, kills, seed, tmp_path, per_request=True)
+    print(figures)
+    assert (kills, 0, 0) == (figures.kills, figures.lost, figures.duplicated)
+    assert figures.integrity in ("ok", "-")
+    assert [] == [e for e in figures.lister_errors if not _busy(e)]
+
+
+def _busy(error: str) -> bool:
+    """A listing that waited too long for a lock: not a fault of the file."""
+    return "locked" in error or "busy" in error

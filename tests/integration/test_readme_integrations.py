@@ -15,6 +15,7 @@ from tests.extras import need
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECTIONS = {
     "## A step in one transaction": (),
+    "## Several writers on one session": (),  # issue 19, point 6: retry_on_conflict
     "## OpenAI Agents SDK sessions": ("agents",),
     "## LangChain and LangGraph": ("langchain_core", "langgraph"),
 }

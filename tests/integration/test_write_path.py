@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import socket
 import sqlite3
 import threading
@@ -30,10 +31,9 @@ from tests.backends import (
     PG_URL,
     SHARED_BACKENDS,
     fresh_target,
-    pg_execute,
     require_postgres,
 )
-from tests.tcp_proxy import CommitCuttingProxy, commit_cutting_proxy
+from tests.tcp_proxy import CommitCuttingProxy
 from turnledger.domain.errors import ConcurrencyConflict
 from turnledger.domain.events import DomainEvent, MessageAppended
 from turnledger.domain.messages import Chat, ChatMessage
@@ -42,23 +42,6 @@ from turnledger.store.session import open_store
 
 IN_DOUBT_APPENDS = 5
 """In-doubt commits per test (each costs the proxy's wait, 0.2 s)."""
-
-
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh PostgreSQL schema name (created by the store on first open), dropped after."""
-    require_postgres()
-    schema = f"tl_test_{uuid.uuid4().hex[:16]}"
-    yield schema
-    pg_execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture
-def proxy() -> Iterator[CommitCuttingProxy]:
-    """A loopback proxy to the test PostgreSQL server that can cut a connection after COMMIT."""
-    require_postgres()
-    with commit_cutting_proxy() as running:
-        yield running
 
 
 def _proxied_url(proxy: CommitCuttingProxy, schema: str) -> str:
@@ -274,6 +257,23 @@ def test_e3_postgres_lock_and_statement_timeouts_bound_an_append(
         assert (True, True) == (f"{limit} exceeded" in message, in_time), message
         session.append(ChatMessage.user("after"))
     assert ["hello", "after"] == _stored_contents(url, session.id)
+
+
+@pytest.mark.postgres
+def test_i19_p7_a_statement_timeout_from_pgoptions_is_named_as_the_server_applies_it(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement_timeout set through PGOPTIONS is named with its value when it runs out."""
+    url = f"{PG_URL}?schema={pg_schema}&pool_size=1"
+    with open_store(url) as store:
+        session_id = store.start_session().id
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")  # libpq: every connection
+    with open_store(url) as store:
+        session = store.restore(session_id)
+        with _pg_locked(pg_schema, "ACCESS EXCLUSIVE"):
+            message, _ = _failure_after(lambda: session.append(ChatMessage.user("x")), 0.3)
+    named = re.search(r"statement_timeout=\S+ s exceeded", message)
+    assert "statement_timeout=0.3 s exceeded" == (named and named.group()), message
 
 
 @pytest.mark.postgres

@@ -7,26 +7,44 @@
 
 Nothing here is imported by ``import turnledger``; each module imports its framework only when
 it needs it, so the core keeps its four runtime dependencies.
+
+A framework's session calls carry no expected state ("add these items", "what should the model
+see"), and its own sessions never refuse one because another worker wrote first; so every call
+that records something runs through `retrying`: after a `ConcurrencyConflict` (nothing of the
+call was stored, the session reloads itself) it is decided again on the newer state, backing
+off, until it lands or the budget is spent (ADR-0065).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import ParamSpec, TypeVar
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ConcurrencyConflict, SessionNotFound
+from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
 
-__all__ = ["off_loop", "open_session", "session_uuid"]
+__all__ = [
+    "CONFLICT_BUDGET_SECONDS",
+    "conflict_budget",
+    "off_loop",
+    "open_session",
+    "retrying",
+    "session_uuid",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://turnledger/integrations/session")
+
+CONFLICT_BUDGET_SECONDS = RETRY_BUDGET_SECONDS
+"""How long an integration's call keeps deciding again after conflicts, by default (30 s)."""
 
 
 def session_uuid(name: str) -> UUID:
@@ -67,3 +85,38 @@ def open_session(
         except ConcurrencyConflict:
             continue  # another process started it first: restore theirs
     return store.restore(uuid)
+
+
+def conflict_budget(seconds: float) -> float:
+    """``seconds`` as an integration's conflict budget; ``ValueError`` unless a number >= 0
+    (0: decide once, never again; there is no unbounded retry)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise ValueError(f"conflict_budget_seconds must be a number >= 0, got {seconds!r}")
+    return float(seconds)
+
+
+def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
+    """``write()``; after a `ConcurrencyConflict`, ``write()`` again on the reloaded session,
+    backing off (`retry_on_conflict`), until it returns or ``budget_seconds`` are spent.
+
+    Safe because a conflict means nothing of that attempt was stored (one transaction, E3) and
+    ``write`` decides afresh on each call. When the budget is spent, `ConcurrencyConflict`
+    says so, naming ``what``, the attempts and the time; nothing of the call was recorded.
+    No store round trip is added when the first attempt lands (ADR-0065).
+    """
+    attempts = 0
+    started = time.monotonic()
+
+    def attempt() -> R:
+        nonlocal attempts
+        attempts += 1
+        return write()
+
+    try:
+        return retry_on_conflict(attempt, budget_seconds=budget_seconds)
+    except ConcurrencyConflict as error:
+        raise ConcurrencyConflict(
+            f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f} s "
+            f"(conflict budget {budget_seconds:g} s): other writers of this conversation "
+            f"recorded first each time, and nothing of this call was recorded; last: {error}"
+        ) from error

@@ -19,21 +19,31 @@ Needs ``pip install 'turnledger[langchain]'`` (langchain-core; LangGraph for its
   ``{"llm_input_messages": window}``, so the graph state keeps every message while the model
   sees the window), and as an LCEL step on a message list (``trimmer.as_runnable() | model``).
 
-Async calls run the store's blocking I/O in a worker thread (`off_loop`).
+Async calls run the store's blocking I/O in a worker thread (`off_loop`). Many objects (one per
+request, several workers or processes) may serve one conversation: a call that loses a race to
+another writer is decided again on the newer state until it lands (`retrying`, within
+``conflict_budget_seconds``, ADR-0065); LangChain sees a `ConcurrencyConflict` only when that
+budget is spent.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage, TurnledgerError
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
-from turnledger.integrations import off_loop, open_session
+from turnledger.integrations import (
+    CONFLICT_BUDGET_SECONDS,
+    conflict_budget,
+    off_loop,
+    open_session,
+    retrying,
+)
 from turnledger.store.session import Session, Store
 
 try:
@@ -69,6 +79,7 @@ _ROLES: dict[type[BaseMessage], str] = {
 }
 _CLASSES = {role: cls for cls, role in _ROLES.items()}
 _KEY = "langchain"  # the verbatim LangChain fields, beside the Chat Completions ones
+R = TypeVar("R")
 
 
 def _openai_form(message: BaseMessage, where: str) -> dict[str, Any]:
@@ -155,23 +166,35 @@ def to_langchain(message: ConversationMessage | ChatMessage) -> BaseMessage:
 
 
 class TurnledgerChatMessageHistory(BaseChatMessageHistory):
-    """A LangChain chat message history kept in a turnledger session (module doc)."""
+    """A LangChain chat message history kept in a turnledger session (module doc).
 
-    def __init__(self, session: Session) -> None:
+    A call that loses a race to another writer of the session is decided again on the newer
+    state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
+    `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
+    """
+
+    def __init__(
+        self, session: Session, *, conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS
+    ) -> None:
         self.session = session
+        self._budget = conflict_budget(conflict_budget_seconds)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """What the model should see now; the trims this takes are recorded (fit_window)."""
-        return to_langchain_messages(self.session.fit_window())
+        return to_langchain_messages(self._retrying("messages", self.session.fit_window))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Record ``messages`` in one transaction (`Session.extend`)."""
-        self.session.extend(from_langchain_messages(messages))
+        converted = from_langchain_messages(messages)  # once: a retry only records again
+        self._retrying("add_messages", lambda: self.session.extend(converted))
 
     def clear(self) -> None:
         """Remove every message from the views (recorded; the log keeps them)."""
-        self.session.clear()
+        self._retrying("clear", self.session.clear)
+
+    def _retrying(self, what: str, write: Callable[[], R]) -> R:
+        return retrying(write, f"{what} of session {self.session.id}", self._budget)
 
     async def aget_messages(self) -> list[BaseMessage]:
         return await off_loop(lambda: self.messages)
@@ -190,7 +213,9 @@ class TurnledgerTrimmer:
     named by `session_uuid`), or the one ``session_id`` given; sessions start with ``profile``,
     ``providers`` and ``route``. The messages given are the whole conversation so far (a
     graph's ``messages``): those not recorded yet are recorded in one transaction, then the
-    trims a request would make are decided and recorded, and the window is returned.
+    trims a request would make are decided and recorded, and the window is returned. After a
+    lost race with another writer of the thread, what is new is judged again on the newer state
+    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`).
     """
 
     def __init__(
@@ -201,9 +226,11 @@ class TurnledgerTrimmer:
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
         session_id: str | None = None,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
     ) -> None:
         self.store = store
         self.session_id = session_id
+        self._budget = conflict_budget(conflict_budget_seconds)
         self._options = (profile, tuple(providers), route)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -227,6 +254,12 @@ class TurnledgerTrimmer:
     ) -> list[BaseMessage]:
         """Record what is new in ``messages`` and return the window the model should see."""
         session = self.session_for(config)
+        return retrying(lambda: self._record_new(session, messages),
+                        f"the trimming step of session {session.id}", self._budget)
+
+    def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        # What is new is judged on each attempt: after a conflict, another writer may have
+        # recorded some of these very messages.
         recorded = session.next_position
         if len(messages) < recorded:
             raise TurnledgerError(

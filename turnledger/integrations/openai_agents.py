@@ -17,6 +17,11 @@ keeps its history in a turnledger store:
 - ``pop_item`` and ``clear_session`` are recorded (`MessagePopped`, `HistoryCleared`); the log
   keeps what they removed from the views.
 
+Many objects (one per request, several workers or processes) may serve one conversation, as
+with the SDK's own sessions: a call that loses a race to another writer is decided again on the
+newer state until it lands (`retrying`, within ``conflict_budget_seconds``, ADR-0065), so the
+SDK never sees a `ConcurrencyConflict` unless that budget is spent.
+
 The SDK reads the session once per ``Runner.run`` (the SDK holds the items of the run it is in),
 so trims happen between runs. Every store call runs in a worker thread (`off_loop`): the event
 loop never blocks on the database. `HistoryTrimmed` reaches ``store.subscribe`` callbacks.
@@ -26,8 +31,8 @@ The SDK itself is not imported: the protocol is structural.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
@@ -38,12 +43,19 @@ from turnledger.domain.providers import (
     plain,
     to_openai_responses,
 )
-from turnledger.integrations import off_loop, open_session
+from turnledger.integrations import (
+    CONFLICT_BUDGET_SECONDS,
+    conflict_budget,
+    off_loop,
+    open_session,
+    retrying,
+)
 from turnledger.store.session import Session, Store
 
 __all__ = ["TurnledgerSession", "from_responses_items", "open_session"]
 
 Item = dict[str, Any]
+R = TypeVar("R")
 
 
 def from_responses_items(items: Iterable[object]) -> list[ConversationMessage]:
@@ -104,6 +116,11 @@ class TurnledgerSession:
     (any string; a UUID text is used as the turnledger session id as it is). The turnledger
     session is opened (restored, or started with ``profile``/``providers``/``route``) on first
     use, in a worker thread. ``session`` is that turnledger session.
+
+    A call that records (every method but a read of ``session``) and loses a race to another
+    writer of the conversation is decided again on the newer state, for at most
+    ``conflict_budget_seconds`` (default 30; 0: once), then raises `ConcurrencyConflict`
+    saying so; nothing of a call that raised is recorded (ADR-0065).
     """
 
     def __init__(
@@ -115,11 +132,13 @@ class TurnledgerSession:
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
         session_settings: Any = None,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
     ) -> None:
         self.session_id = session_id
         self.session_settings = session_settings
         self.store = store
         self._options = (profile, tuple(providers), route)
+        self._budget = conflict_budget(conflict_budget_seconds)
         self._session: Session | None = None
         self._lock = threading.Lock()
 
@@ -154,19 +173,28 @@ class TurnledgerSession:
 
     async def clear_session(self) -> None:
         """Remove every item from the views (recorded; the log keeps them)."""
-        await off_loop(self.session.clear)
+        await off_loop(self.clear)
 
     # -- the same, blocking (for threads and scripts) --
 
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
-        return _newest_items(self.session.fit_window(), limit)
+        window = self._retrying("get_items", lambda: self.session.fit_window())
+        return _newest_items(window, limit)
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
-        self.session.extend(from_responses_items(items))
+        messages = from_responses_items(items)  # converted once: a retry only records again
+        self._retrying("add_items", lambda: self.session.extend(messages))
 
     def pop(self) -> Item | None:
         """Blocking `pop_item`."""
-        popped = self.session.pop()
+        popped = self._retrying("pop_item", lambda: self.session.pop())
         return None if popped is None else _to_item(popped)
+
+    def clear(self) -> None:
+        """Blocking `clear_session`."""
+        self._retrying("clear_session", lambda: self.session.clear())
+
+    def _retrying(self, what: str, write: Callable[[], R]) -> R:
+        return retrying(write, f"{what} of session {self.session_id!r}", self._budget)

@@ -411,11 +411,14 @@ class Analytics:
         batch_size: int = 500,
         progress: Progress | None = None,
         stop_after: int | None = None,
+        *,
+        stop: threading.Event | None = None,
     ) -> int:
         """Apply every event recorded after the tracking position; return how many.
 
         Reads ``batch_size`` notifications at a time; each batch and its new position are
-        committed together. ``stop_after`` bounds the number of events applied by this call.
+        committed together. ``stop_after`` bounds the number of events applied by this call;
+        once ``stop`` is set, the call returns after the batch in progress.
         ``progress(position, head)`` is called after each batch, where ``head`` is the newest
         notification id known when the call began (or the position, when larger).
 
@@ -423,7 +426,7 @@ class Analytics:
         `CorruptRecord` for an event that cannot be decoded (nothing of its batch is applied),
         `StoreUnavailable` when the database fails.
         """
-        return self._catch_up(batch_size, progress, stop_after, None)
+        return self._catch_up(batch_size, progress, stop_after, stop)
 
     def follow(
         self,

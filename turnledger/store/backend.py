@@ -75,6 +75,7 @@ __all__ = [
     "RETRY_MAX_DELAY",
     "SNAPSHOT_TOPIC",
     "AnchorMismatch",
+    "AppendInDoubt",
     "EventStoreBackend",
     "InvalidAppend",
     "InvalidStoreURL",
@@ -91,6 +92,8 @@ SNAPSHOT_TOPIC: Final = "turnledger:snapshot"
 """Topic column of every snapshot record (the payload is the session layer's bytes)."""
 
 _SESSION_PAGE: Final = 1000
+_ANSWER_DELAY: Final = (0.02, 0.5)
+"""First and largest pause (seconds) between two attempts to learn an in-doubt outcome."""
 
 T = TypeVar("T")
 
@@ -105,6 +108,27 @@ class InvalidAppend(TurnledgerError, ValueError):
 class AnchorMismatch(CorruptRecord):
     """The record a checked read starts from is absent or does not carry the expected chain
     (a snapshot ahead of the log or not taken from it); the caller reads from version 1."""
+
+
+class AppendInDoubt(StoreUnavailable):
+    """An append failed after its insert was sent and the database did not answer again in
+    time to tell whether the batch was stored (ADR-0064): the one `StoreUnavailable` of an
+    append that may have stored something.
+
+    ``session_id``, ``first`` and ``last`` (its versions) and ``head`` (the chain value its
+    last record has if it was stored) name the batch; `EventStoreBackend.resolve_in_doubt`
+    tells later whether it was. A `Session` remembers it: retrying the same command finds
+    the batch if it was stored and returns it instead of recording it twice.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: UUID, first: int, last: int, head: bytes
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.first = first
+        self.last = last
+        self.head = head
 
 
 RETRY_BUDGET_SECONDS: Final = 30.0
@@ -316,40 +340,92 @@ class EventStoreBackend:
     def _settle_in_doubt(
         self, session_id: UUID, first: int, last: int, head: bytes, failure: TurnledgerError
     ) -> bytes:
-        """Find out whether THIS batch was stored after its insert failed (E3, ADR-0020).
+        """Find out whether THIS batch was stored after its insert failed (E3, ADR-0020,
+        ADR-0064).
 
         The chain value of a record covers its bytes and every record before it, so a record
         at ``last`` whose chain is ``head`` is this very batch: success, ``head`` is returned.
         Another record at these versions is a real `ConcurrencyConflict`; nothing there means
-        nothing of the batch was stored (the failure is raised); when the store cannot be
-        read, `StoreUnavailable` says that the outcome is unknown.
+        nothing of the batch was stored (the failure is raised). Every failure after the
+        insert was sent is settled so, once the database answers again (`_stored`); only when
+        it does not answer in time is the outcome unknown: `AppendInDoubt`.
         """
         if self.database.limits.exceeded(failure) is not None:
             # The server refused the statement (lock or statement timeout) or no connection
             # was had (connect timeout): the transaction cannot commit.
             raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
-        try:
-            if isinstance(failure, StoreUnavailable):
-                self.database.settle()  # a dying transaction may still commit: wait for it
-            with self._translate("check the append", session_id, first):
-                found = self.recorder.select_events(session_id, gt=first - 1, lte=last)
-        except StoreUnavailable as error:
-            raise StoreUnavailable(
-                f"session {session_id}: cannot tell whether versions {first} to {last} were "
-                f"recorded ({failure}; then: {error}); reload before writing again"
-            ) from error
-        if (found and found[-1].originator_version == last
-                and self.mapper.open_record(found[-1])[0] == head):
+        # After a database error a dying transaction may still commit: wait for it first.
+        stored = self._stored(
+            session_id, first, last, head, wait=isinstance(failure, StoreUnavailable),
+            failure=failure,
+        )
+        if stored:
             log.warning("session %s: versions %d to %d were recorded although the append "
                         "failed (%s)", session_id, first, last, failure)
             return head
-        if found or isinstance(failure, ConcurrencyConflict):
-            raise ConcurrencyConflict(
-                f"session {session_id}: versions {first} to {last} conflict with events "
-                "another writer recorded first; nothing of this batch was stored; reload "
-                "and retry"
-            ) from failure.__cause__
-        raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
+        if stored is None and isinstance(failure, StoreUnavailable):
+            raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
+        raise ConcurrencyConflict(
+            f"session {session_id}: versions {first} to {last} conflict with events "
+            "another writer recorded first; nothing of this batch was stored; reload "
+            "and retry"
+        ) from failure.__cause__
+
+    def resolve_in_doubt(self, doubt: AppendInDoubt) -> bool:
+        """Whether the batch ``doubt`` was raised for is stored (ADR-0064).
+
+        Waits for writers still in flight and for the database to answer, as the append did;
+        False when nothing or another writer's record is at its last version. Raises
+        `AppendInDoubt` again when the database still does not answer.
+        """
+        self._check_open()
+        return bool(self._stored(
+            doubt.session_id, doubt.first, doubt.last, doubt.head, wait=True, failure=None
+        ))
+
+    def _stored(
+        self, session_id: UUID, first: int, last: int, head: bytes, *, wait: bool,
+        failure: TurnledgerError | None,
+    ) -> bool | None:
+        """True: the record at version ``last`` carries ``head`` (the batch is stored);
+        False: another record is at versions ``first`` to ``last``; None: none is.
+
+        ``wait``: read once no write transaction is in flight (one of a lost connection may
+        still be committing). Tried again, with growing pauses, until the database answers
+        or ``limits.answer`` seconds have passed; then `AppendInDoubt`, naming ``failure``
+        (what made the outcome doubtful) and the last error.
+        """
+        deadline = time.monotonic() + self.database.limits.answer
+        pause = _ANSWER_DELAY[0]
+        while True:
+            try:
+                rows = self._batch_rows(session_id, first, last, wait=wait)
+                break
+            except StoreUnavailable as error:
+                if self._closed or time.monotonic() + pause > deadline:
+                    why = str(error) if failure is None else f"{failure}; then: {error}"
+                    raise AppendInDoubt(
+                        f"session {session_id}: cannot tell whether versions {first} to "
+                        f"{last} were recorded ({why}); retrying the same command on the "
+                        "session is safe: it finds them if they were",
+                        session_id=session_id, first=first, last=last, head=head,
+                    ) from error
+                time.sleep(pause)
+                pause = min(2 * pause, _ANSWER_DELAY[1])
+        if not rows:
+            return None
+        version, topic, state = rows[-1]
+        chain, _ = self.mapper.open_row(session_id, version, topic, state)
+        return version == last and chain == head
+
+    def _batch_rows(self, session_id: UUID, first: int, last: int, *, wait: bool) -> list[Row]:
+        """The stored records at versions ``first`` to ``last`` (settled when ``wait``)."""
+        if wait:
+            with self._translate("check the append", session_id, first):
+                rows = self.database.settled_rows(session_id, first - 1, last)
+            if rows is not None:
+                return rows
+        return self._rows(session_id, first - 1, last)
 
     def _check_batch(self, session_id: UUID, events: Sequence[DomainEvent]) -> int:
         first = events[0].originator_version

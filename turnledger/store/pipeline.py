@@ -30,12 +30,22 @@ that are not stored (ADR-0022).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from uuid import UUID
 
 import attrs
 
-from turnledger.domain.decider import Batch, Command, SessionState, evolve, run
+from turnledger.domain.decider import (
+    Batch,
+    Command,
+    ImportConversation,
+    SessionState,
+    StartSession,
+    evolve,
+    run,
+)
 from turnledger.domain.errors import (
     ConcurrencyConflict,
     CorruptRecord,
@@ -43,11 +53,16 @@ from turnledger.domain.errors import (
     TurnledgerError,
 )
 from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
-from turnledger.store.backend import AnchorMismatch, EventStoreBackend, StoreUnavailable
+from turnledger.store.backend import (
+    AnchorMismatch,
+    AppendInDoubt,
+    EventStoreBackend,
+    StoreUnavailable,
+)
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
 
-__all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "Pipeline", "Position"]
+__all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "InDoubt", "Pipeline", "Position"]
 
 log = logging.getLogger("turnledger")
 
@@ -59,8 +74,33 @@ SNAPSHOT_MESSAGES = 256
 CONTENDED_HEAD_CHECKS = 32
 """Commands of a session object that read the stored head first after it lost a race."""
 
+IN_DOUBT_KEPT = 256
+"""In-doubt commands a pipeline remembers for other session objects (the oldest go first)."""
+
 Publish = Callable[[Sequence[HistoryTrimmed]], None]
 """Delivers committed `HistoryTrimmed` notices to the store's subscribers."""
+
+_NO_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _retry_key(command: Command) -> Command | None:
+    """What a retry of ``command`` has in common with it: everything but its time; None for
+    a command that starts a session (its retry is a new session object, nothing to match)."""
+    if isinstance(command, StartSession | ImportConversation):
+        return None
+    return attrs.evolve(command, now=_NO_TIME)
+
+
+@attrs.define
+class InDoubt:
+    """A command whose append raised `AppendInDoubt`: its batch may or may not be stored."""
+
+    error: AppendInDoubt
+    key: Command
+    """The command without its time (`_retry_key`): a retry has the same."""
+    batch: Batch
+    stored: bool | None = None
+    """What the store said once it answered (None: not asked yet)."""
 
 
 @attrs.define
@@ -80,6 +120,8 @@ class Position:
     """Commands that still read the stored head before deciding: set after a conflict, when
     another writer is active (a cheap catch-up beats deciding on an old state, failing the
     insert and reloading in full); 0 otherwise: the position knows its head (ADR-0035)."""
+    in_doubt: InDoubt | None = None
+    """This position's last command, if its append raised `AppendInDoubt` (ADR-0064)."""
 
     @property
     def session_id(self) -> UUID:
@@ -110,6 +152,9 @@ class Pipeline:
         self.snapshot_interval = snapshot_interval
         self.snapshot_messages = snapshot_messages
         self._publish = publish
+        self._doubts: dict[UUID, InDoubt] = {}
+        """The last in-doubt command of each session, for every session object (ADR-0064)."""
+        self._doubts_lock = threading.Lock()
 
     def load(self, session_id: UUID) -> Position:
         """The position of a recorded session: latest snapshot + later events (E5).
@@ -177,17 +222,75 @@ class Pipeline:
         decided and only catches up before its next use. On any failure nothing of the command
         is recorded and ``position`` is marked to be reloaded (or caught up) before its next
         use, so it never serves unrecorded events and a retry decides on the newest state.
+
+        After an `AppendInDoubt` the next command settles the doubt first (`_settle`): a
+        retry of the same command whose batch was stored returns that batch, recorded once.
         """
+        if position.in_doubt is not None or self._doubts:
+            settled = self._settle(position, command)
+            if settled is not None:
+                return settled
         self.current(position)
         if position.head_checks > 0 and position.state.session_id is not None:
             position.head_checks -= 1
             self._check_head(position)
         batch = self.decide(position, command)
         if batch.events:
-            self._record(position, batch.events)
+            self._record(position, command, batch)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         return batch
+
+    def _settle(self, position: Position, command: Command) -> Batch | None:
+        """Settle the session's in-doubt command before ``command`` (ADR-0064); the batch
+        stored for it when ``command`` is its retry, else None (``command`` goes on).
+
+        A retry is the same command (`_retry_key`) from the session object that issued it,
+        or from another one standing right after the batch (nothing recorded since). The
+        doubt is forgotten once it is known to be unstored, once it was retried, and once
+        the session has moved past it. Raises `AppendInDoubt` (everything kept) while the
+        store still cannot tell.
+        """
+        session_id = position.state.session_id
+        if session_id is None:
+            return None
+        with self._doubts_lock:
+            doubt = position.in_doubt or self._doubts.get(session_id)
+        if doubt is None:
+            return None
+        own = doubt is position.in_doubt
+        if doubt.stored is None:
+            doubt.stored = self.backend.resolve_in_doubt(doubt.error)
+        self.current(position)
+        position.in_doubt = None
+        version = position.state.version
+        retry = doubt.stored and doubt.key == _retry_key(command) and (
+            own or version == doubt.error.last
+        )
+        if retry or not doubt.stored or version > doubt.error.last:
+            with self._doubts_lock:
+                if self._doubts.get(session_id) is doubt:
+                    del self._doubts[session_id]
+        if not retry:
+            return None
+        log.warning("session %s: the retried command was recorded by its first attempt "
+                    "(versions %d to %d); not recorded again", session_id, doubt.error.first,
+                    doubt.error.last)
+        return doubt.batch
+
+    def _remember(self, position: Position, command: Command, batch: Batch,
+                  error: AppendInDoubt) -> None:
+        """Keep ``command`` until its doubt is settled (`_settle`)."""
+        key = _retry_key(command)
+        if key is None:
+            return
+        doubt = InDoubt(error, key, batch)
+        position.in_doubt = doubt
+        with self._doubts_lock:
+            self._doubts.pop(position.session_id, None)
+            self._doubts[position.session_id] = doubt
+            while len(self._doubts) > IN_DOUBT_KEPT:
+                del self._doubts[next(iter(self._doubts))]
 
     def _check_head(self, position: Position) -> None:
         """`ConcurrencyConflict` when the store holds events after the position (E3)."""
@@ -212,10 +315,10 @@ class Pipeline:
                 self._reload_after(position)  # a later step failed after an earlier one applied
             raise
 
-    def _record(self, position: Position, events: Sequence[DomainEvent]) -> None:
+    def _record(self, position: Position, command: Command, batch: Batch) -> None:
         try:
             position.chain = self.backend.append(
-                position.session_id, events, prev_chain=position.chain, head_known=True
+                position.session_id, batch.events, prev_chain=position.chain, head_known=True
             )
         except (StoreUnavailable, ConcurrencyConflict) as error:
             # Reload before the next use, not now: after a database failure a second wait on
@@ -225,6 +328,8 @@ class Pipeline:
             position.stale = True
             if isinstance(error, ConcurrencyConflict):  # another writer is active
                 position.head_checks = CONTENDED_HEAD_CHECKS
+            if isinstance(error, AppendInDoubt):
+                self._remember(position, command, batch, error)
             raise
         except BaseException:
             self._reload_after(position)

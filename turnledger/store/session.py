@@ -188,6 +188,11 @@ class Session:
     session object is safe to share between threads; two session objects (or processes) on
     the same session id are serialised by the store: the loser of a race gets
     `ConcurrencyConflict`, its object reloads itself, and the caller may retry.
+
+    A command whose outcome the database could not tell (`AppendInDoubt`) is settled before
+    the session's next command, through any session object of the same store: the same
+    command again is taken for its retry and returns what the first attempt stored; any
+    other command goes on after it (ADR-0064).
     """
 
     def __init__(self, pipeline: Pipeline, position: Position) -> None:
@@ -248,6 +253,18 @@ class Session:
         the same transaction. Returns the events recorded.
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        Raises `ConcurrencyConflict` when another writer of this session (another session
+        object, thread or process) recorded first: nothing of this call was recorded and the
+        session reloads itself before its next use. It is not retried here: only the caller
+        knows whether its message still makes sense after what the other writer recorded.
+        When it does (an append rarely depends on what was read), make the call again:
+        ``tl.retry_on_conflict(lambda: session.append(message))`` backs off with jitter and
+        gives up after 30 s by default (README "Several writers on one session"; the
+        framework integrations do this for every call, ADR-0065).
+        Raises `StoreUnavailable` when the database fails; then nothing was recorded, unless
+        it is an `AppendInDoubt` (the database did not answer in time to tell): calling again
+        with the same message is safe either way — a retry that finds the first attempt
+        stored returns its events and records nothing more (ADR-0064).
         """
         return self._run(AppendMessage(message, _now())).events
 
@@ -261,6 +278,11 @@ class Session:
         saved together (E3): all of them or, on any error, none. Returns the events recorded.
 
         Raises `InvalidMessage` for anything that is not a message; nothing is recorded then.
+        Raises `ConcurrencyConflict` when another writer recorded first: none of the messages
+        is recorded, and ``tl.retry_on_conflict(lambda: session.extend(messages))`` makes the
+        call again on the reloaded session (as for `append`).
+        Raises `StoreUnavailable` as `append` does; after an `AppendInDoubt`, calling again
+        with the same messages records them once (ADR-0064).
         """
         if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
             raise InvalidMessage(

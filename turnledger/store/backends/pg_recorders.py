@@ -29,7 +29,13 @@ from eventsourcing.utils import Environment
 
 from turnledger.store.backends.port import Limits
 
-__all__ = ["bounded_factory", "connection_lost", "missing_objects", "set_up_tables"]
+__all__ = [
+    "bounded_factory",
+    "connection_lost",
+    "connection_options",
+    "missing_objects",
+    "set_up_tables",
+]
 
 _RECONNECTS = 2
 """Extra attempts of a read whose connection was found dead (one per pooled connection lost)."""
@@ -153,14 +159,19 @@ def bounded_factory(limits: Limits) -> Callable[[Environment], PostgresFactory]:
         kwargs = factory.datastore.pool.kwargs
         assert isinstance(kwargs, dict), "the library passes its connection settings as a dict"
         kwargs["connect_timeout"] = max(int(limits.connect), 1)
-        options = [
-            f"-c {name}={int(seconds * 1000)}ms"
-            for name, seconds in (("lock_timeout", limits.lock),
-                                  ("statement_timeout", limits.statement))
-            if seconds
-        ]
-        if options:
-            kwargs["options"] = " ".join(options)
+        if options := connection_options(limits):
+            kwargs["options"] = options
         return factory
 
     return build
+
+
+def connection_options(limits: Limits) -> str:
+    """libpq's ``options`` that set the URL's lock and statement timeouts on a connection
+    ("" when the URL sets neither: then libpq's ``PGOPTIONS`` applies)."""
+    return " ".join(
+        f"-c {name}={int(seconds * 1000)}ms"
+        for name, seconds in (("lock_timeout", limits.lock),
+                              ("statement_timeout", limits.statement))
+        if seconds
+    )

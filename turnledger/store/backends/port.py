@@ -92,6 +92,12 @@ class Limits:
     lock: float = 0.0
     statement: float = 0.0
 
+    @property
+    def answer(self) -> float:
+        """Seconds an append whose outcome is in doubt keeps asking the database (ADR-0064):
+        as long as the store waits for a connection or a lock, whichever is longer."""
+        return max(self.connect, self.lock)
+
     def exceeded(self, error: BaseException) -> str | None:
         """The limit (``"lock_timeout=1 s"``) that ``error`` or one of its causes reports."""
         seen: BaseException | None = error
@@ -198,15 +204,19 @@ class Database(abc.ABC):
         """One line for a database error, naming the timeout it ran into (if any)."""
         return self.limits.explain(error)
 
-    def settle(self) -> None:
-        """Wait until no write transaction is still in flight on this database.
+    def settled_rows(
+        self, session_id: UUID, after_version: int, upto_version: int
+    ) -> list[tuple[int, str, bytes]] | None:
+        """The ``(version, topic, state)`` of ``session_id``'s events with ``after_version <
+        version <= upto_version``, read once no write transaction is in flight.
 
         After a connection was lost during a commit, the server may still be finishing that
-        transaction; the event store calls this before it checks whether the batch landed.
-        A database whose commits are synchronous with the call (SQLite, memory) has nothing
-        to wait for. Raises `StoreUnavailable` when the wait fails or times out.
+        transaction; the event store reads what the batch left through this (and again,
+        within `Limits.answer`, while it raises). None: this database's commits are
+        synchronous with the call (SQLite, memory), the event store reads the records as
+        usual. Raises `StoreUnavailable` when the wait or the read fails or times out.
         """
-        return
+        return None
 
     def session_start(self, session_id: UUID) -> int | None:
         """The notification id of ``session_id``'s first record (0: no such session), read

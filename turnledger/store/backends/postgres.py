@@ -69,14 +69,15 @@ class _Login:
     password: str = attrs.field(repr=False)
     connect_timeout: str
 
-    def conninfo(self) -> str:
+    def conninfo(self, options: str = "") -> str:
+        """libpq's connection string; ``options``: libpq's (``-c name=value`` settings)."""
         import psycopg.conninfo
 
         params = {
             name: value
             for name, value in (
                 ("dbname", self.dbname), ("host", self.host), ("port", self.port),
-                ("user", self.user), ("password", self.password),
+                ("user", self.user), ("password", self.password), ("options", options),
             )
             if value
         }
@@ -105,6 +106,7 @@ class PostgresDatabase(Database):
         self.limits = limits or Limits(connect=float(login.connect_timeout))
         # The timeouts every connection obeys (seconds; 0: no limit).
         self._events_table = "stored_events"
+        self._server_limits: Limits | None = None
 
     @classmethod
     def from_url(cls, url: str, rest: str) -> Self:
@@ -217,35 +219,83 @@ class PostgresDatabase(Database):
                 f"cannot open {self.url}: {self.describe_failure(error)}"
             ) from error
 
-    def settle(self) -> None:
-        """Wait (up to the lock or connect timeout) for writers still holding the events table.
+    def describe_failure(self, error: BaseException) -> str:
+        """One line for a database error, naming the timeout it ran into as the server
+        applies it: one the URL leaves unset may come from ``PGOPTIONS``, the role or the
+        server's configuration."""
+        limits = self.limits
+        if limits.exceeded(error) is not None and not (limits.lock and limits.statement):
+            limits = self._effective_limits()
+        return limits.explain(error)
 
-        A SHARE lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it
-        is granted once a transaction whose connection was lost has committed or rolled back.
+    def _effective_limits(self) -> Limits:
+        """The limits with the lock and statement timeouts the URL leaves unset as the
+        server sets them on a connection like the pool's (read once; the URL's limits when
+        the server cannot be asked)."""
+        import psycopg
+
+        from turnledger.store.backends import pg_recorders
+
+        if self._server_limits is not None:
+            return self._server_limits
+        try:
+            with psycopg.connect(
+                self.login.conninfo(pg_recorders.connection_options(self.limits))
+            ) as connection:
+                rows = connection.execute(
+                    "SELECT name, setting::float / 1000 FROM pg_settings"
+                    " WHERE name IN ('lock_timeout', 'statement_timeout')"
+                ).fetchall()
+        except psycopg.Error:
+            return self.limits
+        found: dict[str, float] = {str(name): float(seconds) for name, seconds in rows}
+        self._server_limits = attrs.evolve(
+            self.limits,
+            lock=self.limits.lock or found.get("lock_timeout", 0.0),
+            statement=self.limits.statement or found.get("statement_timeout", 0.0),
+        )
+        return self._server_limits
+
+    def settled_rows(
+        self, session_id: UUID, after_version: int, upto_version: int
+    ) -> list[tuple[int, str, bytes]]:
+        """The records, read under a SHARE lock on the events table (waited for up to the
+        lock or connect timeout) on a connection of its own (ADR-0020, ADR-0064).
+
+        The lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it is
+        granted once a transaction whose connection was lost has committed or rolled back;
+        a new connection, not the pool's, which may hold dead ones and wait before
+        reconnecting after an outage.
         """
         import psycopg
         from psycopg import sql
 
         wait = self.limits.lock or self.limits.connect
+        table = sql.SQL("{}.{}").format(
+            sql.Identifier(self.schema), sql.Identifier(self._events_table)
+        )
         try:
             with (
                 psycopg.connect(self.login.conninfo(), autocommit=True) as connection,
                 connection.transaction(),
             ):
-                connection.execute(
-                    sql.SQL("SET LOCAL lock_timeout = {}").format(
-                        sql.Literal(f"{int(wait * 1000)}ms")
-                    )
-                )
-                connection.execute(
-                    sql.SQL("LOCK TABLE {}.{} IN SHARE MODE").format(
-                        sql.Identifier(self.schema), sql.Identifier(self._events_table)
-                    )
-                )
+                connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
+                    sql.Literal(f"{int(wait * 1000)}ms")
+                ))
+                connection.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(table))
+                rows = connection.execute(
+                    sql.SQL(
+                        "SELECT originator_version, topic, state FROM {} WHERE originator_id"
+                        " = %s AND originator_version > %s AND originator_version <= %s"
+                        " ORDER BY originator_version"
+                    ).format(table),
+                    (session_id, after_version, upto_version),
+                ).fetchall()
         except psycopg.Error as error:
             raise StoreUnavailable(
                 f"cannot wait for writers in {self.url}: {self.describe_failure(error)}"
             ) from error
+        return [(int(version), str(topic), bytes(state)) for version, topic, state in rows]
 
     @contextlib.contextmanager
     def _setup_connection(self) -> Iterator[Any]:

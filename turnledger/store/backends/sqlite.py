@@ -13,8 +13,10 @@ the same file.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
+import stat
 import threading
 import urllib.parse
 from collections.abc import Sequence
@@ -83,10 +85,11 @@ class SQLiteDatabase(Database):
         self.read_only = read_only
         """``mode=ro``: the file must exist; no file, table, WAL or analytics row is written.
 
-        The events are read through SQLite's ``mode=ro`` when a write-ahead log holds some of
-        them, else as ``immutable`` (no lock, no shared-memory file: works in a directory
-        nobody may write). A projection gets a private in-memory database (`connect_sql`),
-        so statistics are computed from the events instead of read from the file's tables.
+        The events are read through SQLite's ``mode=ro`` when a write-ahead log or its
+        shared-memory file exists (a connection may be open), else as ``immutable`` (no lock,
+        no shared-memory file: works in a directory nobody may write). A projection gets a
+        private in-memory database (`connect_sql`), so statistics are computed from the
+        events instead of read from the file's tables.
         """
 
     @classmethod
@@ -195,22 +198,29 @@ class SQLiteDatabase(Database):
         try:
             # Owner-only: a new store holds conversations (issue 11). SQLite gives its -wal
             # and -shm files the mode of the database file. An existing file keeps its mode.
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            create_owner_only(self.path)
         except OSError as error:
             raise InvalidStoreURL(
                 f"{self.url!r}: cannot create {self.path}: "
                 f"{error.strerror or type(error).__name__}"
             ) from None
+        if not os.access(self.path, os.W_OK):  # asked, not opened: a descriptor would drop locks
+            raise InvalidStoreURL(
+                f"{self.url!r}: cannot write {self.path}: permission denied (mode=ro reads it)"
+            )
 
     def _check_readable(self) -> None:
         if not os.path.isfile(self.path):
             raise InvalidStoreURL(f"{self.url!r}: no store at {self.path} (mode=ro creates none)")
 
     def _read_only_uri(self) -> str:
-        wal = self.path + "-wal"
-        logged = os.path.exists(wal) and os.path.getsize(wal) > 0
-        # Immutable ignores a write-ahead log: only when there is none to read.
-        return self.uri + ("?mode=ro" if logged else "?immutable=1")
+        # SQLite's mode=ro whenever a -wal or -shm file is there: a connection may be open (a
+        # writer) or a log may hold events, and mode=ro takes SQLite's locks and reads the
+        # log. immutable=1 (no lock, no -shm created) only when neither exists: then no
+        # connection is open, and nothing is created in a read-only directory. A writer that
+        # starts during such a read is the one case left (ADR-0027, ADR-0062).
+        live = any(os.path.exists(self.path + suffix) for suffix in ("-wal", "-shm"))
+        return self.uri + ("?mode=ro" if live else "?immutable=1")
 
     def key_sql(self) -> SqlConnection:
         """The file itself, read-only under ``mode=ro`` (the keys are needed to read)."""
@@ -330,6 +340,46 @@ def integrity_check(connection: sqlite3.Connection, limit: int) -> list[str]:
             if line and line != "ok" and not line.startswith("*** in database"):
                 found.append(line)
     return found[:limit]
+
+
+_CREATING: Final = threading.Lock()
+"""Held while this process creates a store file through a descriptor (`create_owner_only`)."""
+
+
+def create_owner_only(path: str) -> None:
+    """Create an empty file at ``path``, readable by its owner only, unless one exists there.
+
+    An existing file is never opened: closing *any* descriptor of a file drops every POSIX
+    lock this process holds on it, SQLite's included, and another process could then take
+    itself for the last connection, checkpoint and delete the write-ahead log under ours
+    (lost commits; sqlite.org, "How To Corrupt An SQLite Database File", 2.2; ADR-0062).
+    ``mknod`` makes the file without any descriptor. Where it may not (macOS without root,
+    some file systems), ``O_EXCL`` makes a new inode, which no connection can hold a lock on
+    yet; every store this process opens goes through `_CREATING` first, so none connects to
+    the new file before that descriptor is closed. Raises ``OSError`` when the file cannot be
+    created.
+    """
+    mknod = getattr(os, "mknod", None)  # not on Windows, whose locks close does not drop
+    with _CREATING:
+        try:
+            if mknod is not None:
+                mknod(path, stat.S_IFREG | 0o600)
+                return
+        except FileExistsError:
+            return
+        except OSError as error:
+            if error.errno not in _NO_MKNOD:
+                raise
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        os.close(descriptor)
+
+
+_NO_MKNOD: Final = frozenset({errno.EPERM, errno.EACCES, errno.ENOSYS, errno.EOPNOTSUPP,
+                               errno.EINVAL})
+"""``mknod`` errors that mean "not this way here" (rather than "not in this directory")."""
 
 
 def _set_synchronous(pool: Any, pragma: str) -> None:
