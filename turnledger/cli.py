@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypeVar
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.domain.errors import CorruptRecord, TurnledgerError, bounded
 from turnledger.replay.transcripts import FORMATS
 from turnledger.store.backends.port import redact_text, redact_url
 from turnledger.store.session import DEFAULT_STORE_URL
@@ -347,13 +347,11 @@ def _salvaging(args: argparse.Namespace, read: Callable[[Any], T]) -> tuple[T, b
         print(f"turnledger: damaged store: {_one_line(error)}; reading what can be salvaged",
               file=sys.stderr)
         salvage = salvage_sqlite(path, **_salvage_keys(args))
-    try:
+    with salvage:
         for damage in salvage.damage:
             print(f"turnledger: skipped: session {damage.session_id} version {damage.version}: "
                   f"{damage.detail}", file=sys.stderr)
         return read(salvage.backend), True
-    finally:
-        salvage.backend.close()
 
 
 def _damaged_path(args: argparse.Namespace, error: BaseException) -> str | None:
@@ -1027,7 +1025,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return func(args, out or sys.stdout)
     except CorruptRecord as error:
-        print(f"turnledger: corrupt store: {_safe(str(error), args.store)}", file=sys.stderr)
+        print(f"turnledger: corrupt store: {_safe(_one_line(error), args.store)}",
+              file=sys.stderr)
         return EXIT_CHECK_FAILED
     except (UsageError, TurnledgerError) as error:
         # No message names the store's password, whoever wrote it (a driver, the library).
@@ -1047,7 +1046,7 @@ def _safe(text: str, url: str) -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
+    return bounded(" ".join(str(error).split()))
 
 
 if __name__ == "__main__":  # pragma: no cover

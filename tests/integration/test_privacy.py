@@ -321,9 +321,9 @@ def test_forgery_with_recomputed_unkeyed_chain_passes_a_store_without_audit_key(
 
 
 def test_keyed_chain_flags_a_forgery_and_a_downgrade(target: Target, records: RecordEditor) -> None:
-    """Under an audit key: an edit with recomputed sha256 chain values is `edited` at its
-    version; flipping the store back to an unkeyed chain is refused on open and reported by
-    `verify` (mixing is never silently accepted)."""
+    """Under an audit key: an edit with recomputed sha256 chain values is an unkeyed record
+    (`E2-keyed-chain`) at its version; flipping the store back to an unkeyed chain is refused
+    on open and reported by `verify` (mixing is never silently accepted)."""
     audit = new_key_text()
     with tl.open_store(target.url, audit_key=audit) as store:
         session = _fill(store, 3)
@@ -337,7 +337,7 @@ def test_keyed_chain_flags_a_forgery_and_a_downgrade(target: Target, records: Re
         tl.open_store(target.url, audit_key=audit)
     with tl.open_store(target.url, audit_key=audit, allow_unkeyed=True) as store:
         rules = {v.rule for v in verify(store.backend).violations}
-    assert (4, Rule.HASH_CHAIN) in found
+    assert (4, Rule.KEYED_CHAIN) in found
     assert Rule.KEYED_CHAIN in rules
 
 

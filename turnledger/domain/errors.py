@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
+    "DETAIL_LIMIT",
     "ConcurrencyConflict",
     "ContextWindowExceeded",
     "CorruptRecord",
@@ -12,7 +15,23 @@ __all__ = [
     "SessionNotFound",
     "TurnledgerError",
     "UnansweredToolCalls",
+    "bounded",
 ]
+
+DETAIL_LIMIT: Final = 600
+"""The most characters of one error detail or finding (`bounded`)."""
+
+
+def bounded(text: str, limit: int = DETAIL_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out.
+
+    Every error detail and audit finding goes through it: a detail can quote stored data (a
+    damaged field, a library's text listing records), and a damaged store must never turn one
+    message into megabytes (issue 19).
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
 class TurnledgerError(Exception):

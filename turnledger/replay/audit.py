@@ -3,7 +3,9 @@
 For each session, from its raw records (E2, E4, E6, E11, R18, R31-R34, R37):
 
 1. the hash chain (ADR-0004, `turnledger.store.mapper.verify_chain`): edited, reordered,
-   missing (versions must run 1, 2, 3, … without a gap) and undecodable records;
+   missing (versions must run 1, 2, 3, … without a gap), undecodable records, and in a keyed
+   store records chained without the audit key — each record judged by the very check every
+   read and restore makes (`TurnledgerMapper.check_link`, ADR-0063);
 2. every record decodes (a `CorruptRecord` is a violation, never a crash); the fold stops at the
    first record that does not, since what follows it cannot be trusted;
 3. the stream starts with `SessionStarted`, and folding it with the decider's `evolve` works;
@@ -21,7 +23,9 @@ For each session, from its raw records (E2, E4, E6, E11, R18, R31-R34, R37):
    starts from it, E5);
 7. the final views hold at most one breadcrumb, right after the system messages (R31).
 
-Each finding is a `Violation` naming the session, the event position and the rule.
+Each finding is a `Violation` naming the session, the event position and the rule, its detail
+bounded (`turnledger.domain.errors.bounded`). The whole store is checked by the database first
+(SQLite's integrity check) and, when damaged, audited from a salvage (`verify`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import attrs
 from eventsourcing.persistence import StoredEvent
 
 from turnledger.domain.decider import SessionState, evolve
-from turnledger.domain.errors import CorruptRecord, SessionNotFound
+from turnledger.domain.errors import CorruptRecord, SessionNotFound, bounded
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
@@ -58,12 +62,15 @@ from turnledger.domain.sweep import SweepResult, sweep_orphans
 from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.backends.sqlite import SQLiteDatabase
+from turnledger.store.codec import describe_error
 from turnledger.store.mapper import ChainProblem, ProblemKind, paused_gc, verify_chain
 from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
 from turnledger.store.session import parse_session_id
 from turnledger.store.snapshots import compare_snapshot
 
 __all__ = ["Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
+
+_INTEGRITY_LINES = 5  # lines of a database's own integrity check reported
 
 Progress = Callable[[int, int | None], None]
 """``progress(done_events, total_events_or_None)``, called as sessions are checked."""
@@ -89,7 +96,8 @@ class Rule(enum.StrEnum):
     ANCHOR = "E2-anchor"
     """The store disagrees with an anchor kept outside it (ADR-0048)."""
     KEYED_CHAIN = "E2-keyed-chain"
-    """An audit key was given but the store keeps an unkeyed chain (ADR-0047)."""
+    """An audit key was given but the store keeps an unkeyed chain, or records of a keyed
+    store are chained without the key (ADR-0047, ADR-0063)."""
 
     @property
     def requirement(self) -> str:
@@ -97,14 +105,19 @@ class Rule(enum.StrEnum):
         return self.value.split("-", 1)[0]
 
 
+def _bounded_id(text: str) -> str:
+    return bounded(text, 80)  # a damaged id column can hold anything
+
+
 @attrs.frozen
 class Violation:
     """One finding: ``session_id`` (UUID text), ``position`` (event version), ``rule``, why."""
 
-    session_id: str
+    session_id: str = attrs.field(converter=_bounded_id)
     position: int
     rule: Rule
-    detail: str
+    detail: str = attrs.field(converter=bounded)
+    """At most `turnledger.domain.errors.DETAIL_LIMIT` characters, whatever it quotes."""
 
     def __str__(self) -> str:
         return f"session {self.session_id} position {self.position}: [{self.rule}] {self.detail}"
@@ -148,25 +161,41 @@ def verify(
 ) -> VerifyReport:
     """Audit every session of ``backend`` (or the given ones); see the module docstring.
 
-    Never raises for what it finds in the data: damaged records are violations. When the
-    library cannot even list or read a SQLite store (a damaged column or page), what can be
-    read is salvaged (`turnledger.store.salvage`) and verified, and each unreadable row or
-    region is a violation too. Raises `SessionNotFound` for a given id that is not a UUID or
-    has no records, `StoreUnavailable` when the database fails.
+    Never raises for what it finds in the data: damaged records are violations. An audit of
+    the whole store (no ``session_ids``) first asks the database's own check
+    (`EventStoreBackend.integrity_problems`, SQLite's ``integrity_check``); when that finds
+    damage, or the library cannot even list or read the store (a damaged column or page),
+    what can be read is salvaged (`turnledger.store.salvage`, a scan of the tables that
+    trusts no index) and verified, and each unreadable row or region is a violation too.
+    Sessions whose start record is damaged or gone are audited all the same.
+    Raises `SessionNotFound` for a given id that is not a UUID or has no records,
+    `StoreUnavailable` when the database fails.
     """
     began = time.perf_counter()
+    path = _sqlite_path(backend)
+    error: BaseException
     try:
-        return _verify(backend, session_ids, progress, began)
-    except Exception as error:
-        path = _sqlite_path(backend)
-        if path is None or not is_damage(error):
+        # The whole file's check, for an audit of the whole store: checking a few sessions
+        # reads what their restore reads (O(those sessions), not O(store)).
+        damaged = [] if session_ids is not None else backend.integrity_problems(_INTEGRITY_LINES)
+        if not damaged or path is None:
+            report = _verify(backend, session_ids, progress, began)
+            found = [Violation(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
+                               f"the database's integrity check: {line}") for line in damaged]
+            return attrs.evolve(report, violations=(*found, *report.violations))
+        # Reads through a damaged index can miss rows without an error: trust no index.
+        error = CorruptRecord(f"SQLite's integrity check finds damage below the records "
+                              f"({damaged[0]})")
+    except Exception as failure:
+        if path is None or not is_damage(failure):
             raise
-        keyring = backend.protection.keyring
-        return verify_salvaged(
-            path, error, session_ids, progress,
-            key=None if keyring is None else keyring.master,
-            audit_key=backend.protection.audit_key,
-        )
+        error = failure
+    keyring = backend.protection.keyring
+    return verify_salvaged(
+        path, error, session_ids, progress,
+        key=None if keyring is None else keyring.master,
+        audit_key=backend.protection.audit_key,
+    )
 
 
 def verify_salvaged(
@@ -182,14 +211,12 @@ def verify_salvaged(
     store's ``key`` and ``audit_key`` when it is encrypted or keyed).
 
     ``error`` is why the store could not be read whole; it is the first violation, followed by
-    one per unreadable row or region, then the findings on the salvaged sessions.
+    one per unreadable row or region, then the findings on the salvaged sessions (a session
+    that cannot be audited to its end is a finding too, never an exception).
     """
     began = time.perf_counter()
-    salvage = salvage_sqlite(path, key=key, audit_key=audit_key)
-    try:
-        report = _verify(salvage.backend, session_ids, progress, began)
-    finally:
-        salvage.backend.close()
+    with salvage_sqlite(path, key=key, audit_key=audit_key) as salvage:
+        report = _verify(salvage.backend, session_ids, progress, began, salvaged=True)
     found = [
         Violation(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
                   f"the store cannot be read whole ({_one_line(error)}); verified what could "
@@ -201,7 +228,7 @@ def verify_salvaged(
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+    return bounded(" ".join(str(error).split()) or type(error).__name__)
 
 
 def _sqlite_path(backend: EventStoreBackend) -> str | None:
@@ -214,14 +241,23 @@ def _verify(
     session_ids: Iterable[UUID | str] | None,
     progress: Progress | None,
     began: float,
+    *,
+    salvaged: bool = False,
 ) -> VerifyReport:
+    violations: list[Violation] = []
     if session_ids is None:
         ids = list(backend.session_ids())
         total: int | None = backend.max_notification_id()
+        for stray in backend.unlisted_sessions(ids):
+            if isinstance(stray, UUID):
+                ids.append(stray)  # its start record is damaged or gone: audited all the same
+            else:
+                violations.append(Violation(stray, 0, Rule.CORRUPT_RECORD, (
+                    f"records whose session id {stray!r} is not a UUID: they belong to no "
+                    "session (a damaged or edited originator_id)")))
     else:
         ids = [parse_session_id(s) for s in session_ids]
         total = None
-    violations: list[Violation] = []
     if backend.protection.unkeyed_despite_audit_key:
         violations.append(Violation(
             STORE_WIDE, 0, Rule.KEYED_CHAIN,
@@ -231,14 +267,11 @@ def _verify(
         ))
     done = 0
     for session_id in ids:
-        records = backend.read_records(session_id)
-        if not records and session_ids is not None:
-            raise SessionNotFound(f"no session {session_id} in this store")
-        audit = _SessionVerifier(backend, session_id, records)
-        with paused_gc():  # the fold keeps what it builds: collecting would free nothing
-            audit.run()
-        violations.extend(audit.violations)
-        done += len(records)
+        found, count = _audit_session(
+            backend, session_id, asked=session_ids is not None, salvaged=salvaged
+        )
+        violations.extend(found)
+        done += count
         if progress is not None:
             progress(done, total)
     return VerifyReport(
@@ -247,6 +280,29 @@ def _verify(
         violations=tuple(violations),
         seconds=time.perf_counter() - began,
     )
+
+
+def _audit_session(
+    backend: EventStoreBackend, session_id: UUID, *, asked: bool, salvaged: bool
+) -> tuple[list[Violation], int]:
+    """The findings on one session and how many records it has. In a salvaged copy, whatever
+    stops the audit (a damaged keys table, a record no check foresaw) is one more finding."""
+    records = backend.read_records(session_id)
+    if not records and asked:
+        if not salvaged:
+            raise SessionNotFound(f"no session {session_id} in this store")
+        return [Violation(str(session_id), 0, Rule.CORRUPT_RECORD,
+                          "no record of this session could be salvaged")], 0
+    audit = _SessionVerifier(backend, session_id, records)
+    try:
+        with paused_gc():  # the fold keeps what it builds: collecting would free nothing
+            audit.run()
+    except Exception as error:
+        if not salvaged:
+            raise
+        audit.report(0, Rule.CORRUPT_RECORD, f"the audit of this session stops: "
+                                             f"{describe_error(error)}")
+    return audit.violations, len(records)
 
 
 def _describe_orphans(messages: Sequence[ChatMessage], swept: SweepResult[ChatMessage]) -> str:
@@ -289,6 +345,7 @@ _CHAIN_RULES = {
     ProblemKind.REORDERED: Rule.HASH_CHAIN,
     ProblemKind.MISSING: Rule.MISSING_RECORD,
     ProblemKind.UNDECODABLE: Rule.CORRUPT_RECORD,
+    ProblemKind.UNKEYED: Rule.KEYED_CHAIN,
 }
 
 
@@ -378,7 +435,9 @@ class _SessionVerifier:
         events: list[DomainEvent] = []
         chains: list[bytes] = []
         decode = self.backend.mapper.decode_record
-        for expected, record in enumerate(self.records, start=1):
+        # A version below 1 was reported by the chain check; it is no position to fold at.
+        numbered = [r for r in self.records if r.originator_version >= 1]
+        for expected, record in enumerate(numbered, start=1):
             if record.originator_version != expected:
                 if (expected, Rule.MISSING_RECORD) not in self._seen:
                     self.report(expected, Rule.MISSING_RECORD, f"version {expected} is missing")

@@ -31,7 +31,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Self, TypeVar
 from uuid import UUID
@@ -606,6 +606,34 @@ class EventStoreBackend:
             if rows is None:
                 return [], list(self.recorder.select_events(session_id, gt=gt, lte=upto_version))
         return rows, None
+
+    def unlisted_sessions(self, listed: Collection[UUID]) -> list[UUID | str]:
+        """The sessions that have records but are not in ``listed`` (`session_ids`' answer):
+        a session whose `SessionStarted` record was damaged or deleted is in no list, and an
+        audit must still check it (issue 19). An id that is not a UUID is returned as text;
+        ``[]`` where the backend cannot tell. Raises `StoreUnavailable`."""
+        self._check_open()
+        with self._translate("list the sessions of the records"):
+            stored = self.database.stored_session_ids(self.recorder)
+        found: list[UUID | str] = []
+        known = set(listed)
+        for raw in stored or ():
+            try:
+                session = raw if isinstance(raw, UUID) else UUID(str(raw))
+            except ValueError:
+                found.append(str(raw))
+                continue
+            if session not in known:
+                found.append(session)
+        return found
+
+    def integrity_problems(self, limit: int = 20) -> list[str]:
+        """What the database's own consistency check finds below the records, at most
+        ``limit`` lines (`Database.integrity_problems`; ``[]`` for a sound store or a
+        backend without such a check). Raises `StoreUnavailable` when it cannot run."""
+        self._check_open()
+        with self._translate("check the integrity of"):
+            return self.database.integrity_problems(limit)
 
     def verify(
         self, session_id: UUID, *, expected_version: int | None = None

@@ -46,7 +46,7 @@ from cattrs.strategies import configure_tagged_union
 
 from turnledger.domain.blocks import BLOCK_TAGS, ContentBlock
 from turnledger.domain.budget import AliasMap
-from turnledger.domain.errors import CorruptRecord, InvalidMessage
+from turnledger.domain.errors import CorruptRecord, InvalidMessage, bounded
 from turnledger.domain.events import EVENT_TYPES, DomainEvent
 from turnledger.domain.messages import (
     AssistantBlock,
@@ -372,7 +372,7 @@ def describe_error(error: BaseException) -> str:
         text = "; ".join(details) if details else str(error)
     else:
         text = _name_and_text(error)
-    return " ".join(text.split())
+    return bounded(" ".join(text.split()))
 
 
 class UndecodableRecord(CorruptRecord):
@@ -380,12 +380,13 @@ class UndecodableRecord(CorruptRecord):
 
     def __init__(self, session_id: UUID | str, version: int, topic: str, cause: str) -> None:
         super().__init__(
-            f"corrupt record: session {session_id} version {version} (topic {topic!r}): {cause}",
+            f"corrupt record: session {bounded(str(session_id), 80)} version {version} "
+            f"(topic {bounded(repr(topic), 120)}): {bounded(cause)}",
             session_id=str(session_id),
             version=version,
         )
         self.topic = topic
-        self.cause = cause
+        self.cause = bounded(cause)
 
 
 # --- codec ----------------------------------------------------------------------------------

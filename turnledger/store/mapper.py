@@ -47,6 +47,7 @@ from turnledger.store.packing import envelope_of, open_envelope
 
 __all__ = [
     "CHAIN_SIZE",
+    "LINK_DETAIL",
     "ZERO_CHAIN",
     "ChainProblem",
     "EnvelopeTranscoder",
@@ -165,6 +166,31 @@ class TurnledgerMapper(Mapper[UUID]):
         if self.audit_key is None:
             return chain_digest(prev_chain, originator_id, version, topic, body)
         return keyed_chain_digest(self.audit_key, prev_chain, originator_id, version, topic, body)
+
+    def check_link(
+        self,
+        prev_chain: bytes,
+        session_id: UUID,
+        version: int,
+        topic: str,
+        body: bytes,
+        chain: bytes,
+    ) -> ProblemKind | None:
+        """THE chain check of one record, for every read, restore and audit (ADR-0063).
+
+        None when ``chain`` (the stored chain value) is `chain_of` the record after
+        ``prev_chain``. Otherwise what is wrong: `ProblemKind.UNKEYED` when the store is keyed
+        but ``chain`` is the unkeyed sha256 value (written by someone or something without the
+        audit key: a forgery, or a writer that opened the store before it was keyed), else
+        `ProblemKind.EDITED`. `LINK_DETAIL` says each in words.
+        """
+        if chain == self.chain_of(prev_chain, session_id, version, topic, body):
+            return None
+        if self.audit_key is not None and chain == chain_digest(
+            prev_chain, session_id, version, topic, body
+        ):
+            return ProblemKind.UNKEYED
+        return ProblemKind.EDITED
 
     def conceal(self, event: DomainEvent, topic: str, payload: bytes) -> bytes:
         """The bytes stored (and chained) for an event's payload: the payload itself here."""
@@ -332,24 +358,23 @@ class TurnledgerMapper(Mapper[UUID]):
         decoded: list[tuple[DomainEvent, bytes]] = []
         expected = first_version
         decode, open_row, reveal = self.codec.decode_event, self.open_row, self.reveal
+        check_link = self.check_link
         with paused_gc():
             for version, topic, state in rows:
                 if version != expected:
-                    what = "repeated" if version < expected else "missing"
                     raise UndecodableRecord(
-                        session_id, expected, topic,
-                        f"version {expected} is {what} (the next record is version {version})",
+                        session_id, expected, topic, _out_of_sequence(expected, version)
                     )
                 chain, body = open_row(session_id, version, topic, state)
                 # Decode first: an undecodable record is named by its own cause (unknown
                 # topic, invalid field) rather than by the chain it also breaks.
                 event = decode(topic, reveal(session_id, version, topic, body), session_id,
                                version)
-                if chain != self.chain_of(prev_chain, session_id, version, topic, body):
+                fault = check_link(prev_chain, session_id, version, topic, body, chain)
+                if fault is not None:
                     raise UndecodableRecord(
                         session_id, version, topic,
-                        "its hash chain does not match its bytes or its predecessor's "
-                        "(edited, moved or re-chained); `turnledger verify` tells which",
+                        f"{LINK_DETAIL[fault]}; `turnledger verify` tells more",
                     )
                 decoded.append((event, chain))
                 prev_chain, expected = chain, expected + 1
@@ -411,6 +436,14 @@ def _as_uuid(stored: StoredEvent) -> UUID:
         ) from None
 
 
+def _out_of_sequence(expected: int, version: int) -> str:
+    if version < 1:
+        return (f"a record carries the invalid version {version} (versions start at 1): its "
+                "version column is damaged")
+    what = "repeated" if version < expected else "missing"
+    return f"version {expected} is {what} (the next record is version {version})"
+
+
 class ProblemKind(enum.StrEnum):
     """What `verify_chain` found wrong with a record (ADR-0004)."""
 
@@ -418,6 +451,22 @@ class ProblemKind(enum.StrEnum):
     MISSING = "missing"
     REORDERED = "reordered"
     UNDECODABLE = "undecodable"
+    UNKEYED = "unkeyed"
+    """In a keyed store, a record chained with the unkeyed sha256 chain (ADR-0047, ADR-0063)."""
+
+
+LINK_DETAIL: Final = {
+    ProblemKind.EDITED: (
+        "its hash chain does not match its bytes or its predecessor's (edited, moved or "
+        "re-chained)"
+    ),
+    ProblemKind.UNKEYED: (
+        "chained with the unkeyed sha256 chain in a store keyed under an audit key: written "
+        "or re-chained without the audit key (a forgery, or a writer that opened the store "
+        "before it was keyed)"
+    ),
+}
+"""What `TurnledgerMapper.check_link` found, in words: the same text for reads and audits."""
 
 
 @attrs.frozen
@@ -451,6 +500,8 @@ class _SessionAudit:
         self.uuid: UUID | None = None  # the session's, converted once per run
         self.decoded: dict[int, tuple[DomainEvent, bytes]] = {}
         """(event, stored chain) of each record that decoded, by ``id(record)``."""
+        self.unkeyed_runs: list[tuple[int, int]] = []
+        """(first, last) version of each run of records chained without the audit key."""
 
     def report(self, version: int, kind: ProblemKind, detail: str) -> None:
         self.problems.append(ChainProblem(self.session_id, version, kind, detail))
@@ -467,6 +518,9 @@ class _SessionAudit:
         prev_chain: bytes | None = ZERO_CHAIN  # None: unknown (after a gap or bad record)
         for record in records:
             version = record.originator_version
+            if version < 1:  # a damaged version column; no chain can be computed for it
+                self.report(version, ProblemKind.UNDECODABLE, _out_of_sequence(1, version))
+                continue
             if version == prev_version:
                 self.report(version, ProblemKind.REORDERED, "two records claim this version")
                 continue
@@ -474,22 +528,7 @@ class _SessionAudit:
                 self.report_missing(prev_version + 1, version - 1, "")
                 prev_chain = None
             prev_version = version
-            try:
-                chain, payload = self.mapper.open_record(record)
-            except UndecodableRecord as error:
-                self.report(version, ProblemKind.UNDECODABLE, error.cause)
-                prev_chain = None
-                continue
-            if prev_chain is not None and chain != self.mapper.chain_of(
-                prev_chain, self.uuid or _as_uuid(record), version, record.topic, payload
-            ):
-                mismatches.append(_Mismatch(record, chain, payload))
-                prev_chain = chain
-                continue
-            known[chain] = version
-            prev_chain = chain
-            if self.decode:
-                self.check_decodes(record, chain, payload)
+            prev_chain = self.check_record(record, prev_chain, known, mismatches)
         if expected_version is not None and expected_version > prev_version:
             self.report_missing(
                 prev_version + 1,
@@ -497,9 +536,53 @@ class _SessionAudit:
                 f" (the session ends at version {prev_version}, its anchor says "
                 f"{expected_version})",
             )
+        self.report_unkeyed()
         self.explain(mismatches, known)
         self.problems.sort(key=lambda p: p.version)
         return self.problems
+
+    def check_record(
+        self,
+        record: StoredEvent,
+        prev_chain: bytes | None,
+        known: dict[bytes, int],
+        mismatches: list[_Mismatch],
+    ) -> bytes | None:
+        """Check one record against its predecessor's stored chain (`check_link`, the check
+        every read makes); the chain the next record continues, None when it is unknown."""
+        version = record.originator_version
+        try:
+            chain, payload = self.mapper.open_record(record)
+        except UndecodableRecord as error:
+            self.report(version, ProblemKind.UNDECODABLE, error.cause)
+            return None
+        fault = None if prev_chain is None else self.mapper.check_link(
+            prev_chain, self.uuid or _as_uuid(record), version, record.topic, payload, chain
+        )
+        if fault is ProblemKind.EDITED:
+            mismatches.append(_Mismatch(record, chain, payload))
+            return chain
+        if fault is ProblemKind.UNKEYED:
+            self.unkeyed(version)
+        else:
+            known[chain] = version
+        if self.decode:
+            self.check_decodes(record, chain, payload)
+        return chain
+
+    def unkeyed(self, version: int) -> None:
+        """Note an unkeyed record; consecutive ones are one finding (`report_unkeyed`)."""
+        runs = self.unkeyed_runs
+        if runs and runs[-1][1] == version - 1:
+            runs[-1] = (runs[-1][0], version)
+        else:
+            runs.append((version, version))
+
+    def report_unkeyed(self) -> None:
+        for first, last in self.unkeyed_runs:
+            what = f"version {first}" if first == last else f"versions {first} to {last}"
+            detail = LINK_DETAIL[ProblemKind.UNKEYED]
+            self.report(first, ProblemKind.UNKEYED, f"{what}: {detail}")
 
     def report_missing(self, first: int, last: int, why: str) -> None:
         what = f"version {first} is" if first == last else f"versions {first} to {last} are"
@@ -530,11 +613,10 @@ class _SessionAudit:
             for prev_chain, prev_version in pending:
                 for mismatch in list(unresolved):
                     record = mismatch.record
-                    candidate = self.mapper.chain_of(
+                    if self.mapper.check_link(
                         prev_chain, _as_uuid(record), prev_version + 1, record.topic,
-                        mismatch.payload,
-                    )
-                    if candidate != mismatch.chain:
+                        mismatch.payload, mismatch.chain,
+                    ) is not None:
                         continue
                     unresolved.remove(mismatch)
                     written_as = prev_version + 1

@@ -16,7 +16,7 @@ from typing import Self
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import ApplicationRecorder, StoredEvent
 from eventsourcing.popo import (
     POPOAggregateRecorder,
     POPOApplicationRecorder,
@@ -57,6 +57,11 @@ class MemoryEventRecorder(POPOApplicationRecorder):
             self._stored_events[position] = dataclasses.replace(
                 self._stored_events[position], topic=topic, state=state
             )
+
+    def session_keys(self) -> list[object]:
+        """The ``originator_id`` of every session with a record (`stored_session_ids`)."""
+        with self._database_lock:
+            return [key for key, index in self._stored_events_index.items() if index]
 
     def forget_record(self, session_id: UUID, version: int) -> None:
         """Make a stored record unreachable by its session (tamper tests: a deleted row)."""
@@ -125,6 +130,9 @@ class MemoryDatabase(Database):
             recorders.snapshots,
             lambda: tracking,
         )
+
+    def stored_session_ids(self, recorder: ApplicationRecorder) -> list[object] | None:
+        return recorder.session_keys() if isinstance(recorder, MemoryEventRecorder) else None
 
     def key_sql(self) -> SqlConnection:
         """The store's own in-memory keys database (shared by every backend of a name)."""

@@ -240,6 +240,26 @@ class Database(abc.ABC):
         """
         return None
 
+    def stored_session_ids(self, recorder: ApplicationRecorder) -> list[object] | None:
+        """Every distinct ``originator_id`` of the records in ``recorder``, as the database
+        holds it (UUID or text, maybe damaged); None: this database cannot tell.
+
+        The session list reads only the `SessionStarted` records, so a session whose first
+        record was damaged or deleted is in no list; `verify` asks here so that it still
+        audits that session (issue 19). Raises what the library or the driver raises.
+        """
+        return None
+
+    def integrity_problems(self, limit: int) -> list[str]:
+        """What the database's own consistency check finds below the records (a page that
+        cannot be read, an index that disagrees with its table, a file shorter than its
+        pages), at most ``limit`` lines; ``[]`` when it finds nothing or has no such check.
+
+        `turnledger.replay.audit.verify` asks first: records read through a damaged index
+        can be silently fewer than the table holds (issue 19). Raises what the driver raises.
+        """
+        return []
+
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
         """A new connection to the SQL database the store lives in, for a projection's tables.

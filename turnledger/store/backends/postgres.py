@@ -25,6 +25,7 @@ from typing import Any, Final, Self
 from uuid import UUID
 
 import attrs
+from eventsourcing.persistence import ApplicationRecorder
 
 from turnledger.store.backends.port import (
     Database,
@@ -353,6 +354,18 @@ class PostgresDatabase(Database):
         finally:
             connection.close()
         return 0 if row is None else int(row[0])
+
+    def stored_session_ids(self, recorder: ApplicationRecorder) -> list[object] | None:
+        from psycopg import sql
+
+        query = sql.SQL("SELECT DISTINCT originator_id FROM {}.{}").format(
+            sql.Identifier(self.schema), sql.Identifier(self._events_table)
+        )
+        connection = self.connect_sql().connection
+        try:
+            return [row[0] for row in connection.execute(query).fetchall()]
+        finally:
+            connection.close()
 
     def connect_sql(self) -> SqlConnection:
         import psycopg

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from eventsourcing.sqlite import SQLiteFactory
     from eventsourcing.utils import Environment
 
-__all__ = ["SQLITE_DIALECT", "SQLiteDatabase"]
+__all__ = ["SQLITE_DIALECT", "SQLiteDatabase", "integrity_check", "open_damaged"]
 
 SQLITE_DIALECT: Final = SqlDialect(name="sqlite", placeholder="?", begin="BEGIN IMMEDIATE")
 """SQLite's SQL for projections (``BEGIN IMMEDIATE`` takes the write lock up front)."""
@@ -275,6 +275,25 @@ class SQLiteDatabase(Database):
             rows: list[tuple[int, str, bytes]] = cursor.fetchall()
         return rows
 
+    def stored_session_ids(self, recorder: ApplicationRecorder) -> list[object] | None:
+        from eventsourcing.sqlite import SQLiteAggregateRecorder
+
+        if not isinstance(recorder, SQLiteAggregateRecorder):
+            return None
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.sqlite_cursor.row_factory = None
+            # The (originator_id, originator_version) index: no record's state is read.
+            cursor.execute(f"SELECT DISTINCT originator_id FROM {recorder.events_table_name}")
+            return [row[0] for row in cursor.fetchall()]
+
+    def integrity_problems(self, limit: int) -> list[str]:
+        uri = self._read_only_uri() if self.read_only else self.uri + "?mode=ro"
+        connection = open_damaged(uri, timeout=self.limits.lock)
+        try:
+            return integrity_check(connection, limit)
+        finally:
+            connection.close()
+
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
             memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -288,6 +307,39 @@ class SQLiteDatabase(Database):
         )
         connection.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         return SqlConnection(connection, SQLITE_DIALECT)
+
+
+def open_damaged(uri: str, *, timeout: float = _DEFAULT_LOCK_TIMEOUT) -> sqlite3.Connection:
+    """A read-only connection (``uri`` must say ``mode=ro`` or ``immutable=1``) that reads
+    what it can of a damaged file.
+
+    ``PRAGMA writable_schema=ON`` makes SQLite tolerate a schema it cannot fully parse and
+    read a file shorter than its header says (checked on SQLite 3.40: the btree then counts
+    the pages the file has), so a truncated file is read as it is — no copy, and no
+    descriptor of this process on the file besides SQLite's own (issue 19). Nothing can be
+    written through it. Raises ``sqlite3.Error`` when the file cannot be opened.
+    """
+    connection = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    try:
+        connection.execute("PRAGMA writable_schema=ON")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def integrity_check(connection: sqlite3.Connection, limit: int) -> list[str]:
+    """The problems ``PRAGMA integrity_check`` reports (at most ``limit`` lines, each one
+    line); ``[]`` for a sound file. Raises ``sqlite3.Error`` when the check cannot run."""
+    found: list[str] = []
+    for (text,) in connection.execute(f"PRAGMA integrity_check({max(1, int(limit))})"):
+        if isinstance(text, bytes):  # a connection with text_factory=bytes
+            text = text.decode(errors="replace")
+        for line in str(text).splitlines():
+            line = " ".join(line.split())
+            if line and line != "ok" and not line.startswith("*** in database"):
+                found.append(line)
+    return found[:limit]
 
 
 _CREATING: Final = threading.Lock()
