@@ -302,8 +302,5 @@ def test_i19_p1_the_store_package_opens_no_file_outside_the_driver() -> None:
     calls: set[tuple[str, str, str]] = set()
     for path in sorted((ROOT / "turnledger" / "store").rglob("*.py")):
         calls |= _raw_calls(path)
-    assert set() == calls - JUSTIFIED - _pending_salvage(calls)
+    assert set() == calls - JUSTIFIED
 
-
-def _pending_salvage(calls: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
-    return {c for c in calls if c[0] == "turnledger/store/salvage.py"}
