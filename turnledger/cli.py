@@ -539,6 +539,15 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
             raise NotEncrypted(f"{redact_url(args.store)} is not encrypted: purge forgets "
                                "sessions by destroying their data keys; give the store's key")
         age = f"{args.older_than.total_seconds() / 86400:g} days"
+        # A session whose key is already destroyed is finished whatever its age: nobody can
+        # read it any more, and until its SessionForgotten is recorded `verify` fails.
+        unfinished = store.unfinished_forgets()
+        for session_id in unfinished:
+            print(f"{'finishing' if args.yes else 'would finish'} the interrupted forget of "
+                  f"{session_id} (its data key is destroyed, SessionForgotten is missing)",
+                  file=out)
+            if args.yes:
+                store.forget(session_id, reason="finishing an interrupted forget")
         idle = store.idle_sessions(args.older_than)
         verb = "forgetting" if args.yes else "would forget"
         for session_id, last in idle:
@@ -546,12 +555,15 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
                   file=out)
             if args.yes:
                 store.forget(session_id, reason=f"retention: idle longer than {age}")
-    if not idle:
+        if args.yes:  # also when nothing was left: a purge killed before its last step
+            store.erase_destroyed_keys()
+    count = len(unfinished) + len(idle)
+    if not count:
         print(f"no session is idle longer than {age}", file=out)
     elif not args.yes:
-        print(f"{len(idle):,} sessions; run again with --yes to forget them", file=out)
+        print(f"{count:,} sessions; run again with --yes to forget them", file=out)
     else:
-        print(f"forgot {len(idle):,} sessions", file=out)
+        print(f"forgot {count:,} sessions", file=out)
     return EXIT_OK
 
 

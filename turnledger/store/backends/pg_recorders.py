@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-from eventsourcing.persistence import InterfaceError, OperationalError
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
@@ -27,9 +27,11 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import Environment
 
-from turnledger.store.backends.port import Limits
+from turnledger.store.backends.port import Limits, SqlStatement
 
-__all__ = ["bounded_factory", "connection_lost", "missing_objects", "set_up_tables"]
+__all__ = [
+    "bounded_factory", "connection_lost", "insert_with_keys", "missing_objects", "set_up_tables",
+]
 
 _RECONNECTS = 2
 """Extra attempts of a read whose connection was found dead (one per pooled connection lost)."""
@@ -164,3 +166,24 @@ def bounded_factory(limits: Limits) -> Callable[[Environment], PostgresFactory]:
         return factory
 
     return build
+
+
+def insert_with_keys(
+    recorder: PostgresApplicationRecorder,
+    schema: str,
+    records: Sequence[StoredEvent],
+    keys: Sequence[SqlStatement],
+) -> None:
+    """Insert ``records`` as the library does (its table lock, its notify, its insert) and run
+    ``keys`` (statements on the keys tables of ``schema``) in the same transaction, on one
+    connection of the library's pool (`Recorders.insert_with_keys`, ADR-0066). Raises what the
+    library's insert raises (its ``IntegrityError`` for a taken (session, version))."""
+    from psycopg.sql import SQL, Identifier
+
+    with recorder.datastore.transaction(commit=True) as cursor:
+        # The library's own insert of its recorder, inside this transaction (9.x).
+        recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+        # The keys statements name their tables as the store's SQL connection does.
+        cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
+        for statement, parameters in keys:
+            cursor.execute(statement, parameters)
