@@ -568,7 +568,7 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.store.keys import key_id, parse_key, read_key_file
+    from turnledger.store.keys import WrongKey, key_id, parse_key, read_key_file
 
     if args.new_key_file:
         new_key = read_key_file(args.new_key_file, "new key")
@@ -576,15 +576,37 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
         new_key = parse_key(os.environ["TURNLEDGER_NEW_KEY"], "new key")
     else:
         raise UsageError("give the new key: --new-key-file FILE or TURNLEDGER_NEW_KEY")
-    with _open(args) as store:
+    new_id = key_id(new_key, "master")
+    try:
+        store = _open(args)
+    except WrongKey:
+        if not _opens_with(args, new_key):
+            raise
+        # Rekey re-wraps everything in one transaction (ADR-0066): this is a run again
+        # after one that committed, whose answer may never have been seen.
+        print(f"the store is under the new key (id {new_id}) already: an earlier rekey "
+              "finished; nothing to do", file=out)
+        return EXIT_OK
+    with store:
         count = store.rekey(new_key)
-    print(f"re-wrapped {count:,} data keys under the new key (id {key_id(new_key, 'master')}); "
-          "no event was rewritten; open the store with the new key from now on", file=out)
+    print(f"re-wrapped {count:,} data keys under the new key (id {new_id}); no event was "
+          "rewritten; open the store with the new key from now on", file=out)
     return EXIT_OK
 
 
+def _opens_with(args: argparse.Namespace, key: bytes) -> bool:
+    """Whether the store of ``args`` opens with ``key`` as its master key."""
+    from turnledger.store.session import open_store
+
+    try:
+        open_store(args.store, **(_keys(args) | {"key": key})).close()
+    except TurnledgerError:
+        return False
+    return True
+
+
 def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.store.rechain import rechain
+    from turnledger.store.rechain import chained_under, rechain
 
     audit_key = _audit_key(args)
     if audit_key is None:
@@ -596,9 +618,14 @@ def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
               file=out)
         return EXIT_OK
     with _open(args, allow_unkeyed=True) as store:
+        already = chained_under(store.backend, audit_key)
         count = rechain(store.backend, audit_key)
-    print(f"re-chained {count:,} records under the audit key; take an anchor now "
-          "(`turnledger anchor --output FILE`)", file=out)
+    if already:
+        print("the store keeps the keyed chain of this audit key already: an earlier rechain "
+              "finished; nothing to do", file=out)
+    else:
+        print(f"re-chained {count:,} records under the audit key; take an anchor now "
+              "(`turnledger anchor --output FILE`)", file=out)
     return EXIT_OK
 
 

@@ -233,6 +233,44 @@ def test_i19_p5_purge_finishes_a_forget_left_half_done(store: Target, tmp_path: 
     assert {half: True, other: False} == rows
 
 
+def test_i19_p5_rekey_run_again_after_it_committed_does_nothing(
+    store: Target, tmp_path: Path
+) -> None:
+    """`rekey` run again with the same keys after it committed (its answer lost to a kill)
+    exits 0 and changes nothing; a key that is neither the store's nor the new one is still
+    refused."""
+    cli = KeyedCli(store, tmp_path, _key_file(tmp_path, "old.key"))
+    session_id = _import(cli)
+    new = _key_file(tmp_path, "new.key")
+    first = cli.run("rekey", "--new-key-file", new)
+    again = cli.run("rekey", "--new-key-file", new)
+    stranger = cli.bare("--key-file", _key_file(tmp_path, "other.key"), "rekey",
+                        "--new-key-file", _key_file(tmp_path, "next.key"))
+    cli.key_file = new
+    texts = cli.ok("replay", session_id, "--view", "chat")
+    assert (0, 0, 2) == (first.returncode, again.returncode, stranger.returncode), describe(again)
+    assert (True, True, True) == ("already" in again.stdout, "wrong key" in stranger.stderr,
+                                  MARKER in texts)
+    assert "OK" in cli.ok("verify")
+
+
+def test_i19_p5_rechain_run_again_after_it_committed_does_nothing(
+    store: Target, tmp_path: Path
+) -> None:
+    """`rechain --yes` run again with the same audit key after it committed exits 0 and
+    rewrites nothing; another audit key is still refused."""
+    cli = Cli(store, tmp_path)
+    cli.demo()
+    audit = _key_file(tmp_path, "audit.key")
+    first = cli.run("--audit-key-file", audit, "rechain", "--yes")
+    again = cli.run("--audit-key-file", audit, "rechain", "--yes")
+    other = cli.run("--audit-key-file", _key_file(tmp_path, "other.key"), "rechain", "--yes")
+    verified = cli.run("--audit-key-file", audit, "verify")
+    assert (0, 0, 2, 0) == (first.returncode, again.returncode, other.returncode,
+                            verified.returncode), describe(again)
+    assert (True, True) == ("already" in again.stdout, "wrong audit key" in other.stderr)
+
+
 READER = """
 import sqlite3, sys
 connection = sqlite3.connect(sys.argv[1], isolation_level=None)
