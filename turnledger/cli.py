@@ -537,6 +537,15 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
             raise NotEncrypted(f"{redact_url(args.store)} is not encrypted: purge forgets "
                                "sessions by destroying their data keys; give the store's key")
         age = f"{args.older_than.total_seconds() / 86400:g} days"
+        # A session whose key is already destroyed is finished whatever its age: nobody can
+        # read it any more, and until its SessionForgotten is recorded `verify` fails.
+        unfinished = store.unfinished_forgets()
+        for session_id in unfinished:
+            print(f"{'finishing' if args.yes else 'would finish'} the interrupted forget of "
+                  f"{session_id} (its data key is destroyed, SessionForgotten is missing)",
+                  file=out)
+            if args.yes:
+                store.forget(session_id, reason="finishing an interrupted forget")
         idle = store.idle_sessions(args.older_than)
         verb = "forgetting" if args.yes else "would forget"
         for session_id, last in idle:
@@ -544,17 +553,20 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
                   file=out)
             if args.yes:
                 store.forget(session_id, reason=f"retention: idle longer than {age}")
-    if not idle:
+        if args.yes:  # also when nothing was left: a purge killed before its last step
+            store.erase_destroyed_keys()
+    count = len(unfinished) + len(idle)
+    if not count:
         print(f"no session is idle longer than {age}", file=out)
     elif not args.yes:
-        print(f"{len(idle):,} sessions; run again with --yes to forget them", file=out)
+        print(f"{count:,} sessions; run again with --yes to forget them", file=out)
     else:
-        print(f"forgot {len(idle):,} sessions", file=out)
+        print(f"forgot {count:,} sessions", file=out)
     return EXIT_OK
 
 
 def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.store.keys import key_id, parse_key, read_key_file
+    from turnledger.store.keys import WrongKey, key_id, parse_key, read_key_file
 
     if args.new_key_file:
         new_key = read_key_file(args.new_key_file, "new key")
@@ -562,15 +574,37 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
         new_key = parse_key(os.environ["TURNLEDGER_NEW_KEY"], "new key")
     else:
         raise UsageError("give the new key: --new-key-file FILE or TURNLEDGER_NEW_KEY")
-    with _open(args) as store:
+    new_id = key_id(new_key, "master")
+    try:
+        store = _open(args)
+    except WrongKey:
+        if not _opens_with(args, new_key):
+            raise
+        # Rekey re-wraps everything in one transaction (ADR-0066): this is a run again
+        # after one that committed, whose answer may never have been seen.
+        print(f"the store is under the new key (id {new_id}) already: an earlier rekey "
+              "finished; nothing to do", file=out)
+        return EXIT_OK
+    with store:
         count = store.rekey(new_key)
-    print(f"re-wrapped {count:,} data keys under the new key (id {key_id(new_key, 'master')}); "
-          "no event was rewritten; open the store with the new key from now on", file=out)
+    print(f"re-wrapped {count:,} data keys under the new key (id {new_id}); no event was "
+          "rewritten; open the store with the new key from now on", file=out)
     return EXIT_OK
 
 
+def _opens_with(args: argparse.Namespace, key: bytes) -> bool:
+    """Whether the store of ``args`` opens with ``key`` as its master key."""
+    from turnledger.store.session import open_store
+
+    try:
+        open_store(args.store, **(_keys(args) | {"key": key})).close()
+    except TurnledgerError:
+        return False
+    return True
+
+
 def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.store.rechain import rechain
+    from turnledger.store.rechain import chained_under, rechain
 
     audit_key = _audit_key(args)
     if audit_key is None:
@@ -582,9 +616,14 @@ def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
               file=out)
         return EXIT_OK
     with _open(args, allow_unkeyed=True) as store:
+        already = chained_under(store.backend, audit_key)
         count = rechain(store.backend, audit_key)
-    print(f"re-chained {count:,} records under the audit key; take an anchor now "
-          "(`turnledger anchor --output FILE`)", file=out)
+    if already:
+        print("the store keeps the keyed chain of this audit key already: an earlier rechain "
+              "finished; nothing to do", file=out)
+    else:
+        print(f"re-chained {count:,} records under the audit key; take an anchor now "
+              "(`turnledger anchor --output FILE`)", file=out)
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,121 @@ def test_a_damaged_encrypted_store_is_salvaged_with_its_key(keyed: KeyedCli) -> 
     findings = {v["session_id"] for v in json.loads(verified.stdout)["violations"]}
     assert healthy not in findings
     assert healthy in listed.stdout
+
+
+# --- issue 19 point 5: commands killed half way, and run again ---------------------------------
+
+def test_i19_p5_purge_finishes_a_forget_left_half_done(store: Target, tmp_path: Path) -> None:
+    """A session whose data key is destroyed without `SessionForgotten` (a forget of an older
+    version killed between its steps) fails `verify`; `purge --yes` finishes it whatever its
+    age (listed first without --yes), and `verify` passes."""
+    from datetime import UTC, datetime
+
+    cli = KeyedCli(store, tmp_path, _key_file(tmp_path))
+    half, other = _import(cli), _import(cli)
+    mark = store.mark()
+    store.query(f"UPDATE tl_keys SET wrapped = NULL, forgotten_at = {mark} "
+                f"WHERE session_id = {mark}", datetime.now(UTC).isoformat(), half)
+    broken = cli.run("verify")
+    listed = cli.ok("purge", "--older-than", "90d")
+    done = cli.ok("purge", "--older-than", "90d", "--yes")
+    verified = cli.run("verify")
+    rows = {row["session_id"]: row["forgotten"] for row in cli.json("sessions", "--json")}
+    assert (1, 0) == (broken.returncode, verified.returncode), describe(verified)
+    assert (True, True) == (f"would finish the interrupted forget of {half}" in listed,
+                            f"finishing the interrupted forget of {half}" in done), done
+    assert {half: True, other: False} == rows
+
+
+def test_i19_p5_rekey_run_again_after_it_committed_does_nothing(
+    store: Target, tmp_path: Path
+) -> None:
+    """`rekey` run again with the same keys after it committed (its answer lost to a kill)
+    exits 0 and changes nothing; a key that is neither the store's nor the new one is still
+    refused."""
+    cli = KeyedCli(store, tmp_path, _key_file(tmp_path, "old.key"))
+    session_id = _import(cli)
+    new = _key_file(tmp_path, "new.key")
+    first = cli.run("rekey", "--new-key-file", new)
+    again = cli.run("rekey", "--new-key-file", new)
+    stranger = cli.bare("--key-file", _key_file(tmp_path, "other.key"), "rekey",
+                        "--new-key-file", _key_file(tmp_path, "next.key"))
+    cli.key_file = new
+    texts = cli.ok("replay", session_id, "--view", "chat")
+    assert (0, 0, 2) == (first.returncode, again.returncode, stranger.returncode), describe(again)
+    assert (True, True, True) == ("already" in again.stdout, "wrong key" in stranger.stderr,
+                                  MARKER in texts)
+    assert "OK" in cli.ok("verify")
+
+
+def test_i19_p5_rechain_run_again_after_it_committed_does_nothing(
+    store: Target, tmp_path: Path
+) -> None:
+    """`rechain --yes` run again with the same audit key after it committed exits 0 and
+    rewrites nothing; another audit key is still refused."""
+    cli = Cli(store, tmp_path)
+    cli.demo()
+    audit = _key_file(tmp_path, "audit.key")
+    first = cli.run("--audit-key-file", audit, "rechain", "--yes")
+    again = cli.run("--audit-key-file", audit, "rechain", "--yes")
+    other = cli.run("--audit-key-file", _key_file(tmp_path, "other.key"), "rechain", "--yes")
+    verified = cli.run("--audit-key-file", audit, "verify")
+    assert (0, 0, 2, 0) == (first.returncode, again.returncode, other.returncode,
+                            verified.returncode), describe(again)
+    assert (True, True) == ("already" in again.stdout, "wrong audit key" in other.stderr)
+
+
+READER = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN")
+connection.execute("SELECT count(*) FROM tl_keys").fetchall()
+print("reading", flush=True)
+sys.stdin.readline()
+connection.execute("COMMIT")
+print("idle", flush=True)
+sys.stdin.read()
+connection.close()
+"""
+"""Another process on the store: a read transaction (which holds the WAL's truncation back),
+then an idle connection (so the command's close is not the last one, whose checkpoint would
+clear the WAL whatever the command did)."""
+
+
+@pytest.mark.parametrize("again", [("forget", "{id}"), ("purge", "--older-than", "90d", "--yes")])
+def test_i19_p5_the_erasure_of_old_key_bytes_is_redone_by_running_again(
+    sqlite_store: Target, tmp_path: Path, again: tuple[str, ...]
+) -> None:
+    """A forget that could not clear the old bytes of the destroyed key from the files (a
+    reader held the write-ahead log; as a kill before that last step would leave them) says
+    so, and `forget` or `purge --yes` run again clears them."""
+    path = sqlite_store.sqlite_path
+    assert path is not None
+    quick = Target("sqlite", sqlite_store.url + "?lock_timeout=0.2", sqlite_path=path)
+    cli = KeyedCli(quick, tmp_path, _key_file(tmp_path))
+    session_id = _import(cli)
+    (wrapped,) = sqlite_store.query("SELECT wrapped FROM tl_keys WHERE session_id = ?",
+                                    session_id)[0]
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert reader.stdin is not None
+    assert reader.stdout is not None
+    try:
+        assert "reading" == reader.stdout.readline().strip()
+        first = cli.run("forget", session_id)
+        reader.stdin.write("done\n")
+        reader.stdin.flush()
+        assert "idle" == reader.stdout.readline().strip()
+        # This process holds no connection to the file now: reading it drops no lock.
+        left = wrapped in _raw_files(path)
+        rerun = cli.run(*(a.format(id=session_id) for a in again))
+        cleared = wrapped not in _raw_files(path)
+    finally:
+        reader.stdin.close()
+        reader.wait(timeout=30)
+    assert (0, 0) == (first.returncode, rerun.returncode), describe(rerun)
+    assert (True, True, True) == ("could not be truncated" in first.stderr, left, cleared)
+
+
+def _raw_files(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())

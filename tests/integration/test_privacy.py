@@ -429,14 +429,91 @@ def test_a_snapshot_forged_without_the_audit_key_is_not_served(kind: str, tmp_pa
 def test_an_interrupted_forget_is_reported_and_completed_by_forgetting_again(
     target: Target,
 ) -> None:
-    """A data key destroyed without `SessionForgotten` (a crash between the two steps) is a
-    `verify` finding; `forget` again records the event and `verify` passes."""
+    """A data key destroyed without `SessionForgotten` (a crash between the two steps of a
+    forget before ADR-0066) is a `verify` finding; `forget` again records the event and
+    `verify` passes."""
     with tl.open_store(target.url, key=new_key_text()) as store:
         session = _fill(store, 1)
         keyring = store.backend.protection.keyring
         assert keyring is not None
-        keyring.forget(UUID(session.id))  # the first step of `forget` only
+        # The old first step only: the key destroyed in the table and in memory.
+        keyring.table.forget(UUID(session.id), keyring.master_id)
+        keyring.destroyed(UUID(session.id))
         before = [(v.position, v.rule) for v in verify(store.backend).violations]
         assert store.forget(session.id) is True
         after = verify(store.backend).violations
     assert ([(5, Rule.MISSING_RECORD)], ()) == (before, after)
+
+
+def _refuse_forgotten_inserts(target: Target, topic: str) -> None:
+    """Make the database fail every insert of a `SessionForgotten` record (a database error,
+    not a conflict), as a crash or a lost server would at that moment."""
+    literal = "'" + topic.replace("'", "''") + "'"
+    if target.sqlite_path is not None:  # json('{') is a runtime error: "malformed JSON"
+        target.query(f"CREATE TRIGGER refuse_forget BEFORE INSERT ON stored_events "
+                     f"WHEN NEW.topic = {literal} BEGIN SELECT json('{{'); END")
+        return
+    target.query(f"CREATE FUNCTION refuse_forget() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                 f"BEGIN IF NEW.topic = {literal} THEN RAISE EXCEPTION 'refused by the test'; "
+                 "END IF; RETURN NEW; END $$")
+    target.query("CREATE TRIGGER refuse_forget BEFORE INSERT ON stored_events "
+                 "FOR EACH ROW EXECUTE FUNCTION refuse_forget()")
+
+
+def _erasure_state(store: tl.Store, session_id: str) -> tuple[bool, bool]:
+    """(data key destroyed, stream ends with `SessionForgotten`) of a session."""
+    keys = store.backend.protection.keys
+    assert keys is not None
+    row = keys.get(UUID(session_id))
+    uuid = UUID(session_id)
+    version, _ = store.backend.head(uuid)
+    last = store.backend.read_records(uuid, after_version=version - 1)
+    topic = store.backend.mapper.codec.topic_of(tl.SessionForgotten)
+    return (row is not None and row.wrapped is None), last[-1].topic == topic
+
+
+@pytest.mark.parametrize("kind", SQL_KINDS)
+def test_i19_p5_forget_destroys_the_key_only_together_with_its_record(
+    kind: str, tmp_path: Path
+) -> None:
+    """When recording `SessionForgotten` fails, the data key is not destroyed either (one
+    transaction): the session stays readable and verifies; forgetting again then works."""
+    key = new_key_text()
+    with fresh_target(kind, tmp_path) as target:
+        with tl.open_store(target.url, key=key) as store:
+            session = _fill(store, 1)
+            _refuse_forgotten_inserts(target, store.backend.mapper.codec.topic_of(
+                tl.SessionForgotten))
+            with pytest.raises(tl.StoreUnavailable):
+                store.forget(session.id)
+        target.query("DROP TRIGGER refuse_forget" + ("" if kind == "sqlite" else
+                                                     " ON stored_events"))
+        with tl.open_store(target.url, key=key) as store:  # a new reader
+            failed = (_erasure_state(store, session.id), verify(store.backend).ok,
+                      len(store.events_of(session.id)))
+            forgot = store.forget(session.id)
+            done = (_erasure_state(store, session.id), verify(store.backend).ok)
+    assert (((False, False), True, 4), True, ((True, True), True)) == (failed, forgot, done)
+
+
+def test_i19_p5_a_conflicting_forget_record_destroys_no_key(target: Target) -> None:
+    """An append carrying the key's destruction that loses to another writer's record rolls
+    the destruction back with it, on every backend (memory: the keys database's transaction
+    around the insert)."""
+    from datetime import UTC, datetime
+
+    key = new_key_text()
+    with tl.open_store(target.url, key=key) as store:
+        session = _fill(store, 1)
+        uuid = UUID(session.id)
+        keyring = store.backend.protection.keyring
+        assert keyring is not None
+        pairs = store.backend.read_with_chain(uuid)
+        stale = tl.SessionForgotten(uuid, len(pairs), datetime.now(UTC), reason="")
+        with pytest.raises(tl.ConcurrencyConflict):
+            store.backend.append(uuid, [stale], prev_chain=pairs[-2][1], head_known=True,
+                                 keys=keyring.destruction(uuid))
+        state = _erasure_state(store, session.id)
+    with tl.open_store(target.url, key=key) as reopened:
+        texts = [m.content for m in reopened.restore(session.id).chat_view()]
+    assert ((False, False), 2) == (state, len(texts))

@@ -406,8 +406,8 @@ class _SessionVerifier:
             self.report(
                 last + 1, Rule.MISSING_RECORD,
                 "the session's data key was destroyed but its stream does not end with "
-                "SessionForgotten: an interrupted forget (run `turnledger forget` again) or a "
-                "changed keys table",
+                "SessionForgotten: an interrupted forget (run `turnledger forget` again, or "
+                "`purge --yes`) or a changed keys table",
             )
 
     # -- records --

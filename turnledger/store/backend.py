@@ -54,6 +54,7 @@ from turnledger.store.backends.port import (
     InvalidStoreURL,
     Recorders,
     SqlConnection,
+    SqlStatement,
     StoreUnavailable,
     database_errors,
     redact_url,
@@ -226,6 +227,7 @@ class EventStoreBackend:
         """Keys table, keyring and chain of the store (`turnledger.store.crypto`)."""
         self._tracking_recorder = recorders.tracking
         self._thin_insert = recorders.insert
+        self._insert_with_keys = recorders.insert_with_keys
         self._closer = recorders.close
         self._closed = False
         self._lock = threading.Lock()
@@ -274,6 +276,7 @@ class EventStoreBackend:
         *,
         prev_chain: bytes,
         head_known: bool = False,
+        keys: Sequence[SqlStatement] = (),
     ) -> bytes:
         """Record ``events`` of one session in ONE transaction; return the new chain head (E3).
 
@@ -291,6 +294,10 @@ class EventStoreBackend:
         a record another writer made since then still fails the insert on the (session,
         version) key. A gap is then not refused here (the checked reads report it, ADR-0024).
 
+        ``keys``: statements on the store's keys tables (`turnledger.store.keys`) committed in
+        the same transaction as the events, or not at all: `Store.forget` destroys a data key
+        with the record of it (ADR-0066).
+
         Raises `ConcurrencyConflict` naming the session and the versions when another writer
         recorded any of these versions first — then nothing of this batch is stored; the caller
         reloads and may retry (`retry_on_conflict`). Raises `InvalidAppend` when the batch does
@@ -307,15 +314,26 @@ class EventStoreBackend:
             self._check_head(session_id, first, prev_chain)
         try:
             with self._translate("append", session_id, first):
-                if self._thin_insert is not None:  # the backend's own (ADR-0056)
-                    self._thin_insert(stored)
-                else:
-                    self.recorder.insert_events(stored)
+                self._insert(stored, keys)
         except (ConcurrencyConflict, StoreUnavailable) as failure:
             # In doubt: the commit may have landed although the insert failed (a connection
             # lost after COMMIT, a driver retry that then hit the primary key).
             return self._settle_in_doubt(session_id, first, last, head, failure)
         return head
+
+    def _insert(self, stored: Sequence[StoredEvent], keys: Sequence[SqlStatement]) -> None:
+        """Insert the records of one append, with ``keys`` in the same transaction."""
+        if keys and self._insert_with_keys is not None:
+            self._insert_with_keys(stored, keys)
+        elif keys:  # the keys live in a database of their own: its transaction around it
+            table = self.protection.keys
+            if table is None:
+                raise InvalidAppend(f"{self.url} has no keys table to write to")
+            table.write(keys, then=lambda: self._insert(stored, ()))
+        elif self._thin_insert is not None:  # the backend's own (ADR-0056)
+            self._thin_insert(stored)
+        else:
+            self.recorder.insert_events(stored)
 
     def _check_head(self, session_id: UUID, first: int, prev_chain: bytes) -> None:
         """Refuse a batch starting at ``first`` after ``prev_chain`` that does not continue

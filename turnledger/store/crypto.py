@@ -26,7 +26,7 @@ from eventsourcing.persistence import Compressor
 
 from turnledger.domain.errors import CorruptRecord, SessionForgottenError
 from turnledger.domain.events import DomainEvent, SessionForgotten
-from turnledger.store.backends.port import Database, Recorders
+from turnledger.store.backends.port import Database, Recorders, SqlStatement
 from turnledger.store.codec import EventCodec, UndecodableRecord
 from turnledger.store.keys import (
     KEY_SIZE,
@@ -133,13 +133,21 @@ class Keyring:
         self._ciphers.pop(session_id, None)
         self._forgotten.setdefault(session_id, "an earlier time")
 
-    def forget(self, session_id: UUID) -> None:
-        """Destroy the session's data key, here and in the keys table."""
+    def destruction(self, session_id: UUID) -> list[SqlStatement]:
+        """The statements that destroy the session's data key, for the transaction that
+        records `SessionForgotten` (`Store.forget`); `destroyed` once it committed."""
+        return self.table.destroy_statements(session_id, self.master_id)
+
+    def destroyed(self, session_id: UUID) -> None:
+        """Drop the session's data key from memory: its destruction was committed."""
         with self._lock:
-            self.table.forget(session_id, self.master_id)
             self._ciphers.pop(session_id, None)
             row = self.table.get(session_id)
             self._forgotten[session_id] = (row.forgotten_at if row else None) or "now"
+
+    def erase(self) -> None:
+        """Clear the old bytes of destroyed data keys from the files (`KeyTable.erase`)."""
+        self.table.erase()
 
     def rekey(self, new_master: bytes) -> int:
         """Re-wrap every data key under ``new_master`` (one transaction); how many."""

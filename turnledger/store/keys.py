@@ -28,9 +28,10 @@ import base64
 import binascii
 import contextlib
 import hmac
+import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -39,7 +40,13 @@ from uuid import UUID
 import attrs
 
 from turnledger.domain.errors import TurnledgerError
-from turnledger.store.backends.port import SqlConnection, StoreUnavailable, database_errors
+from turnledger.store.backends.port import (
+    SqlConnection,
+    SqlDialect,
+    SqlStatement,
+    StoreUnavailable,
+    database_errors,
+)
 
 __all__ = [
     "KEY_SIZE",
@@ -55,6 +62,8 @@ __all__ = [
     "parse_key",
     "read_key_file",
 ]
+
+log = logging.getLogger("turnledger.store")
 
 KEY_SIZE: Final = 32
 """Bytes of every key: AES-256 for the master and data keys, HMAC-SHA256 for the audit key."""
@@ -248,7 +257,7 @@ class KeyTable:
         if self._created:
             return
         with self._lock:
-            blob = "BYTEA" if self._dialect_name() == "postgresql" else "BLOB"
+            blob = "BYTEA" if self._dialect().name == "postgresql" else "BLOB"
             for attempt in range(3):
                 try:
                     with self._cursor("create the keys table", write=True) as (cursor, _):
@@ -267,14 +276,14 @@ class KeyTable:
                         raise
             self._created = True
 
-    def _dialect_name(self) -> str:
+    def _dialect(self) -> SqlDialect:
         with self._lock:
             if self._sql is None:
                 try:
                     self._sql = self._connect()
                 except database_errors() as error:
                     raise StoreUnavailable(f"cannot open {self._where}: {error}") from error
-            return self._sql.dialect.name
+            return self._sql.dialect
 
     # -- settings --
 
@@ -344,37 +353,80 @@ class KeyTable:
         assert row is not None, "a row just inserted or found"
         return row
 
-    def forget(self, session_id: UUID, master_id: str) -> None:
-        """Destroy the session's data key (keep the row: it says when it was forgotten).
-
-        SQLite overwrites the freed bytes (``secure_delete``) and the write-ahead log is
-        checkpointed and truncated, so the key's old bytes leave the files; PostgreSQL vacuums
-        the table, so its dead row version goes once no older transaction sees it (ADR-0046).
-        """
+    def destroy_statements(self, session_id: UUID, master_id: str) -> list[SqlStatement]:
+        """The statements that destroy the session's data key (the row stays, saying when it
+        was forgotten), to run in the transaction that records `SessionForgotten`
+        (`EventStoreBackend.append`'s ``keys``, ADR-0066). SQLite overwrites the freed bytes
+        in that transaction (``secure_delete``); `erase` then clears what older versions of
+        the pages left in the files."""
         self._ensure_tables()
+        dialect = self._dialect()
+        mark, now = dialect.placeholder, _now()
+        statements: list[SqlStatement] = []
+        if dialect.name == "sqlite":
+            # Per connection, and zeroes what the UPDATE frees; it stays on for that connection
+            # (SQLite's default in many builds: an append frees next to nothing).
+            statements.append(("PRAGMA secure_delete = ON", ()))
+        statements += [
+            (f"INSERT INTO tl_keys (session_id, key_id, wrapped, created_at) VALUES "
+             f"({mark}, {mark}, NULL, {mark}) ON CONFLICT (session_id) DO NOTHING",
+             (str(session_id), master_id, now)),
+            (f"UPDATE tl_keys SET wrapped = NULL, forgotten_at = {mark} "
+             f"WHERE session_id = {mark} AND forgotten_at IS NULL", (now, str(session_id))),
+        ]
+        return statements
+
+    def write(
+        self, statements: Sequence[SqlStatement], then: Callable[[], None] = lambda: None
+    ) -> None:
+        """Run ``statements`` in one transaction of the keys database, then ``then()``, and
+        commit; when ``then`` raises, roll back and raise what it raised, untranslated (the
+        insert of a store whose keys live apart from its events, `Recorders.insert_with_keys`).
+        """
+        failure: BaseException | None = None
+        try:
+            with self._cursor("write the keys table", write=True) as (cursor, _):
+                for statement, parameters in statements:
+                    cursor.execute(statement, parameters)
+                try:
+                    then()
+                except BaseException as error:
+                    failure = error
+                    raise _Passed from None
+        except _Passed:
+            pass
+        if failure is not None:
+            raise failure  # outside the handler: its chain of causes stays as it was
+
+    def forget(self, session_id: UUID, master_id: str) -> None:
+        """Destroy the session's data key in a transaction of its own, then `erase`: for a
+        stream that records `SessionForgotten` already (`Store.forget` records both at once)."""
+        self.write(self.destroy_statements(session_id, master_id))
+        self.erase()
+
+    def erase(self) -> None:
+        """Clear the old bytes of destroyed data keys from the files (ADR-0046, ADR-0066).
+
+        SQLite: the write-ahead log is checkpointed into the database file and truncated, so
+        neither file holds a page from before the erasure (a reader still in a transaction can
+        hold the truncation back: logged, and done by the next forget or purge). PostgreSQL:
+        the table is vacuumed, so its dead row versions go once no older transaction sees
+        them. Safe to repeat: a forget killed before this step is finished by the next one.
+        """
         with self._lock:
-            sqlite = self._dialect_name() == "sqlite"
-            if sqlite:
-                with self._cursor("prepare the erasure") as (cursor, _):
-                    cursor.execute("PRAGMA secure_delete = ON")
-            with self._cursor("destroy a data key", write=True) as (cursor, mark):
-                cursor.execute(
-                    f"INSERT INTO tl_keys (session_id, key_id, wrapped, created_at) VALUES "
-                    f"({mark}, {mark}, NULL, {mark}) ON CONFLICT (session_id) DO NOTHING",
-                    (str(session_id), master_id, _now()),
-                )
-                cursor.execute(
-                    f"UPDATE tl_keys SET wrapped = NULL, forgotten_at = {mark} "
-                    f"WHERE session_id = {mark} AND forgotten_at IS NULL",
-                    (_now(), str(session_id)),
-                )
-            if sqlite:
-                with self._cursor("truncate the write-ahead log") as (cursor, _):
-                    cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    cursor.fetchall()
-            else:  # PostgreSQL: drop the dead row version that still holds the wrapped key
+            if self._dialect().name != "sqlite":
                 with self._cursor("vacuum the keys table") as (cursor, _):
                     cursor.execute("VACUUM tl_keys")
+                return
+            with self._cursor("truncate the write-ahead log") as (cursor, _):
+                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                busy = cursor.fetchone()[0]
+            if busy:
+                log.warning(
+                    "%s: the write-ahead log could not be truncated (a reader was busy): "
+                    "old pages of destroyed data keys may stay in its -wal file until the "
+                    "next forget or purge", self._where,
+                )
 
     def rewrap(self, old: bytes, new: bytes) -> int:
         """Re-wrap every data key under ``new`` and record its id, in one transaction.
@@ -419,6 +471,11 @@ class KeyTable:
             if _no_table(error):
                 return set()
             raise
+
+
+class _Passed(Exception):
+    """Rolls `KeyTable.write`'s transaction back when its ``then`` raised, past the
+    translation of database errors (which would make a conflict a `StoreUnavailable`)."""
 
 
 def _no_table(error: StoreUnavailable) -> bool:

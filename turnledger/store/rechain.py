@@ -22,23 +22,33 @@ from turnledger.store.crypto import UNKEYED_CHAIN, keyed_chain_setting
 from turnledger.store.keys import parse_key
 from turnledger.store.mapper import ZERO_CHAIN, keyed_chain_digest, verify_chain
 
-__all__ = ["AlreadyKeyed", "rechain"]
+__all__ = ["AlreadyKeyed", "chained_under", "rechain"]
 
 
 class AlreadyKeyed(TurnledgerError):
     """The store's chain is keyed already."""
 
 
+def chained_under(backend: EventStoreBackend, audit_key: bytes | str) -> bool:
+    """Whether ``backend`` keeps the keyed chain of ``audit_key`` (a rechain under it is done)."""
+    return backend.protection.chain == keyed_chain_setting(parse_key(audit_key, "audit key"))
+
+
 def rechain(backend: EventStoreBackend, audit_key: bytes | str) -> int:
     """Re-chain every record of ``backend`` under ``audit_key``; the number of records.
 
     ``audit_key``: 32 bytes or their text. Reopen the store with the audit key afterwards.
-    Raises `AlreadyKeyed`, `CorruptRecord` (the unkeyed chain does not verify: nothing is
+    One transaction on SQLite and PostgreSQL: a rechain that is interrupted leaves the store
+    whole under its old chain. A store already under this audit key's chain is left as it is
+    (0: a rechain run again after one that committed, ADR-0066). Raises `AlreadyKeyed` (keyed
+    under another audit key), `CorruptRecord` (the unkeyed chain does not verify: nothing is
     written), `StoreUnavailable`.
     """
     audit_key = parse_key(audit_key, "audit key")
+    if chained_under(backend, audit_key):
+        return 0
     if backend.protection.chain != UNKEYED_CHAIN:
-        raise AlreadyKeyed(f"{backend.url} already keeps a keyed chain")
+        raise AlreadyKeyed(f"{backend.url} already keeps a keyed chain under another audit key")
     rewritten = _rechained(backend, audit_key)
     setting = keyed_chain_setting(audit_key)
     if isinstance(backend.recorder, MemoryEventRecorder):

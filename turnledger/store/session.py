@@ -589,9 +589,16 @@ class Store:
         """Erase a session's content: destroy its data key, record `SessionForgotten` (ADR-0046).
 
         The analytics tables are brought up to date first, so the session's counters stay.
-        Afterwards nobody can read its messages (reads raise `SessionForgottenError`); its id,
-        event count and hash chain remain, and `verify` still checks the chain. Other sessions
-        are untouched. Returns False when it was already forgotten (nothing changes then).
+        The key is destroyed and the event recorded in ONE transaction (ADR-0066): a forget
+        that is interrupted leaves the session either intact or forgotten. The old bytes of
+        the key are then cleared from the files (`erase_destroyed_keys`). Afterwards nobody
+        can read its messages (reads raise `SessionForgottenError`); its id, event count and
+        hash chain remain, and `verify` still checks the chain. Other sessions are untouched.
+
+        Returns False when it was already forgotten (only the clearing of old bytes is done
+        again, in case the forget that recorded it was killed before it). A session whose key
+        an older version destroyed without recording the event (`unfinished_forgets`) gets
+        the event now (True).
 
         Raises `NotEncrypted` for a store without a key (a plaintext log cannot erase one
         session), `SessionNotFound`.
@@ -607,19 +614,51 @@ class Store:
                 "opened with a key (its content is erased by destroying its data key)"
             )
         if keyring.is_forgotten(uuid) and self._ends_forgotten(uuid, version):
+            keyring.erase()
             return False
         self._count_before_forgetting()
-        keyring.forget(uuid)
-
-        def record() -> None:
-            head, chain = self.backend.head(uuid)
-            if self._ends_forgotten(uuid, head):
-                return
-            event = SessionForgotten(uuid, head + 1, _now(), reason=str(reason))
-            self.backend.append(uuid, [event], prev_chain=chain)
-
-        retry_on_conflict(record)
+        retry_on_conflict(lambda: self._record_forgotten(uuid, str(reason)))
+        keyring.destroyed(uuid)
+        keyring.erase()
         return True
+
+    def _record_forgotten(self, session_id: UUID, reason: str) -> None:
+        """Destroy the data key and record `SessionForgotten`, in one transaction."""
+        keyring = self.backend.protection.keyring
+        assert keyring is not None, "forget checked that the store is encrypted"
+        head, chain = self.backend.head(session_id)
+        destroy = keyring.destruction(session_id)
+        if self._ends_forgotten(session_id, head):  # recorded, but the key was kept
+            keyring.table.write(destroy)
+            return
+        event = SessionForgotten(session_id, head + 1, _now(), reason=reason)
+        self.backend.append(session_id, [event], prev_chain=chain, keys=destroy)
+
+    def unfinished_forgets(self) -> list[str]:
+        """The sessions whose data key is destroyed but whose stream does not end with
+        `SessionForgotten`, oldest first: a forget of a version before ADR-0066 killed between
+        its two steps, or a changed keys table. `forget` finishes each (`turnledger purge
+        --yes` does, whatever their age); `verify` reports them until then."""
+        keys = self.backend.protection.keys
+        if self.backend.protection.keyring is None or keys is None:
+            return []
+        destroyed = keys.forgotten()
+        found: list[str] = []
+        for uuid in self.backend.session_ids():
+            if uuid in destroyed and not self._ends_forgotten(uuid, self.backend.head(uuid)[0]):
+                found.append(str(uuid))
+        return found
+
+    def erase_destroyed_keys(self) -> None:
+        """Clear the old bytes of destroyed data keys from the store's files (SQLite: the
+        write-ahead log is checkpointed and truncated; PostgreSQL: ``VACUUM tl_keys``).
+        `forget` does it after each erasure; this redoes it for a forget or a purge killed
+        before that last step (`turnledger purge --yes` ends with it). Raises `NotEncrypted`
+        for a store without a key."""
+        keyring = self.backend.protection.keyring
+        if keyring is None:
+            raise NotEncrypted(f"{self.backend.url} is not encrypted: it has no data keys")
+        keyring.erase()
 
     def _ends_forgotten(self, session_id: UUID, version: int) -> bool:
         last = self.backend.read_records(session_id, after_version=version - 1)

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-from eventsourcing.persistence import InterfaceError, OperationalError
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
@@ -27,12 +27,13 @@ from eventsourcing.postgres import (
 )
 from eventsourcing.utils import Environment
 
-from turnledger.store.backends.port import Limits
+from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
     "bounded_factory",
     "connection_lost",
     "connection_options",
+    "insert_with_keys",
     "missing_objects",
     "set_up_tables",
 ]
@@ -175,3 +176,24 @@ def connection_options(limits: Limits) -> str:
                               ("statement_timeout", limits.statement))
         if seconds
     )
+
+
+def insert_with_keys(
+    recorder: PostgresApplicationRecorder,
+    schema: str,
+    records: Sequence[StoredEvent],
+    keys: Sequence[SqlStatement],
+) -> None:
+    """Insert ``records`` as the library does (its table lock, its notify, its insert) and run
+    ``keys`` (statements on the keys tables of ``schema``) in the same transaction, on one
+    connection of the library's pool (`Recorders.insert_with_keys`, ADR-0066). Raises what the
+    library's insert raises (its ``IntegrityError`` for a taken (session, version))."""
+    from psycopg.sql import SQL, Identifier
+
+    with recorder.datastore.transaction(commit=True) as cursor:
+        # The library's own insert of its recorder, inside this transaction (9.x).
+        recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+        # The keys statements name their tables as the store's SQL connection does.
+        cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
+        for statement, parameters in keys:
+            cursor.execute(statement, parameters)

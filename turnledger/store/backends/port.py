@@ -50,6 +50,7 @@ __all__ = [
     "Recorders",
     "SqlConnection",
     "SqlDialect",
+    "SqlStatement",
     "StoreUnavailable",
     "database_errors",
     "open_library_recorders",
@@ -136,6 +137,10 @@ class SqlDialect:
     """Starts a write transaction (SQLite takes the write lock up front: ``IMMEDIATE``)."""
 
 
+SqlStatement = tuple[str, tuple[object, ...]]
+"""One SQL statement and its parameters, written with its dialect's placeholder."""
+
+
 @attrs.frozen
 class SqlConnection:
     """A DB-API connection in autocommit mode (explicit transactions) and its dialect."""
@@ -160,6 +165,13 @@ class Recorders:
     """Inserts the records of one append in one transaction, raising what the library's
     ``events.insert_events`` raises (its ``IntegrityError`` for a taken (session, version));
     None: that method is used. A backend may give a thinner one of its own (ADR-0056)."""
+    insert_with_keys: Callable[[Sequence[StoredEvent], Sequence[SqlStatement]], None] | None = None
+    """Inserts the records of one append AND runs the statements on the store's keys tables
+    (written for `Database.key_sql`'s database and dialect) in ONE transaction, raising what
+    ``insert`` raises: a data key is destroyed together with the record that says so
+    (`Store.forget`, ADR-0066). None: the keys live in a database of their own (memory); the
+    event store then runs the statements in a transaction of that database around the insert
+    (`KeyTable.write`)."""
 
     @classmethod
     def of(

@@ -17,6 +17,7 @@ reads as well as the insert), and the library's recorders are used without their
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import urllib.parse
@@ -191,7 +192,13 @@ class PostgresDatabase(Database):
                         recorders.close()
                 raise
         self._events_table = getattr(recorders.events, "events_table_name", "stored_events")
-        return recorders
+        from eventsourcing.postgres import PostgresApplicationRecorder
+
+        events = recorders.events
+        assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
+        return attrs.evolve(recorders, insert_with_keys=functools.partial(
+            pg_recorders.insert_with_keys, events, self.schema
+        ))
 
     def _pool_settings(self) -> dict[str, str]:
         """The library's pool settings: one connection opened with the store, the others on

@@ -40,6 +40,7 @@ from turnledger.store.backends.port import (
     Recorders,
     SqlConnection,
     SqlDialect,
+    SqlStatement,
     StoreUnavailable,
     open_library_recorders,
     redact_url,
@@ -181,7 +182,9 @@ class SQLiteDatabase(Database):
                 if library_close is not None:
                     library_close()
 
-        return attrs.evolve(recorders, insert=appender.insert, close=close)
+        return attrs.evolve(
+            recorders, insert=appender.insert, insert_with_keys=appender.insert, close=close
+        )
 
     def _prepare_file(self) -> None:
         """Create the parent directories and the file now, so a bad path fails with its reason."""
@@ -408,6 +411,9 @@ class _Appender:
     error (the store's `StoreUnavailable`, settled as in doubt: ADR-0020); the transaction
     is rolled back first, and a connection that cannot roll back is dropped (the next
     append opens a new one). Safe to share between threads: one append at a time.
+
+    ``keys``: statements on the keys tables, which live in the same file, run in the same
+    transaction after the insert (`Recorders.insert_with_keys`, ADR-0066).
     """
 
     def __init__(self, uri: str, statement: str, *, timeout: float, pragma: str) -> None:
@@ -431,7 +437,9 @@ class _Appender:
             raise
         return connection
 
-    def insert(self, records: Sequence[StoredEvent]) -> None:
+    def insert(
+        self, records: Sequence[StoredEvent], keys: Sequence[SqlStatement] = ()
+    ) -> None:
         rows = [
             (r.originator_id.hex if isinstance(r.originator_id, UUID) else r.originator_id,
              r.originator_version, r.topic, r.state)
@@ -446,6 +454,8 @@ class _Appender:
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 connection.executemany(self._statement, rows)
+                for statement, parameters in keys:
+                    connection.execute(statement, parameters)
                 connection.execute("COMMIT")
             except BaseException as error:
                 self._roll_back(connection)
