@@ -42,7 +42,12 @@ from typing import Final
 
 import attrs
 
-__all__ = ["OVERFLOW_PATTERNS", "PROVIDER_OVERFLOW_PATTERNS", "is_context_window_exceeded"]
+__all__ = [
+    "OVERFLOW_PATTERNS",
+    "PROVIDER_OVERFLOW_PATTERNS",
+    "exception_chain",
+    "is_context_window_exceeded",
+]
 
 OVERFLOW_PATTERNS: Final[tuple[str, ...]] = (
     "exceeds the context window",
@@ -134,7 +139,7 @@ def _linked(error: BaseException) -> Iterator[BaseException]:
         yield from error.exceptions
 
 
-def _chain(error: BaseException) -> list[BaseException]:
+def exception_chain(error: BaseException) -> list[BaseException]:
     """``error`` and every exception linked to it, breadth first (outermost first), each once."""
     seen: set[int] = set()
     found: list[BaseException] = []
@@ -253,7 +258,7 @@ def _verdict(evidence: _Evidence) -> bool:
 
 
 def _exception_is_overflow(error: BaseException) -> bool:
-    chain = [_evidence(current) for current in _chain(error)]
+    chain = [_evidence(current) for current in exception_chain(error)]
     for evidence in chain:
         if evidence.structured:  # the outermost provider error is the failure being handled
             return _verdict(evidence)

@@ -41,6 +41,7 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import Environment
 
 from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.overflow import exception_chain
 from turnledger.store.codec import describe_error
 
 __all__ = [
@@ -101,8 +102,7 @@ class Limits:
 
     def exceeded(self, error: BaseException) -> str | None:
         """The limit (``"lock_timeout=1 s"``) that ``error`` or one of its causes reports."""
-        seen: BaseException | None = error
-        while seen is not None:
+        for seen in exception_chain(error):  # each once: a chain may form a cycle
             state = getattr(seen, "sqlstate", None)
             text = str(seen).lower()
             if state == "55P03" or (isinstance(seen, sqlite3.OperationalError) and (
@@ -113,7 +113,6 @@ class Limits:
                 return _limit("statement_timeout", self.statement)
             if type(seen).__name__ == "PoolTimeout" or "timeout expired" in text:
                 return _limit("connect_timeout", self.connect)
-            seen = seen.__cause__ or seen.__context__
         return None
 
     def explain(self, error: BaseException) -> str:
