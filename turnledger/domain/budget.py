@@ -28,6 +28,9 @@ float, ``nan`` and ``inf`` included), and a number outside (0, 1] is treated as 
     model = "gpt-4o"           # required
     context_window = 128000    # optional, positive; absent = capacity unknown (R19)
 
+    api = "openai_chat"        # optional: the request API (openai_chat, openai_responses,
+                               # anthropic); a prepared request then builds its body
+
     [providers.openai.aliases] # optional: alias key -> the model dispatched, and its window
     fast = { model = "gpt-4o-mini", context_window = 128000 }
     cheap = { model = "gpt-4o-mini" }   # context_window is optional here too
@@ -59,6 +62,8 @@ from typing import Any, Final, NamedTuple, final
 
 import attrs
 
+# The request APIs a provider can name are those the body conversions know (issue 21).
+from turnledger.domain.bodies import check_api
 from turnledger.domain.errors import InvalidProfile
 
 # The tool-result bound (R38) is defined once, by the truncation rule; re-exported here because
@@ -390,11 +395,17 @@ class ProviderProfile:
     model: str
     context_window: int | None = None
     aliases: AliasMap = attrs.field(factory=AliasMap, converter=_to_alias_map)
+    api: str | None = attrs.field(default=None, kw_only=True)
+    """The request API this provider is called through (issue 21): ``"openai_chat"``,
+    ``"openai_responses"`` or ``"anthropic"``; None when not said. A prepared request to a
+    route of this provider then builds that API's body (`PreparedRequest.body`) and records what
+    it left out."""
 
     def __attrs_post_init__(self) -> None:
         _check_name("name", self.name)
         _check_name("model", self.model)
         _check_window("context_window", self.context_window)
+        check_api("api", self.api)
         if self.model in self.aliases:
             raise InvalidProfile(
                 f"aliases.{self.model}: an alias key must differ from the provider's model"
@@ -466,6 +477,7 @@ class ResolvedRoute:
     ``capacity`` is None when unknown; ``budget`` is the proactive target (0 = disabled);
     ``window`` is the R18 safety window. ``dispatch_model`` is the model name sent to the
     provider when ``route.model`` is an alias key (None: ``route.model`` is sent as is).
+    ``api`` is the request API the route's provider names (None: not said).
     """
 
     route: Route
@@ -473,6 +485,7 @@ class ResolvedRoute:
     budget: int
     window: int
     dispatch_model: str | None = attrs.field(default=None, kw_only=True)
+    api: str | None = attrs.field(default=None, kw_only=True)
 
     @property
     def model(self) -> str:
@@ -501,6 +514,7 @@ def resolve_route(
         effective_context_budget(profile, capacity),
         request_window(profile, capacity),
         dispatch_model=dispatched if dispatched != route.model else None,
+        api=None if provider is None else provider.api,
     )
 
 
@@ -520,7 +534,7 @@ _RUNTIME_KEYS: Final = frozenset(
 )
 _TOP_KEYS: Final = _RUNTIME_KEYS | {"history_pruning", "providers", "route"}
 _PRUNING_KEYS: Final = frozenset({"enabled", "max_tokens"})
-_PROVIDER_KEYS: Final = frozenset({"model", "context_window", "aliases"})
+_PROVIDER_KEYS: Final = frozenset({"model", "context_window", "aliases", "api"})
 _ALIAS_KEYS: Final = frozenset({"model", "context_window"})
 _ROUTE_KEYS: Final = frozenset({"provider", "model"})
 
@@ -590,7 +604,9 @@ def _parse_provider(name: str, value: object) -> ProviderProfile:
                     f"{alias_prefix}: an alias key must differ from the provider's model"
                 )
             aliases[key] = _parse_alias(alias_prefix, alias)
-    return ProviderProfile(name, model, window, aliases)  # type: ignore[arg-type]  # checked
+    api = table.get("api")
+    check_api(f"{prefix}.api", api)
+    return ProviderProfile(name, model, window, aliases, api=api)  # type: ignore[arg-type]
 
 
 def _parse_route(value: object, providers: Sequence[ProviderProfile]) -> Route:

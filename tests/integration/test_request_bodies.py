@@ -1,0 +1,121 @@
+"""Issue 21 point 1 in a session: the route's provider names its API, the prepared request
+builds that API's body, prices what is sent, and `RequestPrepared` records what was left out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+import attrs
+import msgpack
+import pytest
+
+import turnledger as tl
+from tests.conversation_fixtures import public
+from tests.provider_types import problems
+from turnledger.domain.bodies import LeftOut
+from turnledger.domain.budget import Route
+from turnledger.domain.events import DomainEvent, Purpose, RequestPrepared
+from turnledger.store.codec import EventCodec, default_codec
+
+WEB_SEARCH = next(raw for name, _, raw in public() if name == "anthropic_web_search")
+
+
+def _prepared(store: tl.Store, api: str | None) -> tuple[tl.Session, tl.PreparedRequest]:
+    provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+    history = tl.from_anthropic(WEB_SEARCH)
+    session = store.import_conversation([*history, tl.ChatMessage.user("And then?")],
+                                        providers=[provider])
+    return session, session.prepare_request()
+
+
+def test_i21_p1_the_routes_api_builds_the_body_and_the_record_says_what_was_left_out(
+    tmp_path: Path,
+) -> None:
+    """An Anthropic session routed to an OpenAI Chat provider: body() is accepted by OpenAI,
+    and the RequestPrepared read back from SQLite lists exactly what the request left out."""
+    url = f"sqlite:///{tmp_path / 'bodies.db'}"
+    with tl.open_store(url) as store:
+        session, request = _prepared(store, "openai_chat")
+        session_id = session.id
+    assert [] == problems("openai_chat", request.body())
+    assert request.left_out  # the thinking and server-tool blocks
+    with tl.open_store(url) as store:
+        (recorded,) = [e for e in store.events_of(session_id) if isinstance(e, RequestPrepared)]
+    assert ("openai_chat", request.left_out) == (recorded.api, recorded.left_out)
+
+
+def test_i21_p1_the_estimate_prices_what_is_sent() -> None:
+    """What is left out costs nothing: the estimate is that of the messages sent."""
+    with tl.open_store("memory://") as store:
+        _, to_openai = _prepared(store, "openai_chat")
+        _, to_anthropic = _prepared(store, "anthropic")
+    assert tl.estimate_history_tokens(to_openai.sent) == to_openai.estimated_tokens
+    assert to_openai.estimated_tokens < to_anthropic.estimated_tokens
+    assert () == to_anthropic.left_out
+
+
+def test_i21_p1_without_an_api_nothing_changes_and_body_says_why() -> None:
+    """A provider that names no API keeps the old request (sent is messages, nothing left
+    out) and body() refuses, naming the profile key."""
+    with tl.open_store("memory://") as store:
+        _, request = _prepared(store, None)
+    assert (request.messages, ()) == (request.sent, request.left_out)
+    with pytest.raises(tl.InvalidProfile, match="names no api"):
+        request.body()
+
+
+def test_i21_p1_a_profile_names_the_api_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    """``[providers.X] api = ...`` is read; an unknown API is an InvalidProfile naming it."""
+    good = tmp_path / "good.toml"
+    good.write_text('[providers.claude]\nmodel = "claude-sonnet-4-5"\napi = "anthropic"\n')
+    _, providers = tl.load_profile(good)
+    assert "anthropic" == providers[0].api
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[providers.claude]\nmodel = "m"\napi = "gemini"\n')
+    with pytest.raises(tl.InvalidProfile, match=r"providers\.claude\.api: must be one of"):
+        tl.load_profile(bad)
+
+
+SESSION = UUID("5e55104e-0000-4000-8000-0000000021a1")
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+FIELDS = {"purpose": Purpose.TURN, "route": Route("openai", "gpt-4o"), "capacity": 8_000,
+          "budget": 6_000, "window": 8_000, "estimated_tokens": 910, "message_count": 3,
+          "digest": "ab" * 32, "tool_tokens": 12, "hook_tokens": 0}
+
+
+@attrs.frozen
+class RequestPreparedV1(DomainEvent):
+    """`RequestPrepared` exactly as version 1 of the code declared it."""
+
+    purpose: Purpose
+    route: Route
+    capacity: int | None
+    budget: int
+    window: int
+    estimated_tokens: int
+    message_count: int
+    digest: str
+    tool_tokens: int = 0
+    hook_tokens: int = 0
+
+
+def test_i21_p1_a_version_1_request_prepared_still_loads() -> None:
+    """A v1 payload (no class_version, no api, no left_out) reads as no API, nothing left out."""
+    codec = default_codec()
+    topic, _ = codec.encode_event(RequestPrepared(SESSION, 5, NOW, **FIELDS))
+    _, old = EventCodec({topic: RequestPreparedV1}).encode_event(
+        RequestPreparedV1(SESSION, 5, NOW, **FIELDS))
+    assert "class_version" not in msgpack.unpackb(old, timestamp=3)
+    assert RequestPrepared(SESSION, 5, NOW, **FIELDS) == codec.decode_event(topic, old, SESSION, 5)
+
+
+def test_i21_p1_a_version_2_request_prepared_round_trips_what_was_left_out() -> None:
+    """A v2 record keeps its API and the list of what was left out."""
+    codec = default_codec()
+    event = RequestPrepared(SESSION, 6, NOW, **FIELDS, api="openai_chat",
+                            left_out=(LeftOut(1, "thinking block", "goes back to Anthropic"),))
+    topic, payload = codec.encode_event(event)
+    assert 2 == msgpack.unpackb(payload, timestamp=3)["class_version"]
+    assert event == codec.decode_event(topic, payload, SESSION, 6)
