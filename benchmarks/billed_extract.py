@@ -3,9 +3,12 @@
 Reads the YAML cassettes of a local snapshot of a public repository and writes one JSON line per
 recorded request to an OpenAI or Anthropic endpoint whose response carries usage: the request
 body as it was sent, the billed input tokens, and whether the provider ran its own server tools
-in that response (a bill no client can see, left out of the goal). Only data is copied.
+in that response (a bill no client can see, left out of the goal). Only data is copied: the
+source of each line (repository, commit, cassette path, interaction) is in the line.
 
-    python -m benchmarks.billed_extract REPO_DIR OWNER/NAME COMMIT >> benchmarks/data/billed.jsonl
+    python -m benchmarks.billed_extract SNAPSHOT REPO SHA | gzip > benchmarks/data/billed.jsonl.gz
+
+SNAPSHOT is a local copy of the repository REPO (owner/name) at commit SHA.
 
 `benchmarks.estimate_vs_billed` reads the result.
 """

@@ -13,10 +13,12 @@ import pytest
 
 import turnledger as tl
 from tests.conversation_fixtures import public
+from tests.integration.test_store_contract import load_fixture
 from tests.provider_types import problems
 from turnledger.domain.bodies import LeftOut
 from turnledger.domain.budget import Route
-from turnledger.domain.events import DomainEvent, Purpose, RequestPrepared
+from turnledger.domain.events import DomainEvent, Purpose, RequestPrepared, SessionStarted
+from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import EventCodec, default_codec
 
 WEB_SEARCH = next(raw for name, _, raw in public() if name == "anthropic_web_search")
@@ -119,3 +121,19 @@ def test_i21_p1_a_version_2_request_prepared_round_trips_what_was_left_out() -> 
     topic, payload = codec.encode_event(event)
     assert 2 == msgpack.unpackb(payload, timestamp=3)["class_version"]
     assert event == codec.decode_event(topic, payload, SESSION, 6)
+
+
+def test_e10_issue_21_version_2_fixture_records_load(backend: EventStoreBackend) -> None:
+    """The v2 records of SessionStarted (pricing, api) and RequestPrepared (left_out) written
+    by make_issue21_records.py read back as the events that wrote them, on every backend."""
+    names = ("session_started_v2", "request_prepared_v2")
+    backend.recorder.insert_events([load_fixture(name) for name in names])
+    session = UUID("5e55104e-0000-4000-8000-0000000021c5")
+    started, prepared = backend.read(session)
+    assert isinstance(started, SessionStarted)
+    assert isinstance(prepared, RequestPrepared)
+    assert (tl.Pricing(image_by_size=True), "openai_chat") == (
+        started.profile.pricing, started.providers[0].api)
+    assert ("openai_chat", ("thinking block",)) == (
+        prepared.api, tuple(e.what for e in prepared.left_out))
+    assert [] == backend.verify(session)

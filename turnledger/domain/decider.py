@@ -77,6 +77,7 @@ from turnledger.domain.messages import (
     classify_appended,
     parse_tool_envelope,
 )
+from turnledger.domain.pricing import DEFAULT_PRICING, Pricing
 from turnledger.domain.providers import block_json
 from turnledger.domain.state import SessionState
 from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
@@ -119,12 +120,16 @@ E = TypeVar("E", bound=DomainEvent)
 
 @attrs.frozen
 class StartSession:
+    """Start a session. A profile whose pricing is not chosen records `Pricing()` (issue 21),
+    unless ``recorded``: a replay of a recorded start takes its profile as it was."""
+
     session_id: UUID
     profile: RuntimeProfile
     providers: tuple[ProviderProfile, ...]
     route: Route
     legacy: bool
     now: datetime
+    recorded: bool = attrs.field(default=False, kw_only=True)
 
 
 @attrs.frozen
@@ -408,7 +413,7 @@ def evolve(state: SessionState, event: DomainEvent) -> SessionState:
     match event:
         case SessionStarted():
             state.session_id = event.originator_id
-            state.profile = event.profile
+            state.start(event.profile)
             state.providers = tuple(event.providers)
             state.legacy = event.legacy
             state.resolved = resolve_route(event.profile, event.providers, event.route)
@@ -491,9 +496,12 @@ def _decide_start(state: SessionState, command: StartSession, batch: Batch) -> N
         raise TurnledgerError(f"session {state.session_id} is already started")
     _check_route(command.providers, command.route)
     resolved = resolve_route(command.profile, command.providers, command.route)
+    profile = command.profile
+    if profile.pricing is None and not command.recorded:
+        profile = attrs.evolve(profile, pricing=DEFAULT_PRICING)  # the record says how it prices
     batch.add(
         SessionStarted,
-        profile=command.profile,
+        profile=profile,
         providers=command.providers,
         route=command.route,
         legacy=command.legacy,
@@ -590,8 +598,11 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
     unanswered = unanswered_tool_calls(messages)
     tool_tokens, hook_tokens = command.tool_tokens, command.hook_tokens
     sent, left_out = _fit(messages, resolved.api)
-    priced = state.chat_tokens() if sent is messages else estimate_history_tokens(sent)
-    estimated = priced + tool_tokens + hook_tokens
+    pricing = state.pricing
+    priced = state.chat_tokens() if sent is messages else estimate_history_tokens(
+        sent, pricing=pricing)
+    estimated = priced + tool_tokens + hook_tokens + _api_overhead(
+        resolved.api, tool_tokens, pricing)
     purpose = Purpose.FINAL_SUMMARY if command.final_summary else Purpose.TURN
     fields = {
         "purpose": purpose,
@@ -638,6 +649,14 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         sent=sent,
         left_out=left_out,
     )
+
+
+def _api_overhead(api: str | None, tool_tokens: int, pricing: Pricing) -> int:
+    """What the API itself adds to a request: Anthropic's tool-use system prompt when the
+    request has tools (issue 21, `Pricing.tool_use_system_tokens`)."""
+    if api == API_ANTHROPIC and tool_tokens and pricing.by_kind:
+        return pricing.tool_use_system_tokens
+    return 0
 
 
 def _fit(

@@ -110,12 +110,25 @@ class DomainEvent:
 
 @attrs.frozen
 class SessionStarted(DomainEvent):
-    """A session was created with its profile, providers and initial route."""
+    """A session was created with its profile, providers and initial route.
+
+    A session started since issue 21 records its profile's ``pricing``; one recorded before
+    holds none (`RuntimeProfile.pricing` None), and priced every block by the bytes of its
+    text (R20-R23 alone): it replays so (`session_pricing`).
+    """
 
     profile: RuntimeProfile
     providers: tuple[ProviderProfile, ...]
     route: Route
     legacy: bool
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """v2 profiles hold ``pricing`` and providers ``api`` (issue 21). A v1 record has
+        neither, which reads as it was meant: no pricing chosen (the session priced every
+        block by its text) and no API named; nothing to change."""
 
 
 @attrs.frozen
