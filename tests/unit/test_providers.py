@@ -505,11 +505,13 @@ def test_e11_unknown_transcript_format_is_a_value_error_naming_it(fmt: str) -> N
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_e11_read_conversations_skips_blank_lines_and_keeps_line_numbers(fmt: str) -> None:
-    """Blank lines are skipped, numbering stays 1-based on the file, CRLF endings are fine."""
+    """Blank lines are skipped, numbering stays 1-based on the file, CRLF endings are fine;
+    an empty conversation is refused with its number (issue 21)."""
     text = '\n[{"role":"user","content":"a"}]\r\n   \n[]\n'
-    read = [(c.line, bare(c.history)) for c in read_conversations(text, fmt)
-            if not isinstance(c, TranscriptError)]
-    assert [(2, [Chat(ChatMessage.user("a"))]), (4, [])] == read
+    read = [(c.line, str(c) if isinstance(c, TranscriptError) else bare(c.history))
+            for c in read_conversations(text, fmt)]
+    assert [(2, [Chat(ChatMessage.user("a"))]),
+            (4, "line 4: an empty conversation: there is no message to record")] == read
 
 
 @pytest.mark.parametrize(

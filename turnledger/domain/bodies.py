@@ -159,10 +159,11 @@ _CHAT_ROLE_PARTS: Final = {"user": frozenset({"text", "image", "input_audio", "f
 
 
 class _Notes:
-    """Collects what the body of one message leaves out."""
+    """Collects what the body of one message leaves out; ``fields`` False keeps every field
+    (an export of the record keeps the provider fields it recorded, `fit_messages`)."""
 
-    def __init__(self, index: int, api: str, out: list[LeftOut]) -> None:
-        self.index, self.api, self.out = index, api, out
+    def __init__(self, index: int, api: str, out: list[LeftOut], fields: bool = True) -> None:
+        self.index, self.api, self.out, self.fields = index, api, out, fields
 
     def add(self, what: str, why: str) -> None:
         self.out.append(LeftOut(self.index, what, why))
@@ -176,7 +177,7 @@ _EMPTY: Final[tuple[object, ...]] = (None, [], {}, "")
 
 def _keep_fields(extra: str, allowed: frozenset[str], notes: _Notes, owner: str) -> str:
     """``extra`` with only the ``allowed`` fields; the others are noted."""
-    if not extra:
+    if not extra or not notes.fields:
         return extra
     fields = extra_fields(extra)
     kept = {k: v for k, v in fields.items() if k in allowed}
@@ -390,7 +391,7 @@ field, the field of its entries)."""
 
 def _input_item(message: ChatMessage, item_type: str, notes: _Notes) -> ChatMessage:
     """A recorded Responses output item as an input item: its output-only fields left out."""
-    if item_type not in _OUTPUT_ONLY:
+    if item_type not in _OUTPUT_ONLY or not notes.fields:
         return message
     (block,) = message.blocks
     assert isinstance(block, OpaqueBlock)
@@ -424,7 +425,7 @@ def _keep_only(extra: str, keys: set[str]) -> str:
 def _fit_calls(item: AssistantToolCalls, api: str, notes: _Notes) -> ChatMessage:
     extra = _keep_fields(item.extra, _MESSAGE_FIELDS[api]["assistant"], notes, "message")
     reasoning = item.reasoning_content
-    if reasoning is not None:
+    if reasoning is not None and notes.fields:
         notes.add("reasoning_content", f"{_NAMES[api]} does not define it")
         reasoning = None
     if item.blocks:
@@ -439,7 +440,7 @@ def _fit_calls(item: AssistantToolCalls, api: str, notes: _Notes) -> ChatMessage
 def _fit_result(result: ToolResult, api: str, notes: _Notes) -> ChatMessage:
     extra = _keep_fields(result.extra, _MESSAGE_FIELDS[api]["tool"], notes, "tool result")
     is_error = result.is_error
-    if is_error is not None and api != API_ANTHROPIC:
+    if is_error is not None and api != API_ANTHROPIC and notes.fields:
         notes.add("is_error flag", f"{_NAMES[api]} does not define it")
         is_error = None
     blocks = result.blocks or declared_images(result)
@@ -465,19 +466,20 @@ def _fit_message(message: ChatMessage, api: str, notes: _Notes) -> ChatMessage |
 
 
 def fit_messages(
-    messages: Sequence[ChatMessage], api: str
+    messages: Sequence[ChatMessage], api: str, *, fields: bool = True
 ) -> tuple[list[ChatMessage], tuple[LeftOut, ...]]:
     """The messages of a request as ``api`` accepts them, and what was left out (issue 21).
 
     Messages nothing is left out of come back as they are (the same objects), so a request to
-    the API its conversation came from is sent exactly as it was recorded. Raises
-    `InvalidProfile` for an unknown ``api``.
+    the API its conversation came from is sent exactly as it was recorded. ``fields=False``
+    fits the content only and keeps every recorded field (``export``: the record in a format,
+    a block the format cannot carry left out). Raises `InvalidProfile` for an unknown ``api``.
     """
     check_api("api", api)
     left: list[LeftOut] = []
     out: list[ChatMessage] = []
     for index, message in enumerate(messages):
-        fitted = _fit_message(message, api, _Notes(index, api, left))
+        fitted = _fit_message(message, api, _Notes(index, api, left, fields))
         if fitted is not None:
             out.append(fitted)
     return out, tuple(left)
