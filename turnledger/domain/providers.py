@@ -269,7 +269,8 @@ def _content_list(where: _Where, content: object, path: str = "content") -> list
     """A non-empty list of block objects, or None for a value that is not one."""
     if not isinstance(content, list) or not content:
         return None
-    return [where.obj(raw, f"{path}[{j}]") for j, raw in enumerate(content)]
+    # A block may be an SDK object (a reply's ``content``): read through its model_dump().
+    return [where.obj(plain(raw), f"{path}[{j}]") for j, raw in enumerate(content)]
 
 
 def _results_batch(out: list[ConversationMessage], pending: list[ToolResult]) -> None:
