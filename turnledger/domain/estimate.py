@@ -27,7 +27,6 @@ import attrs
 from turnledger.domain.messages import (
     AssistantToolCalls,
     ChatMessage,
-    ToolResult,
     is_real_user_message,
 )
 from turnledger.domain.pricing import (
@@ -205,17 +204,16 @@ def message_tokens(
 
 def _priced(message: ChatMessage, pricing: Pricing) -> Priced:
     """What ``message`` holds that is not text (`turnledger.domain.pricing`)."""
-    if not pricing.by_kind:
-        return NOTHING
     item = message.item
-    if isinstance(item, AssistantToolCalls):
-        return priced_parts("assistant", item.blocks, pricing) if item.blocks else NOTHING
-    if isinstance(item, ToolResult):
-        return priced_parts("tool", item.blocks, pricing) if item.blocks else NOTHING
-    if not message.blocks:
-        return NOTHING
-    role = "reasoning" if _is_reasoning_item(message) else message.role
-    return priced_parts(role, message.blocks, pricing)
+    if message.blocks:
+        if not pricing.by_kind:
+            return NOTHING
+        role = "reasoning" if _is_reasoning_item(message) else message.role
+        return priced_parts(role, message.blocks, pricing)
+    if item is None or not item.blocks or not pricing.by_kind:
+        return NOTHING  # the common case: a text, or a call or result without blocks
+    role = "assistant" if isinstance(item, AssistantToolCalls) else "tool"
+    return priced_parts(role, item.blocks, pricing)
 
 
 def _is_reasoning_item(message: ChatMessage) -> bool:
@@ -236,6 +234,8 @@ def base_message_tokens(message: ChatMessage, pricing: Pricing = DEFAULT_PRICING
         # Tool output marker text is plain text (R22); system/assistant text is text (R23).
         text_bytes = utf8_len(message.content) - priced.text_bytes
         return FRAMING_TOKENS + _ceil_quarter(text_bytes) + priced.tokens
+    if priced is NOTHING and IMAGE_MARKER_PREFIX not in message.content:
+        return FRAMING_TOKENS + _ceil_quarter(utf8_len(message.content))
     text_bytes, refs = _scan_marker_refs(message.content)
     images = sum(image_ref_tokens(ref, pricing) for ref in refs)
     return (FRAMING_TOKENS + _ceil_quarter(max(0, text_bytes - priced.text_bytes)) + images
@@ -249,8 +249,10 @@ def current_turn_surcharge(message: ChatMessage, pricing: Pricing = DEFAULT_PRIC
     ``message_tokens(m, current_turn=True) == base_message_tokens(m) +
     current_turn_surcharge(m)``, so a caller can keep the two parts in separate sums.
     """
-    extra = _priced(message, pricing).current_turn_tokens if message.role != "user" else 0
-    if message.role == "tool":
+    if message.role == "user":
+        return 0
+    extra = _priced(message, pricing).current_turn_tokens
+    if message.role == "tool" and message.attachments:
         return sum(image_ref_tokens(ref, pricing) for ref in message.attachments) + extra
     return extra
 
