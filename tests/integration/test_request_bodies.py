@@ -137,3 +137,25 @@ def test_e10_issue_21_version_2_fixture_records_load(backend: EventStoreBackend)
     assert ("openai_chat", ("thinking block",)) == (
         prepared.api, tuple(e.what for e in prepared.left_out))
     assert [] == backend.verify(session)
+
+
+WINDOWS = {"openai": 128_000, "responses": 128_000, "anthropic": 200_000}
+APIS_OF = {"openai": "openai_chat", "responses": "openai_responses", "anthropic": "anthropic"}
+
+
+@pytest.mark.parametrize(("name", "fmt", "raw"), public(), ids=[p[0] for p in public()])
+def test_i21_p2_every_public_recording_prepares_under_the_default_profile(
+    name: str, fmt: str, raw: object
+) -> None:
+    """Each recorded conversation (reasoning, server tools, PDFs, audio, generated images...),
+    continued by a user message, prepares under the default profile within its model's window,
+    as its provider accepted it; its body is accepted by the provider's types."""
+    history = {"openai": tl.from_openai_chat, "responses": tl.from_openai_responses,
+               "anthropic": tl.from_anthropic}[fmt](raw)
+    provider = tl.ProviderProfile("p", "m", WINDOWS[fmt], api=APIS_OF[fmt])
+    with tl.open_store("memory://") as store:
+        session = store.import_conversation([*history, tl.ChatMessage.user("Go on.")],
+                                            providers=[provider])
+        request = session.prepare_request()
+    assert request.estimated_tokens <= WINDOWS[fmt]
+    assert [] == problems(APIS_OF[fmt], request.body())
