@@ -159,3 +159,13 @@ def test_i21_p2_every_public_recording_prepares_under_the_default_profile(
         request = session.prepare_request()
     assert request.estimated_tokens <= WINDOWS[fmt]
     assert [] == problems(APIS_OF[fmt], request.body())
+
+
+def test_i21_p1_the_timeline_says_what_a_request_left_out() -> None:
+    """`replay`'s summary of a RequestPrepared names its API and what it left out."""
+    with tl.open_store("memory://") as store:
+        session, request = _prepared(store, "openai_chat")
+        entries = tl.timeline(session.events())
+    (summary,) = [e.summary for e in entries if e.type == "RequestPrepared"]
+    assert f", openai_chat body leaving out {len(request.left_out)} (" in summary
+    assert "thinking block" in summary
