@@ -1124,8 +1124,8 @@ def _resolve_session_prefixes(args: argparse.Namespace) -> None:
     `stats` shows 8 characters. A whole id is taken as it is, without reading the store."""
     for name in ("session", "after"):
         text = getattr(args, name, None)
-        if not isinstance(text, str) or _is_session_id(text):
-            continue
+        if not isinstance(text, str) or _is_session_id(text) or not _is_hex_prefix(text):
+            continue  # a whole id, or no id at all: the command says what is wrong with it
         with _open_for_reading(args) as store:
             ids = store.sessions()
         setattr(args, name, _unique_prefix(text, ids))
@@ -1137,6 +1137,11 @@ def _is_session_id(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _is_hex_prefix(text: str) -> bool:
+    digits = text.strip().replace("-", "")
+    return bool(digits) and all(c in "0123456789abcdefABCDEF" for c in digits)
 
 
 def _unique_prefix(text: str, ids: Sequence[str]) -> str:

@@ -176,8 +176,8 @@ def test_i21_p5_a_unique_prefix_works_wherever_an_id_does(sqlite_cli: Cli, tmp_p
                  ["report", short, "-o", str(tmp_path / "r.html")], ["verify", short]):
         result = sqlite_cli.run(*args)
         assert 0 == result.returncode, describe(result)
-    unknown = sqlite_cli.run("export", "zzzz", "--format", "openai")
-    assert (2, "turnledger: error: no session id starts with 'zzzz' (see `turnledger "
+    unknown = sqlite_cli.run("export", "fffffffffff0", "--format", "openai")
+    assert (2, "turnledger: error: no session id starts with 'fffffffffff0' (see `turnledger "
             "sessions`)\n") == (unknown.returncode, unknown.stderr)
     first_chars = [i[0] for i in ids]  # 17 ids, 16 hex digits: two share their first one
     shared = next(c for c in first_chars if first_chars.count(c) > 1)
