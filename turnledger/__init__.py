@@ -17,6 +17,7 @@ from turnledger.domain.blocks import (
     ThinkingBlock,
     canonical_json,
 )
+from turnledger.domain.bodies import APIS, LeftOut, fit_messages
 from turnledger.domain.budget import (
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_MAX_HISTORY_TURNS,
@@ -75,6 +76,7 @@ from turnledger.domain.messages import (
     to_chat_messages,
 )
 from turnledger.domain.overflow import is_context_window_exceeded
+from turnledger.domain.pricing import Pricing
 from turnledger.domain.sweep import SweepResult, sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import (
     DEFAULT_MAX_MESSAGE_ROWS,
@@ -117,6 +119,7 @@ from turnledger.store.keys import (
 from turnledger.store.session import Session, Store, open_store
 
 __all__ = [
+    "APIS",
     "BREADCRUMB_TEXT",
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_MAX_HISTORY_TURNS",
@@ -146,6 +149,7 @@ __all__ = [
     "InvalidProfile",
     "InvalidStoreURL",
     "KeyRequired",
+    "LeftOut",
     "MessageAppended",
     "MessagePopped",
     "NotEncrypted",
@@ -155,6 +159,7 @@ __all__ = [
     "OverflowReported",
     "OverflowUnrecoverable",
     "PreparedRequest",
+    "Pricing",
     "ProfileDocument",
     "ProviderProfile",
     "RedactedThinkingBlock",
@@ -193,6 +198,7 @@ __all__ = [
     "canonical_json",
     "effective_context_budget",
     "estimate_history_tokens",
+    "fit_messages",
     "from_anthropic",
     "from_chat_messages",
     "from_openai_chat",

@@ -17,10 +17,11 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypeVar
+from uuid import UUID
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import CorruptRecord, TurnledgerError, bounded
-from turnledger.replay.transcripts import FORMATS
+from turnledger.replay.transcripts import AUTO, FORMATS
 from turnledger.store.backends.port import redact_text, redact_url
 from turnledger.store.session import DEFAULT_STORE_URL
 
@@ -154,11 +155,13 @@ def _open(args: argparse.Namespace, **options: Any) -> Any:
 
 def _open_for_reading(args: argparse.Namespace, **options: Any) -> Any:
     """The store for a command that writes no event; a read-only SQLite store is opened
-    read-only (``mode=ro``) rather than refused. ``args.read_only`` says which happened."""
+    read-only (``mode=ro``) rather than refused. ``args.read_only`` says which happened.
+    A SQLite file that does not exist is a usage error: a read command never creates a store."""
     from turnledger.store.session import open_store
 
+    keys = _keys(args)  # a bad key file is said first, whatever the store
+    _require_store_file(args.store)
     args.read_only = False
-    keys = _keys(args)
     try:
         return open_store(args.store, **keys, **options)
     except TurnledgerError as error:
@@ -171,6 +174,24 @@ def _open_for_reading(args: argparse.Namespace, **options: Any) -> Any:
             raise error from None
     args.read_only = True
     return store
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file a ``sqlite://`` URL names; None for another store or an in-memory database."""
+    import urllib.parse
+
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() != "sqlite" or not rest.startswith("/") or "mode=memory" in rest:
+        return None
+    path = urllib.parse.unquote(rest[1:].partition("?")[0])
+    return None if path in ("", ":memory:") else os.path.abspath(path)
+
+
+def _require_store_file(url: str) -> None:
+    path = _sqlite_file(url)
+    if path is not None and not os.path.exists(path):
+        raise UsageError(f"no store at {path} (a read command never creates one; check "
+                         "--store or TURNLEDGER_STORE)")
 
 
 def _read_only_url(url: str) -> str | None:
@@ -252,81 +273,134 @@ def _live_changes(events: Sequence[Any]) -> list[str]:
     return found
 
 
+_IMPORT_NAMESPACE = b"turnledger import v1\n"
+"""Names the session a line is imported as: the same line (its format and JSON value) imported
+the same way (profile file, --as-live) is the same session, so importing a file again skips
+what already landed."""
+
+
+def _line_session_id(conversation: Any, args: argparse.Namespace) -> UUID:
+    import hashlib
+
+    from turnledger.domain.blocks import canonical_json
+
+    profile = Path(args.profile).read_bytes() if args.profile else b""
+    digest = hashlib.sha256(_IMPORT_NAMESPACE)
+    for part in (conversation.format.encode(), hashlib.sha256(profile).digest(),
+                 b"live" if args.as_live else b"as recorded",
+                 canonical_json(conversation.raw).encode("utf-8", "surrogatepass")):
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return UUID(bytes=digest.digest()[:16], version=5)
+
+
 def _import_line(
     store: Any, conversation: Any, args: argparse.Namespace, settings: tuple[Any, Any, Any]
 ) -> dict[str, Any]:
-    """Record one parsed line as a session, whole or not at all; what it imported."""
+    """Record one parsed line as a session, whole or not at all; what it imported, or
+    ``skipped`` when the store holds that line already (a session of the line's id)."""
+    from turnledger.domain.errors import ConcurrencyConflict
     from turnledger.domain.turns import is_turn_start_item
     from turnledger.replay.transcripts import changes
 
     profile, providers, route = settings
-    session = store.import_conversation(
-        conversation.history, profile, providers, route, as_live=args.as_live
-    )
-    warnings = changes(conversation, args.format)
+    session_id = None if args.again else _line_session_id(conversation, args)
+    history = conversation.history
+    row = {"line": conversation.line, "format": conversation.format,
+           "detected": args.format == AUTO, "messages": len(history),
+           "turns": sum(1 for item in history if is_turn_start_item(item))}
+    try:
+        session = store.import_conversation(
+            history, profile, providers, route, as_live=args.as_live, session_id=session_id
+        )
+    except ConcurrencyConflict:
+        return {**row, "session": str(session_id), "skipped": True, "warnings": []}
+    warnings = changes(conversation, conversation.format)
     if args.as_live:
         warnings += _live_changes(session.events())
-    history = conversation.history
-    return {
-        "line": conversation.line,
-        "session": session.id,
-        "messages": len(history),
-        "turns": sum(1 for item in history if is_turn_start_item(item)),
-        "warnings": warnings,
-    }
+    return {**row, "session": session.id, "skipped": False, "warnings": warnings}
 
 
 def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.providers import TranscriptError
-    from turnledger.replay.transcripts import decode_lines, read_conversations
+    from turnledger.replay.transcripts import read_conversations, stream_lines
 
     path = Path(args.file)
     try:
-        lines = decode_lines(path.read_bytes())  # per line: a bad byte rejects its line only
-    except (OSError, TranscriptError) as error:
-        raise UsageError(f"cannot read {path}: {error}") from None
+        handle = path.open("rb")
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
     settings = _import_profile(args)
-    imported: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     rejected: list[str] = []
     progress = _Progress("importing")
-    with _open(args) as store:
-        for parsed in read_conversations(lines, args.format):
-            if isinstance(parsed, TranscriptError):
-                rejected.append(f"{path}:{parsed}")
-                continue
-            progress(parsed.line, len(lines))
-            try:
-                imported.append(_import_line(store, parsed, args, settings))
-            except TurnledgerError as error:  # e.g. a lone surrogate: nothing of it is stored
-                rejected.append(f"{path}:line {parsed.line}: {error}")
+    with handle, _open(args) as store:
+        try:
+            for parsed in read_conversations(stream_lines(handle), args.format):
+                if isinstance(parsed, TranscriptError):
+                    _reject(rejected, f"{path}:{parsed}")
+                    continue
+                progress(parsed.line, None)
+                try:
+                    row = _import_line(store, parsed, args, settings)
+                except TurnledgerError as error:  # e.g. a lone surrogate: none of it stored
+                    _reject(rejected, f"{path}:line {parsed.line}: {error}")
+                    continue
+                rows.append(row)
+                if not args.json:
+                    _print_import(row, out)  # as it commits: an interrupted import says so
+        except (OSError, TranscriptError) as error:
+            raise UsageError(f"cannot read {path}: {error}") from None
     progress.close()
-    _print_imports(imported, rejected, args, out)
+    if args.json:
+        _dump_json({"imported": [r for r in rows if not r["skipped"]],
+                    "skipped": [r for r in rows if r["skipped"]], "rejected": rejected}, out)
     return EXIT_USAGE if rejected else EXIT_OK
 
 
-def _print_imports(
-    imported: list[dict[str, Any]], rejected: list[str], args: argparse.Namespace, out: TextIO
-) -> None:
-    if args.json:
-        _dump_json({"imported": imported, "rejected": rejected}, out)
-    else:
-        for row in imported:
-            print(f"{row['session']}\tline {row['line']}: {row['messages']} messages, "
-                  f"{row['turns']} turns", file=out)
-    for row in imported:
-        for warning in row["warnings"]:
-            print(f"turnledger: warning: line {row['line']}: {warning}", file=sys.stderr)
-    for reason in rejected:
-        print(f"turnledger: rejected {reason}", file=sys.stderr)
+def _reject(rejected: list[str], reason: str) -> None:
+    rejected.append(reason)
+    print(f"turnledger: rejected {reason}", file=sys.stderr, flush=True)
+
+
+def _print_import(row: dict[str, Any], out: TextIO) -> None:
+    if row["skipped"]:
+        print(f"{row['session']}\tline {row['line']}: already imported, skipped (--again "
+              "imports it anyway)", file=out, flush=True)
+        return
+    read_as = f" (read as {row['format']})" if row["detected"] else ""
+    print(f"{row['session']}\tline {row['line']}: {row['messages']} messages, "
+          f"{row['turns']} turns{read_as}", file=out, flush=True)
+    for warning in row["warnings"]:
+        print(f"turnledger: warning: line {row['line']}: {warning}", file=sys.stderr,
+              flush=True)
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.replay.transcripts import write_conversation
+    from turnledger.replay.transcripts import record_of, write_conversation, write_record
 
     with _open_for_reading(args) as store:
-        state = store.read_state(args.session)
-        print(write_conversation(state.chat_view(), args.format), file=out)
+        if args.view == "chat":
+            state = store.read_state(args.session)
+            print(write_conversation(state.chat_view(), args.format), file=out)
+            return EXIT_OK
+        _require_session(store, args.session)
+        pages = store.event_pages(args.session)
+        line, left_out = write_record(record_of(e for page in pages for e in page), args.format)
+    print(line, file=out)
+    for entry in left_out:
+        print(f"turnledger: warning: message {entry.message}: {entry.what} left out: "
+              f"{entry.reason}", file=sys.stderr)
     return EXIT_OK
+
+
+def _require_session(store: Any, session: str) -> None:
+    """Raise `SessionNotFound` unless the store holds ``session`` (reads its head only)."""
+    from turnledger.domain.errors import SessionNotFound
+    from turnledger.store.session import parse_session_id
+
+    uuid = parse_session_id(session)
+    if store.backend.head(uuid)[0] == 0:
+        raise SessionNotFound(f"no session {uuid} in this store")
 
 
 def _salvaging(args: argparse.Namespace, read: Callable[[Any], T]) -> tuple[T, bool]:
@@ -866,16 +940,22 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
     p = sub.add_parser("import", help="import transcripts (one conversation per JSONL line)",
                        description="Import a JSONL file of conversations, one per line, each as "
                        "a new session recorded as the file says (no truncation, no trimming: "
-                       "the profile applies when a request is prepared). Prints per line the "
-                       "session id, its messages and turns, and a warning for anything export "
-                       "would not give back. A rejected line is reported with its number and "
-                       "reason and nothing of it is stored; the other lines are imported; exit "
-                       "2 when a line was rejected.")
+                       "the profile applies when a request is prepared). The file is read line "
+                       "by line; each line's session id is printed as it commits, with its "
+                       "messages and turns, and a warning for anything export would not give "
+                       "back. A line already imported into the store is skipped, saying so "
+                       "(--again imports it anyway). A rejected line is reported with its "
+                       "number and reason and nothing of it is stored; the other lines are "
+                       "imported; exit 2 when a line was rejected.")
     p.add_argument("file", help="JSONL file: one conversation per line (a provider's message "
                    "list, or a request object holding it)")
-    p.add_argument("--format", required=True, choices=FORMATS,
+    p.add_argument("--format", default=AUTO, choices=(*FORMATS, AUTO),
                    help="the provider format of the lines: openai (Chat Completions "
-                   "messages), anthropic (system + messages), responses (Responses input items)")
+                   "messages), anthropic (system + messages), responses (Responses input "
+                   "items), or auto (default: each line is read in the format it is written "
+                   "in); a line plainly in another format than the one named is refused")
+    p.add_argument("--again", action="store_true",
+                   help="import a line even when the store holds it already (a new session)")
     p.add_argument("--profile", help="TOML profile for the imported sessions")
     p.add_argument("--as-live", action="store_true",
                    help="record as a live runtime would: truncate long tool results (R38) and "
@@ -884,12 +964,20 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
     _add_json(p)
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("export", help="a session's chat view as one JSONL line",
-                       description="Print a session's chat view as one JSONL line in a "
-                       "provider format; an imported session gives its line back.")
-    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p = sub.add_parser("export", help="a session's record as one JSONL line",
+                       description="Print a session's record as one JSONL line in a provider "
+                       "format: every message recorded, a trailing tool call still waiting for "
+                       "its result included, popped messages left out (docs/behaviour.md "
+                       "#e13); an imported session gives its line back. What the format cannot "
+                       "carry (another provider's signed thinking, ...) is left out and named "
+                       "on stderr. --view chat prints what the model would see instead: the "
+                       "chat view, trimmed, with its breadcrumb.")
+    p.add_argument("session", help="session id or a unique prefix of one (`turnledger "
+                   "sessions`)")
     p.add_argument("--format", required=True, choices=FORMATS,
                    help="the provider format to write")
+    p.add_argument("--view", choices=("record", "chat"), default="record",
+                   help="record (default): every recorded message; chat: what the model sees")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("sessions", help="list sessions with counts",
@@ -1062,6 +1150,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace, TextIO], int] = args.func
     try:
+        _resolve_session_prefixes(args)
         return func(args, out or sys.stdout)
     except CorruptRecord as error:
         print(f"turnledger: corrupt store: {_safe(_one_line(error), args.store)}",
@@ -1075,6 +1164,44 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+
+
+def _resolve_session_prefixes(args: argparse.Namespace) -> None:
+    """A unique prefix of a session id works wherever an id does (``SESSION``, ``--after``):
+    `stats` shows 8 characters. A whole id is taken as it is, without reading the store."""
+    for name in ("session", "after"):
+        text = getattr(args, name, None)
+        if not isinstance(text, str) or _is_session_id(text) or not _is_hex_prefix(text):
+            continue  # a whole id, or no id at all: the command says what is wrong with it
+        with _open_for_reading(args) as store:
+            ids = store.sessions()
+        setattr(args, name, _unique_prefix(text, ids))
+
+
+def _is_session_id(text: str) -> bool:
+    try:
+        UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_hex_prefix(text: str) -> bool:
+    digits = text.strip().replace("-", "")
+    return bool(digits) and all(c in "0123456789abcdefABCDEF" for c in digits)
+
+
+def _unique_prefix(text: str, ids: Sequence[str]) -> str:
+    """The one session id that starts with ``text`` (hyphens and case aside)."""
+    wanted = text.strip().lower().replace("-", "")
+    found = [i for i in ids if wanted and i.replace("-", "").startswith(wanted)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise UsageError(f"no session id starts with {text!r} (see `turnledger sessions`)")
+    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    raise UsageError(f"session {text!r} is ambiguous: {len(found)} session ids start with it "
+                     f"({shown}); give more of the id")
 
 
 def _safe(text: str, url: str) -> str:

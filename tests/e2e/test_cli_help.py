@@ -134,6 +134,7 @@ def test_e11_a_session_the_store_does_not_hold_is_bad_input(
     one line naming it and print nothing on stdout."""
     path, parser = command
     missing = str(uuid.UUID(int=7))
+    sqlite_cli.ok("projections", "run")  # the store exists (a read command never creates one)
 
     result = sqlite_cli.run(*_arguments_for(path, parser, missing))
 

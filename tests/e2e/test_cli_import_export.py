@@ -40,12 +40,13 @@ def test_e11_import_prints_one_id_per_good_line_and_rejects_the_bad_line(
 
 
 def test_e11_import_json_lists_imported_ids_and_rejected_lines(cli: Cli) -> None:
-    """import --json prints {"imported": [...], "rejected": [reasons]} and still exits 2."""
+    """import --json prints {"imported": [...], "skipped": [...], "rejected": [reasons]} and
+    still exits 2."""
     result = cli.run("import", TRANSCRIPTS / "openai.jsonl", "--format", "openai", "--json")
 
     assert 2 == result.returncode, describe(result)
     payload = json.loads(result.stdout)
-    assert ["imported", "rejected"] == sorted(payload)
+    assert ["imported", "rejected", "skipped"] == sorted(payload)
     assert 5 == len(payload["imported"])
     assert 1 == len(payload["rejected"])
     assert ":line 5: " in payload["rejected"][0]
@@ -172,4 +173,5 @@ def test_e11_import_with_an_invalid_profile_is_a_usage_error(
     assert 1 == len(result.stderr.splitlines()), result.stderr
     assert "max_history_turns" in result.stderr
     assert "" == result.stdout
-    assert [] == sqlite_cli.json("sessions", "--json")
+    listed = sqlite_cli.run("sessions", "--json")  # nothing stored: no store was created
+    assert (2, "turnledger: error: no store at") == (listed.returncode, listed.stderr[:30])

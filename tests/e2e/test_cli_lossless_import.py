@@ -62,7 +62,8 @@ def test_e11_import_is_lossless_by_default_and_as_live_on_request(cli: Cli, tmp_
 
 def test_e11_a_rejected_line_is_atomic_and_exit_2(cli: Cli, tmp_path: Path) -> None:
     """A lone surrogate rejects its line (number and reason), stores nothing of it, and the
-    other lines are imported; exit 2 (bad input, DECISIONS 10)."""
+    other lines are imported (a repeated line is the same conversation: skipped, issue 21);
+    exit 2 (bad input, DECISIONS 10)."""
     good = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     bad = [{"role": "user", "content": "fine"}, {"role": "assistant", "content": "\ud800"}]
     transcript = tmp_path / "mixed.jsonl"
@@ -78,8 +79,9 @@ def test_e11_a_rejected_line_is_atomic_and_exit_2(cli: Cli, tmp_path: Path) -> N
     assert "not valid Unicode" in rejected[0]
     assert "invalid JSON" in rejected[1]
     ids = imported_ids(result.stdout)
-    assert 2 == len(ids)
-    assert sorted(ids) == sorted(row["session_id"] for row in cli.json("sessions", "--json"))
+    assert [ids[0], ids[0]] == ids
+    assert "line 4: already imported, skipped" in result.stdout.splitlines()[1]
+    assert ids[:1] == [row["session_id"] for row in cli.json("sessions", "--json")]
 
 
 def test_e6_what_if_on_an_imported_session_says_it_simulated_the_calls(cli: Cli) -> None:

@@ -66,8 +66,8 @@ def keyed(sqlite_store: Target, tmp_path: Path) -> KeyedCli:
 def _import(cli: KeyedCli) -> str:
     source = cli.cwd / "one.jsonl"
     source.write_text(json.dumps(CONVERSATION) + "\n", encoding="utf-8")
-    (session_id,) = [line.split("\t")[0] for line in cli.ok(
-        "import", source, "--format", "openai").splitlines()]
+    (session_id,) = [line.split("\t")[0] for line in cli.ok(  # --again: a new session each call
+        "import", source, "--format", "openai", "--again").splitlines()]
     return session_id
 
 

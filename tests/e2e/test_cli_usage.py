@@ -107,7 +107,8 @@ def test_e11_import_of_a_missing_file_is_a_one_line_usage_error(sqlite_cli: Cli)
 
     _assert_usage_error(result, one_line=True)
     assert str(missing) in result.stderr
-    assert [] == sqlite_cli.json("sessions", "--json")
+    listed = sqlite_cli.run("sessions", "--json")  # nothing stored: no store was created
+    assert (2, "turnledger: error: no store at") == (listed.returncode, listed.stderr[:30])
 
 
 def test_cli_bad_format_is_a_usage_error(sqlite_cli: Cli) -> None:
@@ -118,7 +119,8 @@ def test_cli_bad_format_is_a_usage_error(sqlite_cli: Cli) -> None:
     for result in (imported, exported):
         _assert_usage_error(result, one_line=False)
         assert "--format" in result.stderr.splitlines()[-1]
-    assert [] == sqlite_cli.json("sessions", "--json")
+    listed = sqlite_cli.run("sessions", "--json")  # nothing stored: no store was created
+    assert (2, "turnledger: error: no store at") == (listed.returncode, listed.stderr[:30])
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from tests.strategies import (
     provider_histories,
 )
 from turnledger.domain.blocks import ThinkingBlock, canonical_json, canonical_text
+from turnledger.domain.bodies import fit_messages
 from turnledger.domain.budget import Route
 from turnledger.domain.decider import PreparedRequest, request_digest
 from turnledger.domain.errors import InvalidMessage
@@ -128,7 +129,7 @@ def test_e11_unknown_block_types_never_reject_a_conversation() -> None:
         ("openai", [{"role": "tool", "content": "x"}], "message 0: tool_call_id missing"),
         ("openai", [{"content": "x"}], "message 0: role missing"),
         ("anthropic", {"messages": [{"role": "bot", "content": "x"}]},
-         "message 0: role 'bot' is not supported (user or assistant)"),
+         "message 0: role 'bot' is not supported (user, assistant or system)"),
         ("responses", [{"type": "function_call", "name": "f", "arguments": "{}"}],
          "message 0: call_id missing"),
     ],
@@ -142,12 +143,15 @@ def test_e11_bad_input_names_the_message_and_field(fmt: str, raw: Any, expected:
 
 
 def test_e6_prepared_request_gives_each_provider_body() -> None:
-    """PreparedRequest.to_openai_chat/.to_anthropic/.to_openai_responses convert its messages."""
+    """PreparedRequest.to_openai_chat/.to_anthropic/.to_openai_responses convert its messages
+    as each API takes them (issue 21: what cannot cross is left out, `fit_messages`)."""
     messages = to_chat_messages(every_block_type_history())
     request = PreparedRequest(messages, Route("p", "m"), None, 1000, 10, None, window=1000)
-    assert to_openai_chat(messages) == request.to_openai_chat()
-    assert to_anthropic(messages) == request.to_anthropic()
-    assert to_openai_responses(messages) == request.to_openai_responses()
+    assert to_openai_chat(fit_messages(messages, "openai_chat")[0]) == request.to_openai_chat()
+    assert to_anthropic(fit_messages(messages, "anthropic")[0]) == request.to_anthropic()
+    assert to_openai_responses(
+        fit_messages(messages, "openai_responses")[0]
+    ) == request.to_openai_responses()
 
 
 def test_e6_digest_covers_blocks_and_keeps_old_digests() -> None:
@@ -311,7 +315,6 @@ def test_e11_openai_bad_input_names_the_message_and_field(raw: Any, expected: st
     [
         ({"system": "x"}, "messages missing"),
         ({"messages": {}}, "messages must be a list, got dict"),
-        ([{"role": "system", "content": "x"}], "message 0: role 'system' is not supported"),
         ([{"role": "user"}], "message 0: content missing"),
         ([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}],
          "message 0: content[0].tool_use_id missing"),
@@ -502,11 +505,13 @@ def test_e11_unknown_transcript_format_is_a_value_error_naming_it(fmt: str) -> N
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_e11_read_conversations_skips_blank_lines_and_keeps_line_numbers(fmt: str) -> None:
-    """Blank lines are skipped, numbering stays 1-based on the file, CRLF endings are fine."""
+    """Blank lines are skipped, numbering stays 1-based on the file, CRLF endings are fine;
+    an empty conversation is refused with its number (issue 21)."""
     text = '\n[{"role":"user","content":"a"}]\r\n   \n[]\n'
-    read = [(c.line, bare(c.history)) for c in read_conversations(text, fmt)
-            if not isinstance(c, TranscriptError)]
-    assert [(2, [Chat(ChatMessage.user("a"))]), (4, [])] == read
+    read = [(c.line, str(c) if isinstance(c, TranscriptError) else bare(c.history))
+            for c in read_conversations(text, fmt)]
+    assert [(2, [Chat(ChatMessage.user("a"))]),
+            (4, "line 4: an empty conversation: there is no message to record")] == read
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,17 @@ float, ``nan`` and ``inf`` included), and a number outside (0, 1] is treated as 
     enabled = true
     max_tokens = 8192
 
+    [pricing]                  # content that is not text (issue 21; defaults shown)
+    image_by_size = false      # opt-in: an inline image by its pixel size
+    document_page_tokens = 1500
+
+
     [providers.openai]         # the table key is the provider name
     model = "gpt-4o"           # required
     context_window = 128000    # optional, positive; absent = capacity unknown (R19)
+
+    api = "openai_chat"        # optional: the request API (openai_chat, openai_responses,
+                               # anthropic); a prepared request then builds its body
 
     [providers.openai.aliases] # optional: alias key -> the model dispatched, and its window
     fast = { model = "gpt-4o-mini", context_window = 128000 }
@@ -59,7 +67,10 @@ from typing import Any, Final, NamedTuple, final
 
 import attrs
 
+# The request APIs a provider can name are those the body conversions know (issue 21).
+from turnledger.domain.bodies import check_api
 from turnledger.domain.errors import InvalidProfile
+from turnledger.domain.pricing import SPEC_PRICING, Pricing
 
 # The tool-result bound (R38) is defined once, by the truncation rule; re-exported here because
 # it is also a RuntimeProfile default.
@@ -83,6 +94,7 @@ __all__ = [
     "request_window",
     "resolve_capacity",
     "resolve_route",
+    "session_pricing",
     "valid_compact_ratio",
 ]
 
@@ -195,8 +207,15 @@ class RuntimeProfile:
     history_pruning: HistoryPruning = attrs.field(factory=HistoryPruning)
     max_history_messages: int | None = None
     max_tool_result_chars: int = DEFAULT_MAX_TOOL_RESULT_CHARS
+    pricing: Pricing | None = attrs.field(default=None, kw_only=True)
+    """How the estimate prices content that is not text (issue 21, `Pricing`). None: not
+    chosen; a session started with it records the default `Pricing()`, so its record says how
+    it priced. A recorded profile without pricing is a session started before issue 21: it
+    priced every block by its text (`session_pricing`)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.pricing is not None and not isinstance(self.pricing, Pricing):
+            raise InvalidProfile(f"pricing: must be a Pricing, got {type(self.pricing).__name__}")
         _check_count("max_context_tokens", self.max_context_tokens, optional=True)
         _check_ratio("context_compact_ratio", self.context_compact_ratio)
         if not isinstance(self.history_pruning, HistoryPruning):
@@ -213,6 +232,12 @@ class RuntimeProfile:
         if self.max_history_messages is None:
             return DEFAULT_MAX_HISTORY_TURNS
         return self.max_history_messages
+
+
+def session_pricing(profile: RuntimeProfile) -> Pricing:
+    """The pricing a session's recorded ``profile`` estimated with (issue 21): its own, or, for
+    a session recorded before issue 21 (no pricing), R20-R23 alone (`Pricing.spec`)."""
+    return profile.pricing if profile.pricing is not None else SPEC_PRICING
 
 
 def valid_compact_ratio(ratio: float | None) -> Decimal | None:
@@ -390,11 +415,17 @@ class ProviderProfile:
     model: str
     context_window: int | None = None
     aliases: AliasMap = attrs.field(factory=AliasMap, converter=_to_alias_map)
+    api: str | None = attrs.field(default=None, kw_only=True)
+    """The request API this provider is called through (issue 21): ``"openai_chat"``,
+    ``"openai_responses"`` or ``"anthropic"``; None when not said. A prepared request to a
+    route of this provider then builds that API's body (`PreparedRequest.body`) and records what
+    it left out."""
 
     def __attrs_post_init__(self) -> None:
         _check_name("name", self.name)
         _check_name("model", self.model)
         _check_window("context_window", self.context_window)
+        check_api("api", self.api)
         if self.model in self.aliases:
             raise InvalidProfile(
                 f"aliases.{self.model}: an alias key must differ from the provider's model"
@@ -466,6 +497,7 @@ class ResolvedRoute:
     ``capacity`` is None when unknown; ``budget`` is the proactive target (0 = disabled);
     ``window`` is the R18 safety window. ``dispatch_model`` is the model name sent to the
     provider when ``route.model`` is an alias key (None: ``route.model`` is sent as is).
+    ``api`` is the request API the route's provider names (None: not said).
     """
 
     route: Route
@@ -473,6 +505,7 @@ class ResolvedRoute:
     budget: int
     window: int
     dispatch_model: str | None = attrs.field(default=None, kw_only=True)
+    api: str | None = attrs.field(default=None, kw_only=True)
 
     @property
     def model(self) -> str:
@@ -501,6 +534,7 @@ def resolve_route(
         effective_context_budget(profile, capacity),
         request_window(profile, capacity),
         dispatch_model=dispatched if dispatched != route.model else None,
+        api=None if provider is None else provider.api,
     )
 
 
@@ -518,9 +552,10 @@ class ProfileDocument:
 _RUNTIME_KEYS: Final = frozenset(
     {"max_context_tokens", "context_compact_ratio", "max_history_messages", "max_tool_result_chars"}
 )
-_TOP_KEYS: Final = _RUNTIME_KEYS | {"history_pruning", "providers", "route"}
+_TOP_KEYS: Final = _RUNTIME_KEYS | {"history_pruning", "providers", "route", "pricing"}
+_PRICING_KEYS: Final = frozenset(f.name for f in attrs.fields(Pricing))
 _PRUNING_KEYS: Final = frozenset({"enabled", "max_tokens"})
-_PROVIDER_KEYS: Final = frozenset({"model", "context_window", "aliases"})
+_PROVIDER_KEYS: Final = frozenset({"model", "context_window", "aliases", "api"})
 _ALIAS_KEYS: Final = frozenset({"model", "context_window"})
 _ROUTE_KEYS: Final = frozenset({"provider", "model"})
 
@@ -554,8 +589,13 @@ def _parse_runtime(data: Mapping[str, Any]) -> RuntimeProfile:
         table = _table("history_pruning", data["history_pruning"])
         _reject_unknown("history_pruning", table, _PRUNING_KEYS)
         pruning = HistoryPruning(**table)
+    pricing = None
+    if "pricing" in data:
+        table = _table("pricing", data["pricing"])
+        _reject_unknown("pricing", table, _PRICING_KEYS)
+        pricing = Pricing(**table)
     runtime_args = {k: v for k, v in data.items() if k in _RUNTIME_KEYS}
-    return RuntimeProfile(history_pruning=pruning, **runtime_args)
+    return RuntimeProfile(history_pruning=pruning, pricing=pricing, **runtime_args)
 
 
 def _parse_alias(prefix: str, value: object) -> tuple[str, int | None]:
@@ -590,7 +630,9 @@ def _parse_provider(name: str, value: object) -> ProviderProfile:
                     f"{alias_prefix}: an alias key must differ from the provider's model"
                 )
             aliases[key] = _parse_alias(alias_prefix, alias)
-    return ProviderProfile(name, model, window, aliases)  # type: ignore[arg-type]  # checked
+    api = table.get("api")
+    check_api(f"{prefix}.api", api)
+    return ProviderProfile(name, model, window, aliases, api=api)  # type: ignore[arg-type]
 
 
 def _parse_route(value: object, providers: Sequence[ProviderProfile]) -> Route:

@@ -23,6 +23,14 @@ from uuid import UUID
 
 import attrs
 
+from turnledger.domain.bodies import (
+    API_ANTHROPIC,
+    API_OPENAI_CHAT,
+    API_OPENAI_RESPONSES,
+    LeftOut,
+    fit_messages,
+    render_body,
+)
 from turnledger.domain.budget import (
     ProviderProfile,
     ResolvedRoute,
@@ -32,7 +40,7 @@ from turnledger.domain.budget import (
     resolve_route,
 )
 from turnledger.domain.errors import InvalidMessage, InvalidProfile, TurnledgerError
-from turnledger.domain.estimate import FRAMING_TOKENS, text_tokens
+from turnledger.domain.estimate import FRAMING_TOKENS, estimate_history_tokens, text_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
@@ -69,12 +77,8 @@ from turnledger.domain.messages import (
     classify_appended,
     parse_tool_envelope,
 )
-from turnledger.domain.providers import (
-    block_json,
-    to_anthropic,
-    to_openai_chat,
-    to_openai_responses,
-)
+from turnledger.domain.pricing import DEFAULT_PRICING, Pricing
+from turnledger.domain.providers import block_json
 from turnledger.domain.state import SessionState
 from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import window_for_budget, window_for_count
@@ -116,12 +120,16 @@ E = TypeVar("E", bound=DomainEvent)
 
 @attrs.frozen
 class StartSession:
+    """Start a session. A profile whose pricing is not chosen records `Pricing()` (issue 21),
+    unless ``recorded``: a replay of a recorded start takes its profile as it was."""
+
     session_id: UUID
     profile: RuntimeProfile
     providers: tuple[ProviderProfile, ...]
     route: Route
     legacy: bool
     now: datetime
+    recorded: bool = attrs.field(default=False, kw_only=True)
 
 
 @attrs.frozen
@@ -267,7 +275,14 @@ Command = (
 
 @attrs.frozen
 class PreparedRequest:
-    """What the runtime sends to the provider (API.md), after R18's capacity check."""
+    """What the runtime sends to the provider (API.md), after R18's capacity check.
+
+    ``messages`` is the chat view the request was prepared from (its ``digest``); ``api`` the
+    request API the route's provider names (None: not said), ``sent`` the messages as that API
+    takes them and ``left_out`` what of ``messages`` they do not carry, and why (issue 21,
+    `turnledger.domain.bodies`); ``estimated_tokens`` prices ``sent``. Without an API,
+    ``sent`` is ``messages`` and nothing is left out.
+    """
 
     messages: list[ChatMessage]
     route: Route
@@ -278,18 +293,50 @@ class PreparedRequest:
     window: int = attrs.field(kw_only=True)
     purpose: Purpose = attrs.field(default=Purpose.TURN, kw_only=True)
     digest: str = attrs.field(default="", kw_only=True)
+    api: str | None = attrs.field(default=None, kw_only=True)
+    sent: list[ChatMessage] = attrs.field(kw_only=True)
+    left_out: tuple[LeftOut, ...] = attrs.field(default=(), kw_only=True)
+
+    @sent.default
+    def _sent_default(self) -> list[ChatMessage]:
+        return self.messages
+
+    def body(self) -> Any:
+        """The body part of the route's API, as recorded: Chat ``messages``, Responses
+        ``input`` items, or Anthropic ``{"system", "messages"}``.
+
+        Raises `InvalidProfile` when the route's provider names no API (``api`` in its
+        profile): call `to_openai_chat`, `to_openai_responses` or `to_anthropic` instead.
+        """
+        if self.api is None:
+            raise InvalidProfile(
+                f"provider {self.route.provider!r} names no api (openai_chat, "
+                "openai_responses or anthropic): set it in its profile, or call "
+                "to_openai_chat(), to_openai_responses() or to_anthropic()"
+            )
+        return render_body(self.sent, self.api)
+
+    def left_out_for(self, api: str) -> tuple[LeftOut, ...]:
+        """What a body for ``api`` leaves out of ``messages``: ``left_out`` for the route's
+        API (recorded in `RequestPrepared`), else computed here and recorded nowhere."""
+        return self.left_out if api == self.api else fit_messages(self.messages, api)[1]
+
+    def _body_for(self, api: str) -> Any:
+        sent = self.sent if api == self.api else fit_messages(self.messages, api)[0]
+        return render_body(sent, api)
 
     def to_openai_chat(self) -> list[dict[str, Any]]:
-        """The ``messages`` of an OpenAI Chat Completions request (`turnledger.providers`)."""
-        return to_openai_chat(self.messages)
+        """The ``messages`` of an OpenAI Chat Completions request: what that API accepts
+        (`left_out_for` says what it leaves out; `turnledger.domain.bodies`)."""
+        return self._body_for(API_OPENAI_CHAT)  # type: ignore[no-any-return]
 
     def to_anthropic(self) -> dict[str, Any]:
-        """The ``system`` and ``messages`` of an Anthropic Messages request."""
-        return to_anthropic(self.messages)
+        """The ``system`` and ``messages`` of an Anthropic Messages request (as accepted)."""
+        return self._body_for(API_ANTHROPIC)  # type: ignore[no-any-return]
 
     def to_openai_responses(self) -> list[dict[str, Any]]:
-        """The ``input`` items of an OpenAI Responses request."""
-        return to_openai_responses(self.messages)
+        """The ``input`` items of an OpenAI Responses request (as accepted)."""
+        return self._body_for(API_OPENAI_RESPONSES)  # type: ignore[no-any-return]
 
 
 # --- request accounting (one place) ---------------------------------------------------------
@@ -366,7 +413,7 @@ def evolve(state: SessionState, event: DomainEvent) -> SessionState:
     match event:
         case SessionStarted():
             state.session_id = event.originator_id
-            state.profile = event.profile
+            state.start(event.profile)
             state.providers = tuple(event.providers)
             state.legacy = event.legacy
             state.resolved = resolve_route(event.profile, event.providers, event.route)
@@ -449,9 +496,12 @@ def _decide_start(state: SessionState, command: StartSession, batch: Batch) -> N
         raise TurnledgerError(f"session {state.session_id} is already started")
     _check_route(command.providers, command.route)
     resolved = resolve_route(command.profile, command.providers, command.route)
+    profile = command.profile
+    if profile.pricing is None and not command.recorded:
+        profile = attrs.evolve(profile, pricing=DEFAULT_PRICING)  # the record says how it prices
     batch.add(
         SessionStarted,
-        profile=command.profile,
+        profile=profile,
         providers=command.providers,
         route=command.route,
         legacy=command.legacy,
@@ -547,7 +597,12 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
     messages = state.chat_view()  # rendered once: the digest's input is what is sent
     unanswered = unanswered_tool_calls(messages)
     tool_tokens, hook_tokens = command.tool_tokens, command.hook_tokens
-    estimated = state.chat_tokens() + tool_tokens + hook_tokens
+    sent, left_out = _fit(messages, resolved.api)
+    pricing = state.pricing
+    priced = state.chat_tokens() if sent is messages else estimate_history_tokens(
+        sent, pricing=pricing)
+    estimated = priced + tool_tokens + hook_tokens + _api_overhead(
+        resolved.api, tool_tokens, pricing)
     purpose = Purpose.FINAL_SUMMARY if command.final_summary else Purpose.TURN
     fields = {
         "purpose": purpose,
@@ -577,6 +632,8 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         digest=digest,
         tool_tokens=tool_tokens,
         hook_tokens=hook_tokens,
+        api=resolved.api,
+        left_out=left_out,
     )
     batch.request = PreparedRequest(
         messages=messages,
@@ -588,7 +645,32 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         window=resolved.window,
         purpose=purpose,
         digest=digest,
+        api=resolved.api,
+        sent=sent,
+        left_out=left_out,
     )
+
+
+def _api_overhead(api: str | None, tool_tokens: int, pricing: Pricing) -> int:
+    """What the API itself adds to a request: Anthropic's tool-use system prompt when the
+    request has tools (issue 21, `Pricing.tool_use_system_tokens`)."""
+    if api == API_ANTHROPIC and tool_tokens and pricing.by_kind:
+        return pricing.tool_use_system_tokens
+    return 0
+
+
+def _fit(
+    messages: list[ChatMessage], api: str | None
+) -> tuple[list[ChatMessage], tuple[LeftOut, ...]]:
+    """The messages as the route's API takes them (issue 21); ``messages`` itself when no API
+    is named or nothing changes, so such a request is priced by the window's sums."""
+    if api is None:
+        return messages, ()
+    sent, left_out = fit_messages(messages, api)
+    same = len(sent) == len(messages) and all(
+        a == b and a.item == b.item for a, b in zip(sent, messages)  # item: not in `==`
+    )
+    return (messages, ()) if not left_out and same else (sent, left_out)
 
 
 def _unanswered_text(ids: Sequence[str]) -> str:

@@ -24,7 +24,20 @@ from typing import Final
 
 import attrs
 
-from turnledger.domain.messages import ChatMessage, is_real_user_message
+from turnledger.domain.messages import (
+    AssistantToolCalls,
+    ChatMessage,
+    is_real_user_message,
+)
+from turnledger.domain.pricing import (
+    DEFAULT_PRICING,
+    IMAGE_TOKEN_ESTIMATE,
+    NOTHING,
+    Priced,
+    Pricing,
+    image_ref_tokens,
+    priced_parts,
+)
 
 __all__ = [
     "BREADCRUMB_TOKENS",
@@ -45,7 +58,6 @@ __all__ = [
     "utf8_len",
 ]
 
-IMAGE_TOKEN_ESTIMATE: Final = 1600
 FRAMING_TOKENS: Final = 4
 IMAGE_MARKER_PREFIX: Final = "[IMAGE:"
 _WRAP: Final = re.compile(r"[\r\n]\s*")
@@ -146,15 +158,22 @@ def image_markers(text: str) -> Iterator[ImageMarker]:
 
 def _scan_markers(text: str) -> tuple[int, int]:
     """(UTF-8 bytes of the text outside loadable markers, number of loadable markers)."""
+    bytes_, refs = _scan_marker_refs(text)
+    return bytes_, len(refs)
+
+
+def _scan_marker_refs(text: str) -> tuple[int, list[str]]:
+    """(UTF-8 bytes of the text outside loadable markers, their references)."""
     total = utf8_len(text)
     if IMAGE_MARKER_PREFIX not in text:
-        return total, 0
-    removed = images = 0
+        return total, []
+    removed = 0
+    refs: list[str] = []
     for marker in image_markers(text):
         if marker.loadable:
-            images += 1
+            refs.append(marker.ref)
             removed += utf8_len(text[marker.start : marker.end])
-    return total - removed, images
+    return total - removed, refs
 
 
 def image_count(message: ChatMessage, *, current_turn: bool) -> int:
@@ -170,37 +189,72 @@ def image_count(message: ChatMessage, *, current_turn: bool) -> int:
     return 0
 
 
-def message_tokens(message: ChatMessage, *, current_turn: bool) -> int:
-    """The estimate of one message (R20-R23).
+def message_tokens(
+    message: ChatMessage, *, current_turn: bool, pricing: Pricing = DEFAULT_PRICING
+) -> int:
+    """The estimate of one message (R20-R23, and the kinds of ``pricing``: issue 21).
 
-    ``current_turn`` says whether the message belongs to the current user turn; only tool
-    messages depend on it (their attachments are charged in the current turn only, R22).
+    ``current_turn`` says whether the message belongs to the current user turn: a tool
+    message's attachments are charged in the current turn only (R22), and so is reasoning
+    ciphertext (`Pricing`).
     """
-    tokens = base_message_tokens(message)
-    return tokens + current_turn_surcharge(message) if current_turn else tokens
+    tokens = base_message_tokens(message, pricing)
+    return tokens + current_turn_surcharge(message, pricing) if current_turn else tokens
 
 
-def base_message_tokens(message: ChatMessage) -> int:
-    """The estimate of one message outside the current turn (R20-R23).
+def _priced(message: ChatMessage, pricing: Pricing) -> Priced:
+    """What ``message`` holds that is not text (`turnledger.domain.pricing`)."""
+    item = message.item
+    if message.blocks:
+        if not pricing.by_kind:
+            return NOTHING
+        role = "reasoning" if _is_reasoning_item(message) else message.role
+        return priced_parts(role, message.blocks, pricing)
+    if item is None or not item.blocks or not pricing.by_kind:
+        return NOTHING  # the common case: a text, or a call or result without blocks
+    role = "assistant" if isinstance(item, AssistantToolCalls) else "tool"
+    return priced_parts(role, item.blocks, pricing)
 
-    What every message costs wherever it is: framing, text and the images of a user message.
+
+def _is_reasoning_item(message: ChatMessage) -> bool:
+    # A Responses reasoning item is recorded as an assistant message of one thinking block
+    # whose fields say so (turnledger.domain.providers).
+    return (message.role == "assistant" and len(message.blocks) == 1
+            and '"type":"reasoning"' in message.extra)
+
+
+def base_message_tokens(message: ChatMessage, pricing: Pricing = DEFAULT_PRICING) -> int:
+    """The estimate of one message outside the current turn (R20-R23, issue 21).
+
+    What every message costs wherever it is: framing, text, the images of a user message, and
+    what ``pricing`` charges for its content that is not text.
     """
+    priced = _priced(message, pricing)
     if message.role != "user":
         # Tool output marker text is plain text (R22); system/assistant text is text (R23).
+        text_bytes = utf8_len(message.content) - priced.text_bytes
+        return FRAMING_TOKENS + _ceil_quarter(text_bytes) + priced.tokens
+    if priced is NOTHING and IMAGE_MARKER_PREFIX not in message.content:
         return FRAMING_TOKENS + _ceil_quarter(utf8_len(message.content))
-    text_bytes, images = _scan_markers(message.content)
-    return FRAMING_TOKENS + _ceil_quarter(text_bytes) + images * IMAGE_TOKEN_ESTIMATE
+    text_bytes, refs = _scan_marker_refs(message.content)
+    images = sum(image_ref_tokens(ref, pricing) for ref in refs)
+    return (FRAMING_TOKENS + _ceil_quarter(max(0, text_bytes - priced.text_bytes)) + images
+            + priced.tokens)
 
 
-def current_turn_surcharge(message: ChatMessage) -> int:
-    """What ``message`` costs more inside the current turn: its declared tool attachments (R22).
+def current_turn_surcharge(message: ChatMessage, pricing: Pricing = DEFAULT_PRICING) -> int:
+    """What ``message`` costs more inside the current turn: its declared tool attachments
+    (R22) and, with ``pricing.by_kind``, its reasoning ciphertext (issue 21).
 
     ``message_tokens(m, current_turn=True) == base_message_tokens(m) +
     current_turn_surcharge(m)``, so a caller can keep the two parts in separate sums.
     """
-    if message.role == "tool":
-        return len(message.attachments) * IMAGE_TOKEN_ESTIMATE
-    return 0
+    if message.role == "user":
+        return 0
+    extra = _priced(message, pricing).current_turn_tokens
+    if message.role == "tool" and message.attachments:
+        return sum(image_ref_tokens(ref, pricing) for ref in message.attachments) + extra
+    return extra
 
 
 def current_turn_start(history: Sequence[ChatMessage]) -> int:
@@ -215,23 +269,29 @@ def current_turn_start(history: Sequence[ChatMessage]) -> int:
     return 0
 
 
-def message_costs(history: Sequence[ChatMessage]) -> list[int]:
+def message_costs(
+    history: Sequence[ChatMessage], pricing: Pricing = DEFAULT_PRICING
+) -> list[int]:
     """The estimate of every message, with the current-turn rule applied; O(total length).
 
     ``sum(message_costs(h)) == estimate_history_tokens(h)``. A session keeps prefix sums of this.
     """
     current = current_turn_start(history)
-    return [message_tokens(m, current_turn=i >= current) for i, m in enumerate(history)]
+    return [message_tokens(m, current_turn=i >= current, pricing=pricing)
+            for i, m in enumerate(history)]
 
 
-def estimate_history_tokens(history: Sequence[ChatMessage]) -> int:
-    """Estimated tokens of a provider-facing history (R20-R23).
+def estimate_history_tokens(
+    history: Sequence[ChatMessage], *, pricing: Pricing | None = None
+) -> int:
+    """Estimated tokens of a provider-facing history (R20-R23; issue 21 for other content).
 
     The current turn is the newest real user message and everything after it. When the history
     has no real user message, every message is in the current turn (tool messages then count
-    their attachments).
+    their attachments). ``pricing`` prices content that is not text (default: `Pricing()`;
+    `Pricing.spec()` for R20-R23 alone).
     """
-    return sum(message_costs(history))
+    return sum(message_costs(history, DEFAULT_PRICING if pricing is None else pricing))
 
 
 BREADCRUMB_TOKENS: Final = message_tokens(ChatMessage.breadcrumb(), current_turn=False)

@@ -16,6 +16,7 @@ from uuid import UUID
 
 import attrs
 
+from turnledger.domain.bodies import LeftOut
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.messages import (
     ConversationMessage,
@@ -109,12 +110,25 @@ class DomainEvent:
 
 @attrs.frozen
 class SessionStarted(DomainEvent):
-    """A session was created with its profile, providers and initial route."""
+    """A session was created with its profile, providers and initial route.
+
+    A session started since issue 21 records its profile's ``pricing``; one recorded before
+    holds none (`RuntimeProfile.pricing` None), and priced every block by the bytes of its
+    text (R20-R23 alone): it replays so (`session_pricing`).
+    """
 
     profile: RuntimeProfile
     providers: tuple[ProviderProfile, ...]
     route: Route
     legacy: bool
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """v2 profiles hold ``pricing`` and providers ``api`` (issue 21). A v1 record has
+        neither, which reads as it was meant: no pricing chosen (the session priced every
+        block by its text) and no API named; nothing to change."""
 
 
 @attrs.frozen
@@ -187,7 +201,13 @@ class HistoryTrimmed(DomainEvent):
 
 @attrs.frozen
 class RequestPrepared(DomainEvent):
-    """A request passed the capacity check (R18); ``digest`` is SHA-256 of its messages."""
+    """A request passed the capacity check (R18); ``digest`` is SHA-256 of its messages.
+
+    ``api`` is the request API its body was built for (the route's provider names it; None:
+    not said) and ``left_out`` what of the messages that body does not carry, and why (issue
+    21): an audit tells from them what the model saw. Version 2 added both; a version 1 record
+    was a request whose API nobody named, nothing left out.
+    """
 
     purpose: Purpose
     route: Route
@@ -199,6 +219,16 @@ class RequestPrepared(DomainEvent):
     digest: str
     tool_tokens: int = 0
     hook_tokens: int = 0
+    api: str | None = None
+    left_out: tuple[LeftOut, ...] = ()
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 built no body of its own: no API named, nothing left out."""
+        state.setdefault("api", None)
+        state.setdefault("left_out", [])
 
 
 @attrs.frozen

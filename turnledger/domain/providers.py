@@ -70,12 +70,16 @@ from turnledger.domain.messages import (
 __all__ = [
     "TranscriptError",
     "block_json",
+    "declared_images",
     "exact_openai_responses_item",
     "from_anthropic",
     "from_openai_chat",
     "from_openai_responses",
     "from_openai_responses_item",
+    "image_of_ref",
+    "marker_blocks",
     "plain",
+    "structured_item",
     "to_anthropic",
     "to_openai_chat",
     "to_openai_responses",
@@ -215,7 +219,7 @@ def _chat_items(history: Iterable[ConversationMessage | ChatMessage]) -> list[Ch
     return out
 
 
-def _structured(message: ChatMessage) -> ConversationMessage:
+def structured_item(message: ChatMessage) -> ConversationMessage:
     """The structured item of one chat message (its own item, or the seed's reading)."""
     if message.role == "tool":
         (results,) = from_chat_messages([message])
@@ -265,7 +269,8 @@ def _content_list(where: _Where, content: object, path: str = "content") -> list
     """A non-empty list of block objects, or None for a value that is not one."""
     if not isinstance(content, list) or not content:
         return None
-    return [where.obj(raw, f"{path}[{j}]") for j, raw in enumerate(content)]
+    # A block may be an SDK object (a reply's ``content``): read through its model_dump().
+    return [where.obj(plain(raw), f"{path}[{j}]") for j, raw in enumerate(content)]
 
 
 def _results_batch(out: list[ConversationMessage], pending: list[ToolResult]) -> None:
@@ -312,7 +317,7 @@ def _openai_part(part: Json) -> ContentBlock:
         kept = {k: v for k, v in part.items() if k not in ("type", "image_url")}
         if rest:
             kept["image_url"] = rest
-        return _image_of_ref(url, extra_text(kept))
+        return image_of_ref(url, extra_text(kept))
     return OpaqueBlock(canonical_json(part))
 
 
@@ -445,7 +450,7 @@ def _openai_content(text: str, blocks: Sequence[ContentBlock | ToolCall]) -> Any
 
 
 def _openai_message_json(message: ChatMessage) -> Json:
-    item = _structured(message)
+    item = structured_item(message)
     if isinstance(item, AssistantToolCalls):
         out: Json = {"role": "assistant"}
         if item.blocks or item.text is not None:
@@ -456,12 +461,12 @@ def _openai_message_json(message: ChatMessage) -> Json:
         return _with(out, item.extra)
     if isinstance(item, ToolResults):
         (result,) = item.results
-        blocks = result.blocks or _declared_images(result)
+        blocks = result.blocks or declared_images(result)
         out = {"role": "tool", "tool_call_id": result.tool_call_id,
                "content": _openai_content(result.content, blocks)}
         return _with(out, result.extra)
     chat = item.message
-    blocks = chat.blocks or _marker_blocks(chat)
+    blocks = chat.blocks or marker_blocks(chat)
     out = {"role": chat.role, "content": _openai_content(chat.content, blocks)}
     return _with(out, chat.extra)
 
@@ -620,6 +625,20 @@ def _anthropic_system(value: object) -> Chat:
     return Chat(where.build("system", ChatMessage.from_blocks, "system", content))
 
 
+def _anthropic_inline_system(where: _Where, raw: Json) -> Chat:
+    """A ``role: system`` message among the messages (the API takes one there): a system
+    message whose kept ``role`` field says it stands in place, so it is written back there."""
+    extra = _rest(raw, "content")  # the role is kept: it marks the message as inline
+    blocks = _content_list(where, raw.get("content"))
+    if blocks is None:
+        return _anthropic_text_message(where, raw, "system", extra)
+    parsed = [_anthropic_block(where, b, f"content[{j}]") for j, b in enumerate(blocks)]
+    if any(isinstance(b, ToolCall) for b in parsed):
+        raise where.error("a system message cannot hold a tool_use block")
+    content = [b for b in parsed if not isinstance(b, ToolCall)]
+    return Chat(where.build("", ChatMessage.from_blocks, "system", content, extra=extra))
+
+
 def from_anthropic(conversation: object) -> list[ConversationMessage]:
     """Import an Anthropic Messages conversation: ``{"system", "messages"}`` or a list.
 
@@ -654,8 +673,10 @@ def from_anthropic(conversation: object) -> list[ConversationMessage]:
             _anthropic_user(where, raw, out)
         elif role == "assistant":
             out.append(_anthropic_assistant(where, raw))
+        elif role == "system":
+            out.append(_anthropic_inline_system(where, raw))
         else:
-            raise where.error(f"role {role!r} is not supported (user or assistant)")
+            raise where.error(f"role {role!r} is not supported (user, assistant or system)")
     return _name_results(out)
 
 
@@ -670,7 +691,7 @@ def _anthropic_result_json(result: ToolResult) -> Json:
     elif result.attachments:  # a result recorded without blocks, with declared images (R22)
         inner = [{"type": "text", "text": result.content}] if result.content else []
         out["content"] = inner + [
-            block_json(_image_of_ref(ref)) for ref in result.attachments
+            block_json(image_of_ref(ref)) for ref in result.attachments
         ]
     elif result.content:
         out["content"] = result.content
@@ -679,7 +700,7 @@ def _anthropic_result_json(result: ToolResult) -> Json:
     return _with(out, result.extra)
 
 
-def _marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
+def marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
     """The blocks a bare user message's loadable ``[IMAGE:ref]`` markers stand for (R21).
 
     A message appended by a runtime in SPEC's vocabulary carries its images as markers: they
@@ -696,7 +717,7 @@ def _marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
         text = chat.content[cursor:marker.start].strip("\n")
         if text.strip():
             blocks.append(TextBlock(text))
-        blocks.append(_image_of_ref(marker.ref))
+        blocks.append(image_of_ref(marker.ref))
         cursor = marker.end
     tail = chat.content[cursor:].strip("\n")
     if tail.strip():
@@ -704,20 +725,25 @@ def _marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
     return tuple(blocks)
 
 
-def _declared_images(result: ToolResult) -> tuple[ContentBlock, ...]:
+def declared_images(result: ToolResult) -> tuple[ContentBlock, ...]:
     """The blocks of a result recorded without blocks but with declared images (R22)."""
     if not result.attachments:
         return ()
     text = (TextBlock(result.content),) if result.content else ()
-    return (*text, *(_image_of_ref(ref) for ref in result.attachments))
+    return (*text, *(image_of_ref(ref) for ref in result.attachments))
 
 
-def _image_of_ref(ref: str, extra: str = "") -> ImageBlock:
+def image_of_ref(ref: str, extra: str = "") -> ImageBlock:
     """An image block of a reference: a base64 ``data:`` URL is kept as inline data."""
     head, sep, data = ref.partition(";base64,")
     if ref.startswith("data:") and sep and data:
         return ImageBlock(media_type=head[len("data:"):], data=data, extra=extra)
     return ImageBlock(ref, extra=extra)
+
+
+def _inline_system(message: ChatMessage) -> bool:
+    """Whether a system message was recorded in place among Anthropic messages."""
+    return bool(message.extra) and extra_fields(message.extra).get("role") == "system"
 
 
 class _AnthropicWriter:
@@ -729,10 +755,10 @@ class _AnthropicWriter:
         self.results: list[Json] | None = None  # the content of the open tool-result message
 
     def add(self, message: ChatMessage) -> None:
-        if message.role == "system":
+        if message.role == "system" and not _inline_system(message):
             self.system.append(message)
             return
-        item = _structured(message)
+        item = structured_item(message)
         if isinstance(item, ToolResults):
             if self.results is None:
                 self.results = []
@@ -752,7 +778,7 @@ class _AnthropicWriter:
         if results is not None and chat.role == "user" and chat.blocks and not chat.extra:
             results.extend(block_json(b) for b in chat.blocks)  # one message, as imported
             return
-        content = _anthropic_content(chat.content, chat.blocks or _marker_blocks(chat))
+        content = _anthropic_content(chat.content, chat.blocks or marker_blocks(chat))
         self.messages.append(_with({"role": chat.role, "content": content}, chat.extra))
 
     def result(self) -> Json:
@@ -795,7 +821,7 @@ def _responses_part(part: Json, role: str) -> ContentBlock:
         return TextBlock(part["text"], extra=_typed(part, _text_type(role), "type", "text"))
     url = part.get("image_url")
     if kind == "input_image" and isinstance(url, str) and url:
-        return _image_of_ref(url, _rest(part, "type", "image_url"))
+        return image_of_ref(url, _rest(part, "type", "image_url"))
     return OpaqueBlock(canonical_json(part))
 
 
@@ -1164,7 +1190,7 @@ def _responses_chat(chat: ChatMessage) -> Json:
         return _reasoning_json(only)
     if isinstance(only, OpaqueBlock) and fields == {"type": only.type} != {"type": "message"}:
         return dict(json.loads(only.json))
-    blocks = chat.blocks or _marker_blocks(chat)
+    blocks = chat.blocks or marker_blocks(chat)
     out = {"role": chat.role, "content": _responses_content(chat.role, chat.content, blocks)}
     return _with(out, chat.extra)
 
@@ -1174,7 +1200,7 @@ def _responses_json(item: ConversationMessage) -> list[Json]:
         return [
             _with({"type": "function_call_output", "call_id": r.tool_call_id,
                    "output": _responses_content("tool", r.content,
-                                                r.blocks or _declared_images(r))}, r.extra)
+                                                r.blocks or declared_images(r))}, r.extra)
             for r in item.results
         ]
     if isinstance(item, AssistantToolCalls):
@@ -1183,6 +1209,9 @@ def _responses_json(item: ConversationMessage) -> list[Json]:
         for block in blocks:
             if isinstance(block, ThinkingBlock):
                 out.append(_reasoning_json(block))
+            elif isinstance(block, TextBlock) and not block.extra:
+                # A bare text is what Responses takes from an assistant without an item id.
+                out.append({"role": "assistant", "content": block.text})
             elif not isinstance(block, ToolCall):
                 out.append({"role": "assistant", "content": [_responses_part_json(block,
                                                                                   "assistant")]})
@@ -1208,7 +1237,7 @@ def to_openai_responses(history: Iterable[ConversationMessage | ChatMessage]) ->
     out: list[Json] = []
     if len(direct) != len(items):
         for message in _chat_items(items):
-            out.extend(_responses_json(_structured(message)))
+            out.extend(_responses_json(structured_item(message)))
         return out
     for item in direct:
         out.extend(_responses_json(item))

@@ -23,6 +23,7 @@ from turnledger.domain.budget import (
     Route,
     RuntimeProfile,
     resolve_route,
+    session_pricing,
 )
 from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import (
@@ -34,7 +35,15 @@ from turnledger.domain.events import (
     View,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
-from turnledger.domain.window import CONVERSATION_ROWS, Region, Window, WindowIndex, chat_of
+from turnledger.domain.pricing import Pricing
+from turnledger.domain.window import (
+    CONVERSATION_ROWS,
+    Region,
+    Window,
+    WindowIndex,
+    chat_of,
+    conversation_rows,
+)
 
 __all__ = ["Loop", "SessionState", "collect_summarised"]
 
@@ -121,7 +130,8 @@ class SessionState:
         ``items`` is the log from ``base`` (``None``: a swept item, R36); O(window).
         """
         index = WindowIndex(
-            CONVERSATION_ROWS, list(leading), list(retained), base, list(items),
+            conversation_rows(session_pricing(profile)), list(leading), list(retained), base,
+            list(items),
             lo=base if lo is None else lo, region=Region() if region is None else region,
         )
         resolved = resolve_route(profile, providers, route)
@@ -187,6 +197,16 @@ class SessionState:
         first = starts[-1] if starts else self.chat.start
         return [m for _, item in self.index.present_from(first) for m in chat_of(item)]
 
+    @property
+    def pricing(self) -> Pricing:
+        """How this session's estimate prices content (issue 21, `session_pricing`)."""
+        return session_pricing(self.profile)
+
+    def start(self, profile: RuntimeProfile) -> None:
+        """Take the recorded profile; the (empty) index prices by its pricing."""
+        self.profile = profile
+        self.index = WindowIndex(conversation_rows(session_pricing(profile)))
+
     def chat_tokens(self) -> int:
         """The estimate of `chat_view` (R20-R23); O(1)."""
         return self.index.tokens(self.chat)
@@ -243,7 +263,7 @@ class SessionState:
 
     def clear(self, next_position: int) -> None:
         """Remove every message from the views: the log goes on at ``next_position``."""
-        self.index = WindowIndex(CONVERSATION_ROWS, base=next_position)
+        self.index = WindowIndex(self.index.rows, base=next_position)
         self.conversation = self.chat = Window(next_position)
 
     def pop(self, position: int, item: ConversationMessage) -> None:

@@ -38,6 +38,7 @@ from turnledger.domain.messages import (
     is_real_user_message,
     to_chat_messages,
 )
+from turnledger.domain.pricing import DEFAULT_PRICING, Pricing
 from turnledger.domain.sweep import sweep_conversation_orphans
 from turnledger.domain.turns import (
     is_breadcrumb_item,
@@ -56,6 +57,7 @@ __all__ = [
     "Window",
     "WindowIndex",
     "chat_of",
+    "conversation_rows",
 ]
 
 T = TypeVar("T")
@@ -102,14 +104,18 @@ def _fresh_chat(item: ConversationMessage) -> tuple[ChatMessage, ...]:
 
 def _conversation_rows(
     chat: Callable[[ConversationMessage], tuple[ChatMessage, ...]],
+    pricing: Pricing = DEFAULT_PRICING,
 ) -> Rows[ConversationMessage]:
-    """Structured rows whose provider-facing messages come from ``chat``."""
+    """Structured rows whose provider-facing messages come from ``chat``, priced by
+    ``pricing``."""
+    base = partial(base_message_tokens, pricing=pricing)
+    more = partial(current_turn_surcharge, pricing=pricing)
 
     def base_tokens(item: ConversationMessage) -> int:
-        return sum(map(base_message_tokens, chat(item)))
+        return sum(map(base, chat(item)))
 
     def surcharge(item: ConversationMessage) -> int:
-        return sum(map(current_turn_surcharge, chat(item)))
+        return sum(map(more, chat(item)))
 
     def sent(item: ConversationMessage) -> int:
         return len(chat(item))
@@ -148,6 +154,14 @@ CONVERSATION_ROWS: Rows[ConversationMessage] = _conversation_rows(chat_of)
 Measured through `chat_of`'s cache, as a session renders its items again for every request."""
 
 ONCE_CONVERSATION_ROWS: Rows[ConversationMessage] = _conversation_rows(_fresh_chat)
+
+
+@lru_cache(maxsize=64)
+def conversation_rows(pricing: Pricing) -> Rows[ConversationMessage]:
+    """`CONVERSATION_ROWS` priced by ``pricing`` (a session's, issue 21): one per pricing."""
+    return CONVERSATION_ROWS if pricing == DEFAULT_PRICING else _conversation_rows(
+        chat_of, pricing
+    )
 """`CONVERSATION_ROWS` for a history measured once (the pure trims): no cache to churn."""
 
 

@@ -380,10 +380,14 @@ def _prepared(event: RequestPrepared) -> str:
     if event.hook_tokens:
         overhead.append(f"{event.hook_tokens:,} hook")
     incl = f" incl. {' + '.join(overhead)} tokens" if overhead else ""
+    body = f", {event.api} body" if event.api else ""
+    if event.left_out:  # what the model did not see (issue 21, B1)
+        whats = ", ".join(sorted({entry.what for entry in event.left_out}))
+        body += f" leaving out {len(event.left_out)} ({whats})"
     return (
         f"{_request_kind(event)} prepared: {_plural(event.message_count, 'message')}, "
         f"~{event.estimated_tokens:,} tokens{incl} of {event.window:,} "
-        f"({_route_text(event.route.provider, event.route.model)})"
+        f"({_route_text(event.route.provider, event.route.model)}){body}"
     )
 
 

@@ -14,14 +14,29 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Final
 
 import attrs
 
+from turnledger.domain.bodies import (
+    API_ANTHROPIC,
+    API_OPENAI_CHAT,
+    API_OPENAI_RESPONSES,
+    LeftOut,
+    fit_messages,
+    render_body,
+)
 from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.messages import ChatMessage, ConversationMessage, compact_json
+from turnledger.domain.events import DomainEvent, MessageAppended, MessagePopped
+from turnledger.domain.messages import (
+    ChatMessage,
+    ConversationMessage,
+    compact_json,
+    to_chat_messages,
+)
 from turnledger.domain.providers import (
     TranscriptError,
     from_anthropic,
@@ -33,12 +48,17 @@ from turnledger.domain.providers import (
 )
 
 __all__ = [
+    "AUTO",
     "FORMATS",
     "Conversation",
     "changes",
     "decode_lines",
+    "detect_format",
     "read_conversations",
+    "record_of",
+    "stream_lines",
     "write_conversation",
+    "write_record",
 ]
 
 _Importer = Callable[[Any], list[ConversationMessage]]
@@ -53,14 +73,18 @@ FORMATS: Final = tuple(_CODECS)
 
 @attrs.frozen
 class Conversation:
-    """One parsed line: its number (1-based), the JSON value it held and its history."""
+    """One parsed line: its number (1-based), the JSON value it held, its history and the
+    format it was read in (the named one, or the one `detect_format` found)."""
 
     line: int
     raw: Any
     history: list[ConversationMessage]
+    format: str = ""
 
 
-def _check_format(fmt: str) -> None:
+def _check_format(fmt: str, *, auto: bool = False) -> None:
+    if auto and fmt == AUTO:
+        return
     if fmt not in _CODECS:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
@@ -73,21 +97,93 @@ def _messages_of(value: Any, fmt: str) -> Any:
     return value
 
 
-def _parse(line: str, fmt: str) -> tuple[Any, list[ConversationMessage]]:
+def _parse(line: str, fmt: str) -> tuple[Any, list[ConversationMessage], str]:
     try:
         value = json.loads(line)
     except (ValueError, RecursionError) as exc:
         raise TranscriptError(f"invalid JSON: {exc}") from exc
+    detected, evidence = detect_format(value)
+    if fmt == AUTO:
+        fmt = detected
+    elif evidence is not None and detected != fmt:
+        raise TranscriptError(
+            f"not the {fmt} format: {evidence}, which is the {detected} format (use --format "
+            f"{detected}, or --format auto)"
+        )
     importer = _CODECS[fmt][0]
     body = _messages_of(value, fmt)
     if not isinstance(body, list | dict) or (fmt != "anthropic" and not isinstance(body, list)):
         raise TranscriptError(f"expected a JSON list of messages, got {type(value).__name__}")
     try:
-        return value, importer(body)
+        history = importer(body)
     except TranscriptError:
         raise
     except InvalidMessage as exc:
         raise TranscriptError(str(exc)) from exc
+    if not history:
+        raise TranscriptError("an empty conversation: there is no message to record")
+    return value, history, fmt
+
+
+AUTO: Final = "auto"
+"""The format name that lets each line say its own format (`detect_format`)."""
+
+_ANTHROPIC_BLOCKS: Final = frozenset({
+    "tool_use", "tool_result", "thinking", "redacted_thinking", "document", "server_tool_use",
+    "search_result", "mcp_tool_use", "container_upload",
+})
+_OPENAI_PARTS: Final = frozenset({"image_url", "input_audio", "file", "refusal"})
+_RESPONSES_PARTS: Final = frozenset({"input_text", "output_text", "input_image", "input_file"})
+_RESPONSES_ITEMS: Final = frozenset({
+    "message", "function_call", "function_call_output", "reasoning", "web_search_call",
+    "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
+    "mcp_list_tools", "computer_call", "item_reference", "compaction", "custom_tool_call",
+})
+
+
+def detect_format(value: Any) -> tuple[str, str | None]:
+    """The format a line's value is written in, and the evidence (None: a plain list of
+    role/content messages, which every format reads alike; it is read as ``openai``)."""
+    messages = value
+    if isinstance(value, dict):
+        if "messages" not in value and "input" in value:
+            return "responses", "it has an input key"
+        if "system" in value:
+            return "anthropic", "it has a top-level system key"
+        messages = value.get("messages")
+    if not isinstance(messages, list):
+        return ("anthropic" if isinstance(value, dict) else "openai"), None
+    for index, message in enumerate(messages):
+        found = _message_format(message)
+        if found is not None:
+            return found[0], f"message {index} {found[1]}"
+    return "openai", None
+
+
+def _message_format(message: object) -> tuple[str, str] | None:
+    if not isinstance(message, dict):
+        return None
+    kind, role = message.get("type"), message.get("role")
+    if isinstance(kind, str) and kind in _RESPONSES_ITEMS:
+        return "responses", f"is a {kind!r} item"
+    if role == "tool":
+        return "openai", f"has the role {role!r}"
+    if message.get("tool_calls"):
+        return "openai", "has tool_calls"
+    content = message.get("content")
+    for part in content if isinstance(content, list) else ():
+        part_type = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part_type, str):
+            continue
+        if part_type in _ANTHROPIC_BLOCKS or part_type.endswith("_tool_result") or (
+            part_type == "image" and "source" in part
+        ):
+            return "anthropic", f"holds a {part_type!r} block"
+        if part_type in _RESPONSES_PARTS:
+            return "responses", f"holds an {part_type!r} part"
+        if part_type in _OPENAI_PARTS:
+            return "openai", f"holds an {part_type!r} part"
+    return None
 
 
 Line = str | TranscriptError
@@ -107,18 +203,72 @@ def decode_lines(data: bytes) -> list[Line]:
 
     Raises `TranscriptError` for a file that starts with a UTF-32 byte order mark, naming it.
     """
-    for bom, name in _UTF32_BOMS:  # before UTF-16: the UTF-32 LE mark starts with UTF-16 LE's
-        if data.startswith(bom):
-            raise TranscriptError(
-                f"the file is {name} (it starts with that byte order mark); import reads "
-                "UTF-8, or UTF-16 with its byte order mark: convert it first, e.g. with "
-                "iconv -f UTF-32 -t UTF-8"
-            )
+    _refuse_utf32(data)
     for bom, codec in _UTF16_BOMS:
         if data.startswith(bom):
             return _utf16_lines(data[len(bom):], codec)
     data = data.removeprefix(codecs.BOM_UTF8)
     return [_utf8_line(number, raw) for number, raw in enumerate(data.split(b"\n"), start=1)]
+
+
+def _refuse_utf32(head: bytes) -> None:
+    for bom, name in _UTF32_BOMS:  # before UTF-16: the UTF-32 LE mark starts with UTF-16 LE's
+        if head.startswith(bom):
+            raise TranscriptError(
+                f"the file is {name} (it starts with that byte order mark); import reads "
+                "UTF-8, or UTF-16 with its byte order mark: convert it first, e.g. with "
+                "iconv -f UTF-32 -t UTF-8"
+            )
+
+
+def stream_lines(handle: BinaryIO) -> Iterator[Line]:
+    """`decode_lines` of a file read one line at a time: memory bounded by a line, not by the
+    file. The same rules: UTF-8 (a leading byte order mark dropped), UTF-16 when the file
+    starts with its byte order mark, each line judged on its own.
+
+    Raises `TranscriptError` for a file that starts with a UTF-32 byte order mark (at the
+    first line read).
+    """
+    head = handle.read(4)
+    _refuse_utf32(head)
+    for bom, codec in _UTF16_BOMS:
+        if head.startswith(bom):
+            yield from _utf16_stream(head[len(bom):], handle, codec)
+            return
+    rest = head.removeprefix(codecs.BOM_UTF8)
+    lines = itertools.chain(_first_line(rest, handle), handle)
+    for number, raw in enumerate(lines, start=1):
+        yield _utf8_line(number, raw.removesuffix(b"\n"))
+
+
+def _first_line(head: bytes, handle: BinaryIO) -> Iterator[bytes]:
+    """The lines the first bytes of the file begin (read already to find a byte order mark),
+    the last of them completed from the file."""
+    *complete, partial = head.split(b"\n")
+    yield from (line + b"\n" for line in complete)
+    yield partial + handle.readline()
+
+
+def _utf16_stream(head: bytes, handle: BinaryIO, codec: str) -> Iterator[Line]:
+    decoder = codecs.getincrementaldecoder(codec)(errors="surrogatepass")
+    pending = ""
+    number = 0
+    chunk = head
+    while True:
+        pending += decoder.decode(chunk)  # never final: an odd last byte is said below
+        *complete, pending = pending.split("\n")
+        for text in complete:
+            number += 1
+            yield _utf16_line(number, text)
+        if not chunk:
+            break
+        chunk = handle.read(65_536)
+    number += 1
+    if decoder.getstate()[0]:
+        yield TranscriptError("not valid UTF-16: the file ends in the middle of a character "
+                              "(an odd number of bytes)", line=number)
+    else:
+        yield _utf16_line(number, pending)
 
 
 def _utf8_line(number: int, raw: bytes) -> Line:
@@ -162,22 +312,25 @@ def _utf16_line(number: int, line: str) -> Line:
 
 
 def read_conversations(
-    text: str | Sequence[Line], fmt: str
+    text: str | Iterable[Line], fmt: str
 ) -> Iterator[Conversation | TranscriptError]:
     """Parse one conversation per line (blank lines skipped); a bad line yields its error.
 
     ``text`` is the file's text, split here on line feeds only (JSON text may hold a raw
-    U+2028), or its lines as `decode_lines` gives them (a line that is not text yields its
-    error).
+    U+2028), or its lines as `decode_lines` or `stream_lines` give them (a line that is not
+    text yields its error), read one at a time. ``fmt`` is one of `FORMATS`, or ``"auto"``:
+    each line is read in the format it is written in (`detect_format`). A line that is
+    plainly another format than the one named is refused, saying which; an empty conversation
+    is refused.
 
     Raises:
-        ValueError: ``fmt`` is not one of `FORMATS` (at the call, before any reading).
+        ValueError: ``fmt`` is not one of `FORMATS` or auto (at the call, before any reading).
     """
-    _check_format(fmt)
+    _check_format(fmt, auto=True)
     return _read(text.split("\n") if isinstance(text, str) else text, fmt)
 
 
-def _read(lines: Sequence[Line], fmt: str) -> Iterator[Conversation | TranscriptError]:
+def _read(lines: Iterable[Line], fmt: str) -> Iterator[Conversation | TranscriptError]:
     for number, line in enumerate(lines, start=1):
         if isinstance(line, TranscriptError):
             yield line
@@ -185,17 +338,54 @@ def _read(lines: Sequence[Line], fmt: str) -> Iterator[Conversation | Transcript
         if not line.strip():
             continue
         try:
-            raw, history = _parse(line, fmt)
+            raw, history, found = _parse(line, fmt)
         except TranscriptError as exc:
             yield TranscriptError(exc.reason, line=number)
             continue
-        yield Conversation(number, raw, history)
+        yield Conversation(number, raw, history, found)
 
 
 def write_conversation(history: Sequence[ConversationMessage | ChatMessage], fmt: str) -> str:
     """One compact JSON line (no newline) of ``history`` in ``fmt``; same input, same bytes."""
     _check_format(fmt)
     return compact_json(_CODECS[fmt][1](history))
+
+
+_FORMAT_API: Final = {"openai": API_OPENAI_CHAT, "anthropic": API_ANTHROPIC,
+                      "responses": API_OPENAI_RESPONSES}
+
+
+def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
+    """A session's record (issue 21, DECISIONS 20): every message appended, in log order, a
+    trailing tool call still waiting for its result included, except the messages popped
+    (`MessagePopped`: the runtime took its append back). Nothing else changes the record: a
+    `HistoryCleared` only empties the views, trims and the breadcrumb are the views' (R31), an
+    orphan sweep hides from the views what the log keeps (R36), and a tool result truncated when
+    it was recorded (R38) is recorded truncated. The events may come page by page."""
+    kept: dict[int, ConversationMessage] = {}
+    for event in events:
+        if isinstance(event, MessageAppended):
+            kept[event.position] = event.message
+        elif isinstance(event, MessagePopped):
+            kept.pop(event.position, None)
+    return [kept[position] for position in sorted(kept)]
+
+
+def write_record(
+    history: Sequence[ConversationMessage], fmt: str
+) -> tuple[str, tuple[LeftOut, ...]]:
+    """One JSONL line of ``history`` in ``fmt`` and what that format could not carry.
+
+    The record as it is when ``fmt`` carries all of it (an imported session gives its line
+    back); otherwise without the blocks ``fmt``'s API cannot take (`fit_messages`, every
+    recorded field kept), with what was left out.
+    """
+    _check_format(fmt)
+    messages = to_chat_messages(history)
+    sent, left_out = fit_messages(messages, _FORMAT_API[fmt], fields=False)
+    if not left_out:
+        return write_conversation(history, fmt), ()
+    return compact_json(render_body(sent, _FORMAT_API[fmt])), left_out
 
 
 def changes(conversation: Conversation, fmt: str) -> list[str]:
@@ -205,7 +395,8 @@ def changes(conversation: Conversation, fmt: str) -> list[str]:
     found: list[str] = []
     if body is not conversation.raw and isinstance(conversation.raw, dict):
         others = sorted(k for k in conversation.raw if k != _CODECS[fmt][2])
-        found.append(f"not recorded (request fields, not messages): {', '.join(others)}")
+        if others:
+            found.append(f"not recorded (request fields, not messages): {', '.join(others)}")
     elif isinstance(body, list) and fmt == "anthropic":
         found.append("a bare list of messages is exported as {\"messages\": [...]}")
         body = {"messages": body}

@@ -273,6 +273,8 @@ def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> Wh
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
     started = events[0]
+    if profile.pricing is None:  # not chosen: the session prices as it was recorded (issue 21)
+        profile = attrs.evolve(profile, pricing=started.profile.pricing)
     simulated: int | None = None
     if not any(isinstance(e, RequestPrepared | RequestRejected) for e in events):
         events, simulated = _with_simulated_requests(events, started)
@@ -385,7 +387,7 @@ class _Replay:
             case SessionStarted():
                 return StartSession(
                     event.originator_id, self.profile, tuple(event.providers), event.route,
-                    event.legacy, event.timestamp,
+                    event.legacy, event.timestamp, recorded=True,
                 )
             case MessageAppended(message=message, original_chars=original):
                 # A result the recording truncated is replayed as recorded (R38): the original

@@ -513,13 +513,15 @@ class Store:
         route: Route | None = None,
         *,
         as_live: bool = False,
+        session_id: str | UUID | None = None,
     ) -> Session:
         """Start a session holding ``messages``, recorded in one transaction (issue 8).
 
         Nothing is stored when any message cannot be recorded (`InvalidMessage`): a
         conversation is imported whole or not at all. By default the messages are recorded as
         given (no truncation, no turn limit: the profile applies when a request is prepared);
-        ``as_live=True`` records them as a live runtime would have.
+        ``as_live=True`` records them as a live runtime would have. ``session_id`` names the
+        new session (default: a random one); `ConcurrencyConflict` when it exists already.
         """
         profile = RuntimeProfile() if profile is None else profile
         providers = tuple(providers)
@@ -528,8 +530,14 @@ class Store:
                 "default", "default"
             )
         position = Position()
-        start = StartSession(uuid4(), profile, providers, route, False, _now())
-        self._pipeline.save(position, ImportConversation(start, tuple(messages), as_live))
+        uuid = uuid4() if session_id is None else parse_session_id(session_id)
+        start = StartSession(uuid, profile, providers, route, False, _now())
+        try:
+            self._pipeline.save(position, ImportConversation(start, tuple(messages), as_live))
+        except ConcurrencyConflict:
+            if session_id is None:
+                raise
+            raise ConcurrencyConflict(f"session {uuid} already exists") from None
         return Session(self._pipeline, position)
 
     def restore(self, session_id: str | UUID) -> Session:

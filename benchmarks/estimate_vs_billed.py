@@ -1,0 +1,172 @@
+"""The token estimate of recorded requests against the input tokens the provider billed.
+
+Reads ``benchmarks/data/billed.jsonl.gz`` (recorded requests from public VCR cassettes, with
+their billed input tokens: `benchmarks.billed_extract`), prepares each one as a session would
+(imported, routed to a provider profile that names the request's API, trimming off, the tool
+schemas given) and compares the prepared estimate with the bill. Prints one table per content
+kind and writes ``benchmarks/results/estimate_vs_billed.json``.
+
+The goal (issue 21): within 0.5x to 2x of the bill on 90 % of the requests whose bill does not
+include the provider's own server-side passes, which no client can see: server tools it ran in
+that response, or context it holds or edits itself (``previous_response_id``, ``conversation``,
+Anthropic ``context_management``).
+
+    python -m benchmarks.estimate_vs_billed [--pricing default|spec|by-size]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import turnledger as tl
+
+HERE = Path(__file__).parent
+DATA = HERE / "data" / "billed.jsonl.gz"
+RESULTS = HERE / "results" / "estimate_vs_billed.json"
+API_OF = {"anthropic": "anthropic", "anthropic_count": "anthropic",
+          "openai_chat": "openai_chat", "openai_responses": "openai_responses"}
+KINDS = ("audio", "document", "image", "server tool results", "reasoning ciphertext", "tools",
+         "text")
+
+
+def rows() -> Iterator[dict[str, Any]]:
+    with gzip.open(DATA, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            yield json.loads(line)
+
+
+def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
+    if api.startswith("anthropic"):
+        return tl.from_anthropic({k: body[k] for k in ("system", "messages") if k in body})
+    if api == "openai_chat":
+        return tl.from_openai_chat(body["messages"])
+    items = body.get("input", [])
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    head = [tl.Chat(tl.ChatMessage.system(body["instructions"]))] if body.get(
+        "instructions") else []
+    return [*head, *tl.from_openai_responses(items)]
+
+
+def _server_side_context(body: dict[str, Any]) -> bool:
+    """Whether the provider adds or edits context the request does not show: an earlier
+    response it holds (``previous_response_id``, ``conversation``) or a context edit it runs
+    (Anthropic ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    return bool(body.get("previous_response_id") or body.get("conversation")
+                or body.get("context_management"))
+
+
+def _schemas(body: dict[str, Any]) -> list[str]:
+    """The request's output schema, which the runtime injects as a hook text: Chat's
+    ``response_format``, Responses' ``text.format``, Anthropic's ``output_format``."""
+    found = [body.get("response_format"), body.get("output_format"),
+             (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict)
+             else None, (body.get("output_config") or {}).get("format")
+             if isinstance(body.get("output_config"), dict) else None]
+    return [json.dumps(f, ensure_ascii=False) for f in found if isinstance(f, dict)
+            and f.get("type") not in (None, "text")]
+
+
+def _kind(text: str, body: dict[str, Any]) -> str:
+    """The content kind a request is filed under: the costliest kind it holds."""
+    checks = {
+        "audio": ("input_audio",),
+        "document": ("application/pdf", '"type": "document"', '"input_file"', '"file_data"'),
+        "image": ('"image"', "image_url", "input_image", "image_generation_call"),
+        "server tool results": ("_tool_result", "web_search_call", "code_interpreter_call",
+                                "mcp_call", "file_search_call", "mcp_list_tools"),
+        "reasoning ciphertext": ("encrypted_content", "redacted_thinking", '"signature"'),
+    }
+    for kind, needles in checks.items():
+        if any(n in text for n in needles):
+            return kind
+    return "tools" if body.get("tools") else "text"
+
+
+def estimate(row: dict[str, Any], pricing: Any) -> int | str:
+    """The prepared estimate of one recorded request, or why it could not be prepared."""
+    api, body = API_OF[row["api"]], row["body"]
+    profile = tl.RuntimeProfile(max_context_tokens=0, pricing=pricing)
+    provider = tl.ProviderProfile("p", "m", 10_000_000, api=api)
+    tools = [json.dumps(t, ensure_ascii=False) for t in body.get("tools") or ()]
+    hooks = _schemas(body)
+    try:
+        with tl.open_store("memory://") as store:
+            session = store.import_conversation(_history(row["api"], body), profile, [provider])
+            return session.prepare_request(tools=tools, hooks=hooks).estimated_tokens
+    except tl.TurnledgerError as error:
+        return f"{type(error).__name__}: {str(error)[:120]}"
+
+
+def _pricing(name: str) -> Any:
+    if name == "default":
+        return tl.Pricing()
+    if name == "spec":
+        return tl.Pricing.spec()
+    return tl.Pricing(image_by_size=True)
+
+
+def summary(ratios: list[float]) -> dict[str, Any]:
+    inside = sum(1 for r in ratios if 0.5 <= r <= 2.0)
+    return {
+        "requests": len(ratios),
+        "inside_0.5x_2x": inside,
+        "share_inside": round(inside / len(ratios), 3) if ratios else None,
+        "min": round(min(ratios), 2) if ratios else None,
+        "median": round(statistics.median(ratios), 2) if ratios else None,
+        "max": round(max(ratios), 2) if ratios else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pricing", choices=("default", "spec", "by-size"), default="default")
+    args = parser.parse_args(argv)
+    pricing = _pricing(args.pricing)
+    per_kind: dict[tuple[str, bool], list[float]] = {}
+    detail = []
+    for row in rows():
+        row["server_tools"] = row["server_tools"] or _server_side_context(row["body"])
+        text = json.dumps(row["body"])
+        kind = _kind(text, row["body"])
+        estimated = estimate(row, pricing)
+        ratio = estimated / row["billed_input_tokens"] if isinstance(estimated, int) else 0.0
+        per_kind.setdefault((kind, row["server_tools"]), []).append(ratio)
+        detail.append({"source": row["source"], "api": row["api"], "kind": kind,
+                       "server_tools": row["server_tools"], "billed": row["billed_input_tokens"],
+                       "estimated": estimated, "ratio": round(ratio, 3)})
+    table = []
+    for server in (False, True):
+        for kind in KINDS:
+            ratios = per_kind.get((kind, server), [])
+            if ratios:
+                table.append({"kind": kind, "server_tool_passes": server, **summary(ratios)})
+        every = [r for (k, s), rs in per_kind.items() if s == server for r in rs]
+        table.append({"kind": "all", "server_tool_passes": server, **summary(every)})
+    _print(table, args.pricing)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps({"pricing": args.pricing, "table": table,
+                                   "requests": detail}, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def _print(table: list[dict[str, Any]], pricing: str) -> None:
+    print(f"estimate / billed input tokens (pricing: {pricing}); goal: 0.5x-2x on 90 % of the "
+          "requests without server-tool passes")
+    print("| kind | server-tool passes | requests | inside 0.5x-2x | share | min | median | max |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in table:
+        print(f"| {r['kind']} | {'yes' if r['server_tool_passes'] else 'no'} | {r['requests']} "
+              f"| {r['inside_0.5x_2x']} | {r['share_inside']:.0%} | {r['min']} | {r['median']} "
+              f"| {r['max']} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""Content priced by what it is (issue 21, DECISIONS 21): the rules beside R20-R23's text.
+
+R20-R23 price text by its UTF-8 bytes and an image at a fixed 1,600 tokens. A provider bills
+other content by what it is, never by the bytes of its base64: a `Pricing` says how each kind is
+estimated, a session records it in its profile (so replay and what-if price as it did), and
+`priced_parts` tells the estimate (`turnledger.domain.estimate`) which bytes of a message are
+not text and what they cost instead. The rules and their sources are in docs/behaviour.md
+("Content priced by kind"). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import attrs
+
+from turnledger.domain.blocks import (
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    ServerToolResult,
+    ThinkingBlock,
+    block_text,
+    extra_fields,
+)
+from turnledger.domain.errors import InvalidProfile
+from turnledger.domain.messages import ToolCall
+
+__all__ = [
+    "DEFAULT_PRICING",
+    "IMAGE_TOKEN_ESTIMATE",
+    "NOTHING",
+    "SPEC_PRICING",
+    "Priced",
+    "Pricing",
+    "image_ref_tokens",
+    "image_tokens_by_size",
+    "priced_parts",
+]
+
+IMAGE_TOKEN_ESTIMATE: Final = 1600
+"""R21: the fixed estimate of one transmitted image."""
+
+
+def _check_count(key: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidProfile(f"pricing.{key}: must be a non-negative integer, got {value!r}")
+
+
+def _check_positive(key: str, value: object) -> None:
+    _check_count(key, value)
+    if value == 0:
+        raise InvalidProfile(f"pricing.{key}: must be a positive integer, got 0")
+
+
+@attrs.frozen
+class Pricing:
+    """How the estimate prices content that is not text (issue 21); part of `RuntimeProfile`.
+
+    - ``by_kind``: False prices every block by the bytes of its text, as R20-R23 alone did
+      before issue 21 (sessions recorded before it are read with it, so they replay as they
+      were decided); True applies the rules below.
+    - ``image_tokens``: one image (R21, R22), wherever a provider takes one: user images, the
+      current turn's tool-result images, an assistant's image blocks and generated images.
+    - ``image_by_size``: opt-in (DECISIONS 21): an inline image whose header gives its size costs
+      ``ceil(width × height / 750)`` after fitting 1,568 px on its long edge (Anthropic's rule);
+      an image of unknown size (a URL) still costs ``image_tokens``.
+    - ``document_page_tokens``: one page of a base64 PDF (pages counted in the file);
+      ``document_tokens``: a document whose pages cannot be counted (a URL, a file id).
+    - ``audio_tokens_per_second``: audio input, by its duration (a WAV header, else 128 kbit/s).
+    - ``ciphertext_bytes_per_token``: encrypted or redacted reasoning (Responses
+      ``encrypted_content``, Anthropic ``redacted_thinking``), by its decoded bytes, in the
+      current turn only: both providers drop the reasoning of earlier turns. A thinking
+      signature is no content and costs nothing.
+    - ``server_result_percent``: a server tool's result (Anthropic web search, fetch, code
+      execution, MCP results) costs this share of its text's estimate: its encrypted page
+      contents are billed as the text they hold.
+    - ``tool_use_system_tokens``: what Anthropic adds to a request with tools (its tool-use
+      system prompt), charged when the route's API is Anthropic and the request has tools.
+
+    Raises `InvalidProfile` naming the field for a negative or non-integer count.
+    """
+
+    by_kind: bool = True
+    image_tokens: int = IMAGE_TOKEN_ESTIMATE
+    image_by_size: bool = False
+    document_page_tokens: int = 1_500
+    document_tokens: int = 1_500
+    audio_tokens_per_second: int = 10
+    ciphertext_bytes_per_token: int = 16
+    server_result_percent: int = 300
+    tool_use_system_tokens: int = 346
+
+    def __attrs_post_init__(self) -> None:
+        for key in ("by_kind", "image_by_size"):
+            if not isinstance(getattr(self, key), bool):
+                raise InvalidProfile(f"pricing.{key}: must be true or false, "
+                                     f"got {getattr(self, key)!r}")
+        for key in ("image_tokens", "document_page_tokens", "document_tokens",
+                    "audio_tokens_per_second", "server_result_percent",
+                    "tool_use_system_tokens"):
+            _check_count(key, getattr(self, key))
+        _check_positive("ciphertext_bytes_per_token", self.ciphertext_bytes_per_token)
+
+    @classmethod
+    def spec(cls) -> Pricing:
+        """R20-R23 alone, as before issue 21: every block priced by the bytes of its text."""
+        return cls(by_kind=False)
+
+
+DEFAULT_PRICING: Final = Pricing()
+SPEC_PRICING: Final = Pricing.spec()
+
+
+@attrs.frozen
+class Priced:
+    """What a message holds that is not text: its ``text_bytes`` come out of the text
+    estimate; it costs ``tokens`` wherever it is and ``current_turn_tokens`` more in the
+    current turn (as R22's attachments)."""
+
+    text_bytes: int = 0
+    tokens: int = 0
+    current_turn_tokens: int = 0
+
+    def __add__(self, other: Priced) -> Priced:
+        return Priced(self.text_bytes + other.text_bytes, self.tokens + other.tokens,
+                      self.current_turn_tokens + other.current_turn_tokens)
+
+
+NOTHING: Final = Priced()
+
+
+# --- payloads --------------------------------------------------------------------------------
+
+def _decoded(data: str, limit: int | None = None) -> bytes:
+    """The bytes of base64 ``data`` (its first ``limit`` bytes); b"" when it is not base64."""
+    if limit is not None:
+        data = data[: (limit + 2) // 3 * 4]
+    try:
+        return base64.b64decode(data, validate=False)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _decoded_size(data: str) -> int:
+    return len(data) * 3 // 4
+
+
+def _png_size(head: bytes) -> tuple[int, int] | None:
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 24:
+        width, height = struct.unpack(">II", head[16:24])
+        return int(width), int(height)
+    return None
+
+
+def _gif_size(head: bytes) -> tuple[int, int] | None:
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        width, height = struct.unpack("<HH", head[6:10])
+        return int(width), int(height)
+    return None
+
+
+def _jpeg_size(head: bytes) -> tuple[int, int] | None:
+    if not head.startswith(b"\xff\xd8"):
+        return None
+    i = 2
+    while i + 9 < len(head):
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        length = int.from_bytes(head[i + 2:i + 4], "big")
+        if marker in (0xC0, 0xC1, 0xC2):  # a start-of-frame segment: the size
+            height, width = struct.unpack(">HH", head[i + 5:i + 9])
+            return int(width), int(height)
+        i += 2 + length
+    return None
+
+
+def _webp_size(head: bytes) -> tuple[int, int] | None:
+    if head[:4] != b"RIFF" or head[8:12] != b"WEBP" or len(head) < 30:
+        return None
+    if head[12:16] == b"VP8 ":
+        width, height = struct.unpack("<HH", head[26:30])
+        return int(width) & 0x3FFF, int(height) & 0x3FFF
+    if head[12:16] == b"VP8L" and len(head) >= 25:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    return None
+
+
+def image_size(data: str) -> tuple[int, int] | None:
+    """(width, height) of a base64 PNG, JPEG, GIF or WebP from its header; None if unknown."""
+    head = _decoded(data, 65_536)
+    for reader in (_png_size, _jpeg_size, _gif_size, _webp_size):
+        size = reader(head)
+        if size is not None and size[0] > 0 and size[1] > 0:
+            return size
+    return None
+
+
+def image_tokens_by_size(width: int, height: int) -> int:
+    """Anthropic's published estimate of an image: ``width × height / 750`` after fitting
+    1,568 px on its long edge."""
+    scale = min(1.0, 1568 / max(width, height))
+    return math.ceil(round(width * scale) * round(height * scale) / 750)
+
+
+def _image_cost(data: str, pricing: Pricing) -> int:
+    if pricing.image_by_size and data:
+        size = image_size(data)
+        if size is not None:
+            return image_tokens_by_size(*size)
+    return pricing.image_tokens
+
+
+def image_ref_tokens(ref: str, pricing: Pricing) -> int:
+    """The cost of one transmitted image given by its reference (a marker's, an attachment's)."""
+    if not pricing.by_kind or not pricing.image_by_size:
+        return pricing.image_tokens
+    _, sep, data = ref.partition(";base64,")
+    return _image_cost(data if ref.startswith("data:") and sep else "", pricing)
+
+
+_PAGE: Final = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
+
+
+def pdf_pages(data: str) -> int:
+    """The pages of a base64 PDF (its ``/Type /Page`` objects); at least 1."""
+    return max(1, len(_PAGE.findall(_decoded(data))))
+
+
+def audio_seconds(data: str, audio_format: str) -> float:
+    """The duration of base64 audio: from a WAV header, else at 128 kbit/s."""
+    size = _decoded_size(data)
+    if audio_format == "wav":
+        head = _decoded(data, 64)
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) >= 32:
+            byte_rate = int.from_bytes(head[28:32], "little")
+            if byte_rate > 0:
+                return max(0, size - 44) / byte_rate
+    return size * 8 / 128_000
+
+
+# --- blocks ----------------------------------------------------------------------------------
+
+def _document(block: DocumentBlock, pricing: Pricing) -> Priced:
+    source = extra_fields(block.source)
+    kind, data = source.get("type"), source.get("data")
+    if kind == "text":
+        return NOTHING  # a text document is text
+    if kind == "base64" and isinstance(data, str):
+        pages = pdf_pages(data) if source.get("media_type") == "application/pdf" else 1
+        return Priced(len(block.source), pages * pricing.document_page_tokens)
+    return Priced(len(block.source), pricing.document_tokens)
+
+
+def _file_part(inner: dict[str, Any], pricing: Pricing) -> int:
+    """An OpenAI ``file`` / ``input_file`` part: a PDF by its pages, else one document."""
+    data = inner.get("file_data")
+    head, sep, payload = data.partition(";base64,") if isinstance(data, str) else ("", "", "")
+    if sep and head.endswith("application/pdf"):
+        return pdf_pages(payload) * pricing.document_page_tokens
+    return pricing.document_tokens
+
+
+def _opaque(block: OpaqueBlock, pricing: Pricing) -> Priced:
+    fields = extra_fields(block.json)
+    kind = fields.get("type")
+    size = len(block.json)
+    if kind == "input_audio" and isinstance(fields.get("input_audio"), dict):
+        audio = fields["input_audio"]
+        seconds = audio_seconds(str(audio.get("data", "")), str(audio.get("format", "")))
+        return Priced(size, math.ceil(seconds * pricing.audio_tokens_per_second))
+    if kind == "file" and isinstance(fields.get("file"), dict):
+        return Priced(size, _file_part(fields["file"], pricing))
+    if kind == "input_file":
+        return Priced(size, _file_part(fields, pricing))
+    if kind == "image_generation_call" and isinstance(fields.get("result"), str):
+        result = fields["result"]
+        return Priced(len(result), _image_cost(result, pricing))
+    if kind == "image" and isinstance(fields.get("source"), dict):  # an image kept whole
+        data = fields["source"].get("data")
+        return Priced(size, _image_cost(data if isinstance(data, str) else "", pricing))
+    return NOTHING
+
+
+def _ciphertext(data: str, pricing: Pricing) -> Priced:
+    tokens = math.ceil(_decoded_size(data) / pricing.ciphertext_bytes_per_token)
+    return Priced(len(data), 0, tokens)
+
+
+def _server_result(block: ServerToolResult, pricing: Pricing) -> Priced:
+    text_tokens = (len(block.content.encode("utf-8")) + 3) // 4
+    return Priced(len(block.content.encode("utf-8")),
+                  text_tokens * pricing.server_result_percent // 100)
+
+
+def _block(block: ContentBlock, role: str, pricing: Pricing) -> Priced:
+    match block:
+        case ImageBlock() if role not in ("user", "tool"):
+            # R21 prices a user's images by their markers and R22 a tool's by its attachments.
+            return Priced(len(block_text(block).encode("utf-8")),
+                          _image_cost(block.data, pricing))
+        case DocumentBlock():
+            return _document(block, pricing)
+        case RedactedThinkingBlock(data=data):
+            return _ciphertext(data, pricing)
+        case ThinkingBlock(signature=signature) if signature and role == "reasoning":
+            # A Responses reasoning item: its ciphertext is the reasoning; no byte of it is
+            # in the text (the signature never is).
+            priced = _ciphertext(signature, pricing)
+            return attrs.evolve(priced, text_bytes=0)
+        case ServerToolResult():
+            return _server_result(block, pricing)
+        case OpaqueBlock():
+            return _opaque(block, pricing)
+    return NOTHING
+
+
+def priced_parts(role: str, blocks: Iterable[Any], pricing: Pricing) -> Priced:
+    """What the ``blocks`` of a ``role`` message cost that is not text (see `Pricing`).
+
+    ``role`` is the message's role, ``"tool"`` for a tool result's blocks, ``"reasoning"`` for
+    the block of a Responses reasoning item. Nothing when ``pricing.by_kind`` is False.
+    """
+    if not pricing.by_kind:
+        return NOTHING
+    total = NOTHING
+    for block in _content_blocks(blocks):
+        part = _block(block, role, pricing)
+        if part is not NOTHING:
+            total = total + part
+    return total
+
+
+def _content_blocks(blocks: Iterable[Any]) -> Iterator[ContentBlock]:
+    return (b for b in blocks if not isinstance(b, ToolCall))
