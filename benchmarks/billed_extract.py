@@ -11,6 +11,9 @@ source of each line (repository, commit, cassette path, interaction) is in the l
 SNAPSHOT is a local copy of the repository REPO (owner/name) at commit SHA.
 
 `benchmarks.estimate_vs_billed` reads the result.
+
+Needs PyYAML (``pip install pyyaml``), which only these two data-building scripts use, so it
+is not a dependency of the package or of its tests.
 """
 
 from __future__ import annotations
