@@ -151,10 +151,12 @@ def test_i19_p3_random_bit_flips_are_findings_whenever_the_store_changed(
     pristine: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     """60 seeded single-bit flips over the whole file: verify never raises and never prints
-    more than a bounded report; it exits 1 whenever the flip changed what SQLite reads
-    (records, snapshots, or the file's own consistency), and 0 only when it changed nothing."""
-    source, _ = pristine
+    more than a bounded report; it exits 1 whenever the flip changed what a reader reads
+    (records, snapshots, or the file's own consistency), and 0 only when it changed nothing:
+    then every session restores to the same messages as before the flip."""
+    source, ids = pristine
     expected = logical_content(source)
+    before = _restored(source, ids)
     rng = random.Random(19)
     wrong: list[tuple[int, int, str]] = []
     for _ in range(60):
@@ -170,7 +172,15 @@ def test_i19_p3_random_bit_flips_are_findings_whenever_the_store_changed(
             continue
         if code not in (0, 1) or (changed and code != 1) or len(stderr) > MAX_STDERR:
             wrong.append((offset, bit, f"exit {code}, changed {changed}"))
+        elif code == 0 and _restored(path, ids) != before:
+            wrong.append((offset, bit, "exit 0, but a session restores otherwise"))
     assert [] == wrong
+
+
+def _restored(path: Path, ids: list[str]) -> list[object]:
+    """Every session as a restore from ``path`` gives it (its views, route and profile)."""
+    with tl.open_store(f"sqlite:///{path}") as store:
+        return [store.restore(s).state for s in ids]
 
 
 def _session_cells(path: Path, session_id: str, version: int) -> tuple[int, list[int]]:
@@ -261,6 +271,34 @@ def test_i19_p3_a_negative_version_is_a_finding_not_an_overflow(
                            "originator_id = ? AND originator_version = 7", (UUID(ids[2]).hex,))
 
     assert (ids[2], -3) in named(findings(run_verify(path)))
+
+
+@pytest.mark.parametrize("edit", ["id no UUID", "id of no session", "topic", "version"])
+def test_i19_p3_a_snapshot_row_no_restore_reads_is_a_finding(
+    damaged: tuple[Path, list[str]], edit: str
+) -> None:
+    """A snapshot row whose key or topic was damaged is never read by its session's restore
+    (which replays instead), so only a listing of the snapshot table shows it: a finding all
+    the same (the flips of the CI run of stop 25 that verify passed)."""
+    path, ids = damaged
+    key = UUID(ids[3]).hex
+    change = {
+        "id no UUID": ("originator_id = ?", key[:10] + "\ufffd" + key[11:]),
+        "id of no session": ("originator_id = ?", UUID(int=7, version=4).hex),
+        "topic": ("topic = ?", "turndedger:snapshot"),
+        "version": ("originator_version = ?", 0),
+    }[edit]
+    connection = sqlite3.connect(path)
+    with contextlib.closing(connection), connection:
+        assert 1 == connection.execute(
+            f"UPDATE stored_snapshots SET {change[0]} WHERE originator_id = ?", (change[1], key)
+        ).rowcount
+
+    snapshot_findings = [v for v in findings(run_verify(path)) if v["rule"] == "E5-snapshot"]
+
+    assert snapshot_findings, edit
+    if edit == "topic":
+        assert {(ids[3], 50)} == named(snapshot_findings)
 
 
 def test_i19_p3_a_record_whose_msgpack_declares_a_huge_length_is_a_finding(

@@ -255,6 +255,10 @@ def _verify(
                 violations.append(Violation(stray, 0, Rule.CORRUPT_RECORD, (
                     f"records whose session id {stray!r} is not a UUID: they belong to no "
                     "session (a damaged or edited originator_id)")))
+        violations.extend(
+            Violation(session, version, Rule.SNAPSHOT, detail)
+            for session, version, detail in backend.stray_snapshots(ids)
+        )
     else:
         ids = [parse_session_id(s) for s in session_ids]
         total = None

@@ -45,6 +45,7 @@ from turnledger.domain.errors import (
     SessionForgottenError,
     SessionNotFound,
     TurnledgerError,
+    bounded,
 )
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.store.backends import BACKENDS
@@ -645,6 +646,37 @@ class EventStoreBackend:
                 found.append(session)
         return found
 
+    def stray_snapshots(self, listed: Collection[UUID]) -> list[tuple[str, int, str]]:
+        """The snapshot rows a restore of the ``listed`` sessions never reads, as
+        ``(session id as stored, version, what is wrong)``: an id that is not a UUID, a
+        session with no records, a version that is not a positive int (a topic that is not
+        `SNAPSHOT_TOPIC` is `load_snapshot`'s finding). A damaged key hides a snapshot from
+        its session, so only a listing of the table shows it (issue 19); ``[]`` where the
+        backend cannot tell. Raises `StoreUnavailable`."""
+        self._check_open()
+        with self._translate("list the snapshots"):
+            stored = self.database.stored_snapshot_keys(self.snapshot_recorder)
+        known = set(listed)
+        found: list[tuple[str, int, str]] = []
+        for raw_id, raw_version, _topic in stored or ():
+            version = raw_version if type(raw_version) is int else 0
+            try:
+                session = raw_id if isinstance(raw_id, UUID) else UUID(str(raw_id))
+            except ValueError:
+                found.append((str(raw_id), version, (
+                    f"a snapshot whose session id {str(raw_id)!r} is not a UUID: no restore "
+                    "reads it (a damaged or edited originator_id)")))
+                continue
+            if session not in known:
+                found.append((str(session), version, (
+                    "a snapshot of a session that has no records (a damaged or edited "
+                    "originator_id, or records deleted under it)")))
+            elif version < 1:
+                found.append((str(session), version, (
+                    f"a snapshot whose version is {bounded(repr(raw_version))}, not an int "
+                    ">= 1 (a damaged or edited row)")))
+        return found
+
     def integrity_problems(self, limit: int = 20) -> list[str]:
         """What the database's own consistency check finds below the records, at most
         ``limit`` lines (`Database.integrity_problems`; ``[]`` for a sound store or a
@@ -864,6 +896,11 @@ class EventStoreBackend:
         if not found:
             return None
         record = found[0]
+        if record.topic != SNAPSHOT_TOPIC:  # a damaged row: its bytes are not to be trusted
+            raise UndecodableRecord(
+                session_id, record.originator_version, str(record.topic),
+                f"a snapshot's topic must be {SNAPSHOT_TOPIC!r}",
+            )
         try:
             payload = self.mapper.unseal_snapshot(session_id, record.originator_version,
                                                   record.state)

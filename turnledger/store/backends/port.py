@@ -261,6 +261,19 @@ class Database(abc.ABC):
         """
         return None
 
+    def stored_snapshot_keys(
+        self, recorder: AggregateRecorder
+    ) -> list[tuple[object, object, object]] | None:
+        """The ``(originator_id, originator_version, topic)`` of every row of the snapshot
+        table ``recorder`` keeps, as the database holds them (maybe damaged: an id that is no
+        UUID, text that is no UTF-8); None: this database cannot tell.
+
+        A snapshot is read by its session's id, so one whose key or topic was damaged is
+        never read by a restore; `verify` asks here so that it names such a row (issue 19).
+        Raises what the library or the driver raises.
+        """
+        return None
+
     def integrity_problems(self, limit: int) -> list[str]:
         """What the database's own consistency check finds below the records (a page that
         cannot be read, an index that disagrees with its table, a file shorter than its

@@ -26,7 +26,7 @@ from typing import Any, Final, Self
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import ApplicationRecorder
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder
 
 from turnledger.store.backends.port import (
     Database,
@@ -371,6 +371,23 @@ class PostgresDatabase(Database):
         connection = self.connect_sql().connection
         try:
             return [row[0] for row in connection.execute(query).fetchall()]
+        finally:
+            connection.close()
+
+    def stored_snapshot_keys(
+        self, recorder: AggregateRecorder
+    ) -> list[tuple[object, object, object]] | None:
+        from eventsourcing.postgres import PostgresAggregateRecorder
+        from psycopg import sql
+
+        if not isinstance(recorder, PostgresAggregateRecorder):
+            return None
+        query = sql.SQL("SELECT originator_id, originator_version, topic FROM {}.{}").format(
+            sql.Identifier(self.schema), sql.Identifier(recorder.events_table_name)
+        )
+        connection = self.connect_sql().connection
+        try:
+            return [tuple(row) for row in connection.execute(query).fetchall()]
         finally:
             connection.close()
 

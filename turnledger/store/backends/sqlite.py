@@ -25,6 +25,7 @@ from uuid import UUID
 
 import attrs
 from eventsourcing.persistence import (
+    AggregateRecorder,
     ApplicationRecorder,
     DatabaseError,
     IntegrityError,
@@ -289,6 +290,24 @@ class SQLiteDatabase(Database):
             cursor.execute(f"SELECT DISTINCT originator_id FROM {recorder.events_table_name}")
             return [row[0] for row in cursor.fetchall()]
 
+    def stored_snapshot_keys(
+        self, recorder: AggregateRecorder
+    ) -> list[tuple[object, object, object]] | None:
+        from eventsourcing.sqlite import SQLiteAggregateRecorder
+
+        if not isinstance(recorder, SQLiteAggregateRecorder):
+            return None
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.sqlite_cursor.row_factory = None
+            # As bytes: a damaged id or topic that is no UTF-8 must not stop the listing.
+            cursor.execute(
+                "SELECT CAST(originator_id AS BLOB), originator_version, CAST(topic AS BLOB) "
+                f"FROM {recorder.events_table_name}"
+            )
+            return [
+                (_text(row[0]), row[1], _text(row[2])) for row in cursor.fetchall()
+            ]
+
     def integrity_problems(self, limit: int) -> list[str]:
         uri = self._read_only_uri() if self.read_only else self.uri + "?mode=ro"
         connection = open_damaged(uri, timeout=self.limits.lock)
@@ -477,3 +496,9 @@ class _Appender:
             connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+def _text(raw: object) -> object:
+    """A column read as bytes, as text (undecodable bytes shown as U+FFFD); other values as
+    they are (NULL, or a number where text was expected)."""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
