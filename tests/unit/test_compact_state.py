@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.properties import examples
@@ -90,19 +90,47 @@ def _conversation(state: SessionState, log: list[DomainEvent]) -> list[Conversat
     return state.conversation_view(older)
 
 
+def _add(item: ConversationMessage) -> AppendMessage:
+    return AppendMessage(item, NOW)
+
+
+# Pops below the chat window's start, then a trim: the turn that straddled the region's end
+# was summarised in two halves, whose suspects (R36) are not those of the whole turn, so
+# `verify` found a false snapshot mismatch (the strict xfail of stop 24, issue 20 point 1).
+_STRADDLING_TURN = [
+    _add(Chat(ChatMessage.user(""))),
+    _add(ToolResults((ToolResult("ghost", "a result nobody asked for", "shell"),))),
+    _add(AssistantToolCalls(None, (ToolCall("call_4_0_0", "shell", "{}"),))),
+    _add(ToolResults((ToolResult("call_4_0_0", "", "shell"),))),
+    _add(Chat(ChatMessage.user(""))),
+    _add(Chat(ChatMessage.assistant(""))),
+    RecoverFromOverflow("context_length_exceeded", NOW),  # trims the chat window
+    _add(AssistantToolCalls(None, (ToolCall("call_5_1_0", "shell", "{}"),))),
+    *[PopMessage(NOW)] * 6,  # below the chat window's start
+    _add(ToolResults((ToolResult("call_5_1_0", "", "shell"),))),
+    _add(Chat(ChatMessage.assistant(""))),
+    _add(Chat(ChatMessage.user(""))),
+    _add(Chat(ChatMessage.user(""))),
+    PrepareRequest(0, 0, False, NOW),
+]
+
+
 @settings(max_examples=examples(150), deadline=None)
-@given(_scripts(), st.data())
-def test_a_compact_state_decides_and_shows_what_a_whole_one_does(
-    script: tuple[RuntimeProfile, bool, list[Command]], data: st.DataObject
+@given(_scripts(), st.frozensets(st.integers(0, 120)))
+@example((RuntimeProfile(max_context_tokens=40, max_history_messages=4), False,
+          _STRADDLING_TURN), frozenset(range(len(_STRADDLING_TURN))))
+def test_r36_a_compact_state_decides_and_shows_what_a_whole_one_does(
+    script: tuple[RuntimeProfile, bool, list[Command]], snapshot_at: frozenset[int]
 ) -> None:
     """Same events, chat view, tokens and conversation view (its summarised part read from
-    the log) after every command, pops and clears included; restoring the compact one from
-    its snapshot changes none."""
+    the log) after every command, pops and clears included; the compact one's snapshot after
+    the commands ``snapshot_at`` equals the whole one's (R36's suspects included), and
+    restoring from it changes none."""
     profile, legacy, commands = script
     whole, compact = SessionState(), SessionState(compact=True)
     log = _start(profile, legacy, whole)
     assert log == _start(profile, legacy, compact)
-    for command in commands:
+    for step, command in enumerate(commands):
         if isinstance(command, PopMessage | ClearHistory):  # as `Session.pop` / `clear` do
             older: dict[int, ConversationMessage | None] = {}
             collect_summarised(older, log, compact.held_from)
@@ -113,7 +141,7 @@ def test_a_compact_state_decides_and_shows_what_a_whole_one_does(
         assert whole.chat_view() == compact.chat_view()
         assert whole.chat_tokens() == compact.chat_tokens()
         assert whole.conversation_view() == _conversation(compact, log)
-        if data.draw(st.integers(0, 9)) == 0:
+        if step in snapshot_at:
             payload = encode_snapshot(compact, b"\1" * 32)
             assert [] == compare_snapshot(payload, whole, b"\1" * 32)
             compact, _ = decode_snapshot(payload, session_id=SESSION, version=compact.version)

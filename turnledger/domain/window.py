@@ -569,6 +569,10 @@ class WindowIndex(Generic[T]):
         the items go, to be read from the log when asked for (ADR-0030). Runs once they are at
         least half of the held items (or ``force``): amortised O(1) per trim.
         """
+        # Only whole turns: a region that ended inside a turn would later summarise the rest
+        # of it apart, and the pairing of two halves is not that of the turn (the suspects of
+        # a turn straddling the region, issue 20), so the turn's items stay held.
+        position = self._turn_start_at_or_before(position)
         cut = position - self.base
         if cut <= 0 or (2 * cut < len(self.items) and not force):
             return
@@ -603,6 +607,12 @@ class WindowIndex(Generic[T]):
         self._drop_items(cut)
         self.base = position
         self._region_sums()
+
+    def _turn_start_at_or_before(self, position: int) -> int:
+        """The newest turn start at or before ``position`` from ``base`` on, else ``base``."""
+        starts = self._turn_starts
+        found = bisect_right(starts, position) - 1
+        return starts[found] if found >= 0 and starts[found] >= self.base else self.base
 
     def _reindex(self, items: list[T | None]) -> None:
         """Rebuild every sum from ``items`` (now owned by the index); O(window)."""
