@@ -1,122 +1,249 @@
 """turnledger: event-sourced conversation history for LLM agent runtimes.
 
-The public surface of API.md, re-exported. See README.md for a tour.
+The public surface of API.md, re-exported (docs/api.md lists it). See README.md for a tour.
+
+A name is imported from its module when it is first used (PEP 562): ``import turnledger`` and
+``turnledger --help`` load no store, driver, audit or report code until a command or a call
+needs it (issue 20). ``_HOMES`` says where each name lives; the ``TYPE_CHECKING`` block says
+the same to type checkers, and ``tests/unit/test_public_surface.py`` holds the two and
+``__all__`` to each other.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from turnledger.domain.blocks import (
-    ContentBlock,
-    DocumentBlock,
-    ImageBlock,
-    OpaqueBlock,
-    RedactedThinkingBlock,
-    ServerToolResult,
-    ServerToolUse,
-    TextBlock,
-    ThinkingBlock,
-    canonical_json,
-)
-from turnledger.domain.bodies import APIS, LeftOut, fit_messages
-from turnledger.domain.budget import (
-    DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_MAX_HISTORY_TURNS,
-    HistoryPruning,
-    ProfileDocument,
-    ProviderProfile,
-    ResolvedRoute,
-    Route,
-    RuntimeProfile,
-    effective_context_budget,
-    request_window,
-    resolve_capacity,
-    resolve_route,
-)
-from turnledger.domain.decider import PreparedRequest, request_digest
-from turnledger.domain.errors import (
-    ConcurrencyConflict,
-    ContextWindowExceeded,
-    CorruptRecord,
-    InvalidMessage,
-    InvalidProfile,
-    SessionForgottenError,
-    SessionNotFound,
-    TurnledgerError,
-    UnansweredToolCalls,
-)
-from turnledger.domain.estimate import IMAGE_TOKEN_ESTIMATE, estimate_history_tokens
-from turnledger.domain.events import (
-    BreadcrumbInserted,
-    DomainEvent,
-    HistoryCleared,
-    HistoryTrimmed,
-    MessageAppended,
-    MessagePopped,
-    OrphansSwept,
-    OverflowRecovered,
-    OverflowReported,
-    OverflowUnrecoverable,
-    RequestPrepared,
-    RequestRejected,
-    RouteSelected,
-    SessionForgotten,
-    SessionStarted,
-    TrimDecided,
-)
-from turnledger.domain.messages import (
-    BREADCRUMB_TEXT,
-    AssistantToolCalls,
-    Chat,
-    ChatMessage,
-    ConversationMessage,
-    ToolCall,
-    ToolResult,
-    ToolResults,
-    from_chat_messages,
-    to_chat_messages,
-)
-from turnledger.domain.overflow import is_context_window_exceeded
-from turnledger.domain.pricing import Pricing
-from turnledger.domain.sweep import SweepResult, sweep_conversation_orphans, sweep_orphans
-from turnledger.domain.trimming import (
-    DEFAULT_MAX_MESSAGE_ROWS,
-    TrimResult,
-    trim_conversation_to_recent_turns,
-    trim_to_recent_message_rows,
-    trim_to_recent_turn_count,
-    trim_to_recent_turns,
-)
-from turnledger.domain.truncate import DEFAULT_MAX_TOOL_RESULT_CHARS, truncate_tool_result
-from turnledger.profiles import load_profile, load_profile_document
-from turnledger.projections.analytics import Analytics
-from turnledger.providers import (
-    TranscriptError,
-    from_anthropic,
-    from_openai_chat,
-    from_openai_responses,
-    to_anthropic,
-    to_openai_chat,
-    to_openai_responses,
-)
-from turnledger.replay.audit import VerifyReport, Violation, verify
-from turnledger.replay.report import report
-from turnledger.replay.timeline import TimelineEntry, timeline, views_at
-from turnledger.replay.whatif import WhatIfReport, what_if
-from turnledger.store.backend import (
-    AppendInDoubt,
-    InvalidStoreURL,
-    StoreUnavailable,
-    retry_on_conflict,
-)
-from turnledger.store.keys import (
-    AuditKeyRequired,
-    InvalidKey,
-    KeyRequired,
-    NotEncrypted,
-    UnkeyedChain,
-    WrongKey,
-)
-from turnledger.store.session import Session, Store, open_store
+_HOMES: dict[str, tuple[str, ...]] = {
+    "turnledger.domain.blocks": (
+        "ContentBlock", "DocumentBlock", "ImageBlock", "OpaqueBlock", "RedactedThinkingBlock",
+        "ServerToolResult", "ServerToolUse", "TextBlock", "ThinkingBlock", "canonical_json",
+    ),
+    "turnledger.domain.bodies": ("APIS", "LeftOut", "fit_messages"),
+    "turnledger.domain.budget": (
+        "DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_HISTORY_TURNS", "HistoryPruning", "ProfileDocument",
+        "ProviderProfile", "ResolvedRoute", "Route", "RuntimeProfile", "effective_context_budget",
+        "request_window", "resolve_capacity", "resolve_route",
+    ),
+    "turnledger.domain.decider": ("PreparedRequest", "request_digest"),
+    "turnledger.domain.errors": (
+        "ConcurrencyConflict", "ContextWindowExceeded", "CorruptRecord", "InvalidMessage",
+        "InvalidProfile", "SessionForgottenError", "SessionNotFound", "TurnledgerError",
+        "UnansweredToolCalls",
+    ),
+    "turnledger.domain.estimate": ("IMAGE_TOKEN_ESTIMATE", "estimate_history_tokens"),
+    "turnledger.domain.events": (
+        "BreadcrumbInserted", "DomainEvent", "HistoryCleared", "HistoryTrimmed", "MessageAppended",
+        "MessagePopped", "OrphansSwept", "OverflowRecovered", "OverflowReported",
+        "OverflowUnrecoverable", "RequestPrepared", "RequestRejected", "RouteSelected",
+        "SessionForgotten", "SessionStarted", "TrimDecided",
+    ),
+    "turnledger.domain.messages": (
+        "BREADCRUMB_TEXT", "AssistantToolCalls", "Chat", "ChatMessage", "ConversationMessage",
+        "ToolCall", "ToolResult", "ToolResults", "from_chat_messages", "to_chat_messages",
+    ),
+    "turnledger.domain.overflow": ("is_context_window_exceeded",),
+    "turnledger.domain.pricing": ("Pricing",),
+    "turnledger.domain.sweep": ("SweepResult", "sweep_conversation_orphans", "sweep_orphans"),
+    "turnledger.domain.trimming": (
+        "DEFAULT_MAX_MESSAGE_ROWS", "TrimResult", "trim_conversation_to_recent_turns",
+        "trim_to_recent_message_rows", "trim_to_recent_turn_count", "trim_to_recent_turns",
+    ),
+    "turnledger.domain.truncate": ("DEFAULT_MAX_TOOL_RESULT_CHARS", "truncate_tool_result"),
+    "turnledger.profiles": ("load_profile", "load_profile_document"),
+    "turnledger.projections.analytics": ("Analytics",),
+    "turnledger.providers": (
+        "TranscriptError", "from_anthropic", "from_openai_chat", "from_openai_responses",
+        "to_anthropic", "to_openai_chat", "to_openai_responses",
+    ),
+    "turnledger.replay.audit": ("VerifyReport", "Violation", "verify"),
+    "turnledger.replay.report": ("report",),
+    "turnledger.replay.timeline": ("TimelineEntry", "timeline", "views_at"),
+    "turnledger.replay.whatif": ("WhatIfReport", "what_if"),
+    "turnledger.store.backend": (
+        "AppendInDoubt", "InvalidStoreURL", "StoreUnavailable", "retry_on_conflict",
+    ),
+    "turnledger.store.keys": (
+        "AuditKeyRequired", "InvalidKey", "KeyRequired", "NotEncrypted", "UnkeyedChain", "WrongKey",
+    ),
+    "turnledger.store.session": ("Session", "SessionView", "Store", "open_store"),
+}
+_HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """``turnledger.NAME``: imported from its module on first use, then kept here."""
+    home = _HOME_OF.get(name)
+    if home is None:
+        raise AttributeError(f"module 'turnledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from turnledger.domain.blocks import (
+        ContentBlock,
+        DocumentBlock,
+        ImageBlock,
+        OpaqueBlock,
+        RedactedThinkingBlock,
+        ServerToolResult,
+        ServerToolUse,
+        TextBlock,
+        ThinkingBlock,
+        canonical_json,
+    )
+    from turnledger.domain.bodies import (
+        APIS,
+        LeftOut,
+        fit_messages,
+    )
+    from turnledger.domain.budget import (
+        DEFAULT_CONTEXT_TOKENS,
+        DEFAULT_MAX_HISTORY_TURNS,
+        HistoryPruning,
+        ProfileDocument,
+        ProviderProfile,
+        ResolvedRoute,
+        Route,
+        RuntimeProfile,
+        effective_context_budget,
+        request_window,
+        resolve_capacity,
+        resolve_route,
+    )
+    from turnledger.domain.decider import (
+        PreparedRequest,
+        request_digest,
+    )
+    from turnledger.domain.errors import (
+        ConcurrencyConflict,
+        ContextWindowExceeded,
+        CorruptRecord,
+        InvalidMessage,
+        InvalidProfile,
+        SessionForgottenError,
+        SessionNotFound,
+        TurnledgerError,
+        UnansweredToolCalls,
+    )
+    from turnledger.domain.estimate import (
+        IMAGE_TOKEN_ESTIMATE,
+        estimate_history_tokens,
+    )
+    from turnledger.domain.events import (
+        BreadcrumbInserted,
+        DomainEvent,
+        HistoryCleared,
+        HistoryTrimmed,
+        MessageAppended,
+        MessagePopped,
+        OrphansSwept,
+        OverflowRecovered,
+        OverflowReported,
+        OverflowUnrecoverable,
+        RequestPrepared,
+        RequestRejected,
+        RouteSelected,
+        SessionForgotten,
+        SessionStarted,
+        TrimDecided,
+    )
+    from turnledger.domain.messages import (
+        BREADCRUMB_TEXT,
+        AssistantToolCalls,
+        Chat,
+        ChatMessage,
+        ConversationMessage,
+        ToolCall,
+        ToolResult,
+        ToolResults,
+        from_chat_messages,
+        to_chat_messages,
+    )
+    from turnledger.domain.overflow import (
+        is_context_window_exceeded,
+    )
+    from turnledger.domain.pricing import (
+        Pricing,
+    )
+    from turnledger.domain.sweep import (
+        SweepResult,
+        sweep_conversation_orphans,
+        sweep_orphans,
+    )
+    from turnledger.domain.trimming import (
+        DEFAULT_MAX_MESSAGE_ROWS,
+        TrimResult,
+        trim_conversation_to_recent_turns,
+        trim_to_recent_message_rows,
+        trim_to_recent_turn_count,
+        trim_to_recent_turns,
+    )
+    from turnledger.domain.truncate import (
+        DEFAULT_MAX_TOOL_RESULT_CHARS,
+        truncate_tool_result,
+    )
+    from turnledger.profiles import (
+        load_profile,
+        load_profile_document,
+    )
+    from turnledger.projections.analytics import (
+        Analytics,
+    )
+    from turnledger.providers import (
+        TranscriptError,
+        from_anthropic,
+        from_openai_chat,
+        from_openai_responses,
+        to_anthropic,
+        to_openai_chat,
+        to_openai_responses,
+    )
+    from turnledger.replay.audit import (
+        VerifyReport,
+        Violation,
+        verify,
+    )
+    from turnledger.replay.report import (
+        report,
+    )
+    from turnledger.replay.timeline import (
+        TimelineEntry,
+        timeline,
+        views_at,
+    )
+    from turnledger.replay.whatif import (
+        WhatIfReport,
+        what_if,
+    )
+    from turnledger.store.backend import (
+        AppendInDoubt,
+        InvalidStoreURL,
+        StoreUnavailable,
+        retry_on_conflict,
+    )
+    from turnledger.store.keys import (
+        AuditKeyRequired,
+        InvalidKey,
+        KeyRequired,
+        NotEncrypted,
+        UnkeyedChain,
+        WrongKey,
+    )
+    from turnledger.store.session import (
+        Session,
+        SessionView,
+        Store,
+        open_store,
+    )
 
 __all__ = [
     "APIS",
@@ -176,6 +303,7 @@ __all__ = [
     "SessionForgottenError",
     "SessionNotFound",
     "SessionStarted",
+    "SessionView",
     "Store",
     "StoreUnavailable",
     "SweepResult",

@@ -16,14 +16,15 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 from uuid import UUID
 
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import CorruptRecord, TurnledgerError, bounded
-from turnledger.replay.transcripts import AUTO, FORMATS
-from turnledger.store.backends.port import redact_text, redact_url
-from turnledger.store.session import DEFAULT_STORE_URL
+from turnledger.replay.formats import AUTO, FORMATS
+from turnledger.store import DEFAULT_STORE_URL
+
+if TYPE_CHECKING:
+    from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 
 __all__ = ["main"]
 
@@ -212,6 +213,7 @@ def _read_only_url(url: str) -> str | None:
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.demo import run_demo
     from turnledger.projections.analytics import Analytics
+    from turnledger.store.backends.port import redact_url
 
     with _open(args) as store:
         print(f"store: {redact_url(args.store)}", file=out)
@@ -606,6 +608,7 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
     with _open(args) as store:
         if not store.encrypted:
+            from turnledger.store.backends.port import redact_url
             from turnledger.store.keys import NotEncrypted
 
             raise NotEncrypted(f"{redact_url(args.store)} is not encrypted: purge forgets "
@@ -1207,6 +1210,7 @@ def _unique_prefix(text: str, ids: Sequence[str]) -> str:
 def _safe(text: str, url: str) -> str:
     """An error text fit for the terminal: no password of ``url``, no control character."""
     from turnledger.replay.timeline import printable
+    from turnledger.store.backends.port import redact_text
 
     return printable(redact_text(text, url))
 

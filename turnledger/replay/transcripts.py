@@ -46,6 +46,7 @@ from turnledger.domain.providers import (
     to_openai_chat,
     to_openai_responses,
 )
+from turnledger.replay.formats import AUTO, FORMATS
 
 __all__ = [
     "AUTO",
@@ -68,7 +69,7 @@ _CODECS: Final[dict[str, tuple[_Importer, _Exporter, str]]] = {
     "anthropic": (from_anthropic, to_anthropic, ""),
     "responses": (from_openai_responses, to_openai_responses, "input"),
 }
-FORMATS: Final = tuple(_CODECS)
+assert tuple(_CODECS) == FORMATS, "turnledger.replay.formats names every codec, in order"
 
 
 @attrs.frozen
@@ -125,8 +126,6 @@ def _parse(line: str, fmt: str) -> tuple[Any, list[ConversationMessage], str]:
     return value, history, fmt
 
 
-AUTO: Final = "auto"
-"""The format name that lets each line say its own format (`detect_format`)."""
 
 _ANTHROPIC_BLOCKS: Final = frozenset({
     "tool_use", "tool_result", "thinking", "redacted_thinking", "document", "server_tool_use",

@@ -59,6 +59,7 @@ from turnledger.domain.events import (
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.state import collect_summarised
+from turnledger.store import DEFAULT_STORE_URL
 from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
 from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import SNAPSHOT_INTERVAL, SNAPSHOT_MESSAGES, Pipeline, Position
@@ -76,7 +77,6 @@ __all__ = [
 
 log = logging.getLogger("turnledger")
 
-DEFAULT_STORE_URL = "sqlite:///./turnledger.db"
 
 Subscriber = Callable[[DomainEvent], None]
 

@@ -1,0 +1,107 @@
+"""Issue 20 point 6: a surface a user can hold.
+
+`turnledger.__all__` is the public API (ADR-0008). Each name is imported from its module on
+first use (PEP 562), so the package says where every name lives twice: in ``_HOMES`` for the
+interpreter and in a ``TYPE_CHECKING`` block for type checkers. These tests hold the two and
+``__all__`` to each other and to docs/api.md, and check what a bare ``import turnledger`` and
+``turnledger --help`` load (nothing of the store, its drivers, the audit or the report).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import turnledger as tl
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "turnledger"
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """name -> module of the imports in the package's ``if TYPE_CHECKING:`` block."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If)
+                and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"]
+    return {alias.name: node.module or "" for node in block.body
+            if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+def test_i20_p6_every_exported_name_has_one_home_the_type_checker_sees_too() -> None:
+    homes = tl._HOME_OF  # noqa: SLF001 - the table this test holds to __all__
+    assert set(tl.__all__) == set(homes)
+    assert homes == _type_checking_imports()
+
+
+@pytest.mark.parametrize("name", tl.__all__)
+def test_i20_p6_each_exported_name_is_its_home_modules_object(name: str) -> None:
+    home = importlib.import_module(tl._HOME_OF[name])  # noqa: SLF001
+    assert getattr(tl, name) is getattr(home, name)
+
+
+def test_i20_p6_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        tl.no_such_name  # noqa: B018 - the access is the test
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=ROOT, check=True, timeout=60)
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+HEAVY = re.compile(r"^(eventsourcing|psycopg|sqlite3|cattrs|msgpack|turnledger\.(store\."
+                   r"|replay\.(audit|report|timeline|whatif)|projections))")
+
+
+def test_i20_p6_import_turnledger_loads_nothing_a_call_has_not_asked_for() -> None:
+    assert [] == sorted(m for m in _loaded_after("import turnledger") if HEAVY.match(m))
+
+
+def test_i20_p6_the_help_of_the_command_line_loads_no_store_driver_or_audit() -> None:
+    code = ("import contextlib, io\nfrom turnledger import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    cli.main(['--help'])")
+    assert [] == sorted(m for m in _loaded_after(code) if HEAVY.match(m))
+
+
+def test_i20_p6_a_name_used_loads_its_home_and_what_it_needs() -> None:
+    loaded = _loaded_after("import turnledger as tl\ntl.open_store")
+    assert {"turnledger.store.session", "eventsourcing.persistence"} <= loaded
+
+
+# --- docs/api.md --------------------------------------------------------------------------------
+
+API_DOC = ROOT / "docs" / "api.md"
+DOCUMENTED = re.compile(r"^- `(?:tl\.)?(\w+)`", re.M)
+
+
+def test_i20_p6_docs_api_lists_every_exported_name_once_and_nothing_else() -> None:
+    listed = DOCUMENTED.findall(API_DOC.read_text(encoding="utf-8"))
+    assert sorted(set(listed)) == sorted(listed), "a name listed twice"
+    assert (set(), set()) == (set(tl.__all__) - set(listed), set(listed) - set(tl.__all__))
+
+
+# --- requirement ids ---------------------------------------------------------------------------
+
+BEHAVIOUR = ROOT / "docs" / "behaviour.md"
+RULE_ID = re.compile(r"\b([REKB][0-9]{1,2}a?)\b")
+
+
+def test_i20_p6_every_rule_id_the_code_cites_is_a_heading_of_docs_behaviour() -> None:
+    """An output line, an error or a docstring that cites ``R24`` can be looked up."""
+    headings = set(re.findall(r"^### ([REKB][0-9]{1,2}a?) —", BEHAVIOUR.read_text("utf-8"),
+                              re.M))
+    cited = {(path.relative_to(ROOT).as_posix(), rule)
+             for path in PACKAGE.rglob("*.py")
+             for rule in RULE_ID.findall(path.read_text(encoding="utf-8"))}
+    assert [] == sorted((path, rule) for path, rule in cited if rule not in headings)
