@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
+from typing import assert_never
 from uuid import UUID
 
 import attrs
@@ -27,12 +28,25 @@ from turnledger.domain.budget import (
 )
 from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import (
+    BreadcrumbInserted,
     DomainEvent,
+    HistoryCleared,
+    HistoryTrimmed,
     MessageAppended,
     MessagePopped,
     OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
+    RequestPrepared,
+    RequestRejected,
+    RouteSelected,
+    SessionForgotten,
+    SessionStarted,
+    TrimDecided,
     TrimReason,
     View,
+    unchecked_events,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.pricing import Pricing
@@ -300,14 +314,34 @@ def collect_summarised(
     span: range,
 ) -> None:
     """Add to ``older`` the items at the positions ``span`` as ``events`` (a session's log, in
-    order, page by page) leave them: appended, then popped or swept (None) or rewritten (R36)."""
-    for event in events:
-        if isinstance(event, MessageAppended):
-            if event.position in span:
-                older[event.position] = event.message
-        elif isinstance(event, MessagePopped):
-            if event.position in span:
-                older[event.position] = None
-        elif isinstance(event, OrphansSwept):
-            older.update((p, None) for p in event.positions if p in span)
-            older.update((p, item) for p, item in event.rewritten if p in span)
+    order, page by page) leave them: appended, then popped or swept (None) or rewritten (R36).
+
+    ``events`` are the store's or the decider's (`unchecked_events`)."""
+    for event in unchecked_events(events):
+        match event:
+            case MessageAppended():
+                if event.position in span:
+                    older[event.position] = event.message
+            case MessagePopped():
+                if event.position in span:
+                    older[event.position] = None
+            case OrphansSwept():
+                older.update((p, None) for p in event.positions if p in span)
+                older.update((p, item) for p, item in event.rewritten if p in span)
+            case (
+                RequestPrepared()
+                | TrimDecided()
+                | BreadcrumbInserted()
+                | HistoryTrimmed()
+                | HistoryCleared()
+                | SessionStarted()
+                | RouteSelected()
+                | RequestRejected()
+                | OverflowReported()
+                | OverflowRecovered()
+                | OverflowUnrecoverable()
+                | SessionForgotten()
+            ):
+                pass  # the log's items stay as they are: a trim or a clear only moves the views
+            case _:
+                assert_never(event)

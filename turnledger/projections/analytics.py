@@ -77,18 +77,30 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
-from typing import Any, Final, Self
+from typing import Any, Final, Self, assert_never, cast
 from uuid import UUID
 
 import attrs
 
 from turnledger.domain.budget import Route
 from turnledger.domain.events import (
+    BreadcrumbInserted,
     DomainEvent,
+    Event,
+    HistoryCleared,
+    HistoryTrimmed,
+    MessageAppended,
+    MessagePopped,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
     RequestPrepared,
     RequestRejected,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
+    TrimDecided,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
@@ -579,7 +591,8 @@ class Analytics:
         if db.run(db.sql.claim, (page[-1][0], TRACKING_NAME, position)) != 1:
             raise _Lost
         batch = _Batch(db)
-        for _, event in page:
+        # Decoded by the store's codec: `Event`s alone, unchecked as in `unchecked_events`.
+        for _, event in cast("Sequence[tuple[int, Event]]", page):
             batch.add(event)
         batch.write()
 
@@ -596,17 +609,27 @@ class _Batch:
         self.listed: dict[str, _ListRow | None] = {}  # None: no row (started before the table)
         self.relisted: set[str] = set()  # sessions whose list row changed in this batch
 
-    def add(self, event: DomainEvent) -> None:
+    def add(self, event: Event) -> None:
         """Fold ``event`` into its session's row and the row of the route the session is on."""
         sid = str(event.originator_id)
         row = self.session_row(sid)
-        match event:
-            case SessionStarted():
-                row.legacy = event.legacy
-                self.move(sid, event.route)
-                if event.originator_version == 1:
-                    self.listed[sid] = _ListRow(sid, event_time(event.timestamp), event.legacy)
-                    self.relisted.add(sid)
+        match event:  # the most frequent events first: appends, then requests
+            case (
+                MessageAppended()
+                | TrimDecided()
+                | BreadcrumbInserted()
+                | HistoryTrimmed()
+                | OverflowReported()
+                | OverflowRecovered()
+                | OverflowUnrecoverable()
+                | OrphansSwept()
+                | MessagePopped()
+                | HistoryCleared()
+                | SessionForgotten()
+            ):
+                pass  # they move no route and list nothing: only the tallies below count them
+            case RequestPrepared() | RequestRejected():
+                row.provider, row.model = event.route.provider, event.route.model
             case RouteSelected():
                 self.move(sid, event.route)
                 self.route_row((event.route.provider, event.route.model)).selections += 1
@@ -614,10 +637,14 @@ class _Batch:
                 if listed is not None:
                     listed.provider, listed.model = event.route.provider, event.route.model
                     self.relisted.add(sid)
-            case RequestPrepared() | RequestRejected():
-                row.provider, row.model = event.route.provider, event.route.model
+            case SessionStarted():
+                row.legacy = event.legacy
+                self.move(sid, event.route)
+                if event.originator_version == 1:
+                    self.listed[sid] = _ListRow(sid, event_time(event.timestamp), event.legacy)
+                    self.relisted.add(sid)
             case _:
-                pass
+                assert_never(event)
         row.tally.add(event)
         route = self.route_of(sid)
         if route is not None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, assert_never
 from uuid import UUID
 
 import attrs
@@ -44,13 +44,22 @@ from turnledger.domain.errors import CorruptRecord, SessionNotFound, bounded
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    Event,
     HistoryCleared,
     HistoryTrimmed,
+    MessageAppended,
     MessagePopped,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
     RequestPrepared,
+    RequestRejected,
+    RouteSelected,
     SessionForgotten,
     SessionStarted,
     TrimDecided,
+    unchecked_events,
 )
 from turnledger.domain.messages import (
     ChatMessage,
@@ -333,7 +342,7 @@ class _Expected:
     """A notice a trim calls for: ``kind`` at ``position`` (R31-R33)."""
 
     position: int
-    kind: type[DomainEvent]
+    kind: type[BreadcrumbInserted] | type[HistoryTrimmed]
     trim: TrimDecided
 
 
@@ -491,7 +500,7 @@ class _SessionVerifier:
     ) -> SessionState | None:
         state = SessionState()
         pending: list[_Expected] = []  # the notices the last trim still calls for
-        for index, event in enumerate(events):
+        for index, event in enumerate(unchecked_events(events)):  # the store's codec decoded them
             position = event.originator_version
             pending = self._check_follower(event, pending)
             self._check_removal(state, event)
@@ -505,10 +514,32 @@ class _SessionVerifier:
                 )
                 return None
             match event:
-                case TrimDecided():
-                    pending = _expected_followers(state, event)
+                case MessageAppended():
+                    pass  # checked with the request that sends it (`_check_request`)
                 case RequestPrepared():
                     self._check_request(state, event)
+                case TrimDecided():
+                    pending = _expected_followers(state, event)
+                case (
+                    BreadcrumbInserted()
+                    | HistoryTrimmed()
+                    | MessagePopped()
+                    | HistoryCleared()
+                ):
+                    pass  # checked before the fold (`_check_follower`, `_check_removal`)
+                case (
+                    SessionStarted()
+                    | RouteSelected()
+                    | RequestRejected()
+                    | OverflowReported()
+                    | OverflowRecovered()
+                    | OverflowUnrecoverable()
+                    | OrphansSwept()
+                    | SessionForgotten()
+                ):
+                    pass  # no rule reads them alone (`run` checks the start)
+                case _:
+                    assert_never(event)
             if snapshot is not None and position == snapshot[0]:
                 self._check_snapshot(state, chains[index], snapshot[1])
         for expected in pending:
@@ -520,10 +551,12 @@ class _SessionVerifier:
             )
         return state
 
-    def _check_removal(self, state: SessionState, event: DomainEvent) -> None:
+    def _check_removal(self, state: SessionState, event: Event) -> None:
         """A pop names the newest message the view showed; a clear, the log's next position."""
         position = event.originator_version
         match event:
+            case MessageAppended() | RequestPrepared() | TrimDecided():
+                pass  # the most frequent events first: none of them removes a message
             case MessagePopped(position=popped, message=message):
                 if state.newest_in_log() != (popped, message):
                     self.report(position, Rule.REPLAY, f"MessagePopped names log position "
@@ -532,10 +565,25 @@ class _SessionVerifier:
                 if next_position != state.next_position:
                     self.report(position, Rule.REPLAY, f"HistoryCleared says the log goes on "
                                 f"at {next_position}, the log is at {state.next_position}")
+            case (
+                SessionStarted()
+                | RouteSelected()
+                | BreadcrumbInserted()
+                | HistoryTrimmed()
+                | RequestRejected()
+                | OverflowReported()
+                | OverflowRecovered()
+                | OverflowUnrecoverable()
+                | OrphansSwept()
+                | SessionForgotten()
+            ):
+                pass  # none removes a message; a sweep's removals are the fold's (R36)
+            case _:
+                assert_never(event)
 
     # -- R31-R34: each trim and its notices --
 
-    def _check_follower(self, event: DomainEvent, pending: list[_Expected]) -> list[_Expected]:
+    def _check_follower(self, event: Event, pending: list[_Expected]) -> list[_Expected]:
         """Check ``event`` against the notices a trim still expects; return those left."""
         position = event.originator_version
         if pending and pending[0].position == position:
@@ -558,7 +606,9 @@ class _SessionVerifier:
             )
         return []
 
-    def _check_agreement(self, event: DomainEvent, trim: TrimDecided) -> None:
+    def _check_agreement(
+        self, event: BreadcrumbInserted | HistoryTrimmed, trim: TrimDecided
+    ) -> None:
         position = event.originator_version
         match event:
             case BreadcrumbInserted(view=view, before_position=before):
@@ -581,6 +631,8 @@ class _SessionVerifier:
                         f"the trim decided {trim.dropped_messages} dropped, "
                         f"{trim.kept_turns} kept, {trim.reason.value}",
                     )
+            case _:
+                assert_never(event)
 
     # -- E6, R18, R31, R37: each request --
 

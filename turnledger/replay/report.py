@@ -36,7 +36,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Final, assert_never
 
 import attrs
 
@@ -57,10 +57,12 @@ from turnledger.domain.events import (
     RequestRejected,
     RouteReason,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
     TrimDecided,
     TrimTrigger,
     View,
+    as_event,
 )
 from turnledger.domain.messages import (
     Chat,
@@ -206,29 +208,37 @@ class _Session:
         return len(self.points) + 0.5
 
     def fold(self, events: Iterable[DomainEvent]) -> _Session:
-        for event in events:
-            match event:
-                case SessionStarted():
-                    self.legacy = event.legacy
-                case RouteSelected():
-                    self.route(event)
-                case RequestPrepared() | RequestRejected():
-                    self.request(event)
+        """Draw ``events``; ``TypeError`` for a class outside `Event` (`as_event`)."""
+        for event in map(as_event, events):
+            match event:  # the most frequent events first
                 case MessageAppended():
                     self.appended(event)
+                case RequestPrepared() | RequestRejected():
+                    self.request(event)
                 case TrimDecided():
                     self.trimmed(event)
+                case (
+                    BreadcrumbInserted()
+                    | HistoryTrimmed()
+                    | OverflowReported()
+                    | OverflowRecovered()
+                    | SessionForgotten()
+                ):
+                    pass  # drawn as the trim they go with, or as their timeline row alone
                 case OrphansSwept():
                     self.swept(event)
+                case RouteSelected():
+                    self.route(event)
                 case MessagePopped():
                     self.popped(event)
                 case HistoryCleared():
-                    how = f"clear at event {_n(event.originator_version)}"
-                    for view in (View.CHAT, View.CONVERSATION):
-                        self._drop(view, event.next_position,
-                                   ("cleared", event.originator_version, how))
+                    self.cleared(event)
                 case OverflowUnrecoverable():
                     self.marks.append(_Mark("overflow", self.x, event.originator_version, event))
+                case SessionStarted():
+                    self.legacy = event.legacy
+                case _:
+                    assert_never(event)
         return self
 
     def route(self, event: RouteSelected) -> None:
@@ -294,6 +304,12 @@ class _Session:
     def _turn_at(self, position: int) -> int:
         """The index of the turn holding ``position`` (-1: before the first turn)."""
         return bisect.bisect_right(self.starts, position) - 1
+
+    def cleared(self, event: HistoryCleared) -> None:
+        """Every turn so far left both views (the log keeps them)."""
+        how = f"clear at event {_n(event.originator_version)}"
+        for view in (View.CHAT, View.CONVERSATION):
+            self._drop(view, event.next_position, ("cleared", event.originator_version, how))
 
     def popped(self, event: MessagePopped) -> None:
         """A popped message leaves its turn's counts (it stays in the log)."""

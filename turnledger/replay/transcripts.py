@@ -17,7 +17,7 @@ import codecs
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, assert_never
 
 import attrs
 
@@ -30,7 +30,25 @@ from turnledger.domain.bodies import (
     render_body,
 )
 from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.events import DomainEvent, MessageAppended, MessagePopped
+from turnledger.domain.events import (
+    BreadcrumbInserted,
+    DomainEvent,
+    HistoryCleared,
+    HistoryTrimmed,
+    MessageAppended,
+    MessagePopped,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
+    RequestPrepared,
+    RequestRejected,
+    RouteSelected,
+    SessionForgotten,
+    SessionStarted,
+    TrimDecided,
+    as_event,
+)
 from turnledger.domain.messages import (
     ChatMessage,
     ConversationMessage,
@@ -362,11 +380,30 @@ def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
     orphan sweep hides from the views what the log keeps (R36), and a tool result truncated when
     it was recorded (R38) is recorded truncated. The events may come page by page."""
     kept: dict[int, ConversationMessage] = {}
-    for event in events:
-        if isinstance(event, MessageAppended):
-            kept[event.position] = event.message
-        elif isinstance(event, MessagePopped):
-            kept.pop(event.position, None)
+    for event in map(as_event, events):  # TypeError for a class outside Event
+        match event:
+            case MessageAppended():
+                kept[event.position] = event.message
+            case MessagePopped():
+                kept.pop(event.position, None)
+            case (
+                RequestPrepared()
+                | TrimDecided()
+                | BreadcrumbInserted()
+                | HistoryTrimmed()
+                | HistoryCleared()
+                | OrphansSwept()
+                | SessionStarted()
+                | RouteSelected()
+                | RequestRejected()
+                | OverflowReported()
+                | OverflowRecovered()
+                | OverflowUnrecoverable()
+                | SessionForgotten()
+            ):
+                pass  # they change no message of the record (see above)
+            case _:
+                assert_never(event)
     return [kept[position] for position in sorted(kept)]
 
 

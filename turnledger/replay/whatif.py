@@ -36,7 +36,7 @@ side), then under the other profile; the report says how many calls were simulat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
 import attrs
 
@@ -56,18 +56,27 @@ from turnledger.domain.decider import (
     execute,
 )
 from turnledger.domain.events import (
+    BreadcrumbInserted,
     DomainEvent,
+    Event,
     HistoryCleared,
+    HistoryTrimmed,
     MessageAppended,
     MessagePopped,
     OrphansSwept,
+    OverflowRecovered,
     OverflowReported,
+    OverflowUnrecoverable,
     Purpose,
     RequestPrepared,
     RequestRejected,
     RouteReason,
     RouteSelected,
+    SessionForgotten,
     SessionStarted,
+    TrimDecided,
+    as_event,
+    unchecked_events,
 )
 from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMessage
 from turnledger.projections.counters import Counters, count, fold_counters
@@ -275,11 +284,12 @@ def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> Wh
     started = events[0]
     if profile.pricing is None:  # not chosen: the session prices as it was recorded (issue 21)
         profile = attrs.evolve(profile, pricing=started.profile.pricing)
+    recorded = [as_event(event) for event in events]  # TypeError for a class outside Event
     simulated: int | None = None
-    if not any(isinstance(e, RequestPrepared | RequestRejected) for e in events):
-        events, simulated = _with_simulated_requests(events, started)
+    if not any(isinstance(e, RequestPrepared | RequestRejected) for e in recorded):
+        recorded, simulated = _with_simulated_requests(recorded, started)
     replay = _Replay(profile)
-    for event in events:
+    for event in recorded:
         replay.replay(event)
     report = WhatIfReport(
         session_id=str(started.originator_id),
@@ -291,7 +301,7 @@ def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> Wh
         overflows_avoided=replay.avoided,
         simulated_requests=simulated,
     )
-    return WhatIfRun(report, tuple(events), tuple(replay.events))
+    return WhatIfRun(report, tuple(recorded), tuple(replay.events))
 
 
 def _is_assistant(item: ConversationMessage) -> bool:
@@ -301,26 +311,26 @@ def _is_assistant(item: ConversationMessage) -> bool:
 
 
 def _with_simulated_requests(
-    events: Sequence[DomainEvent], started: SessionStarted
-) -> tuple[list[DomainEvent], int]:
+    events: Sequence[Event], started: SessionStarted
+) -> tuple[list[Event], int]:
     """The session re-run under its own profile with a request before each assistant message.
 
     Returns the events that run records and the number of requests it simulated.
     """
     replay = _Replay(started.profile)
-    out: list[DomainEvent] = []
+    out: list[Event] = []
     simulated = 0
     for event in events:
         if isinstance(event, MessageAppended) and _is_assistant(event.message):
-            out += replay.run(PrepareRequest(0, 0, False, event.timestamp))
+            out += unchecked_events(replay.run(PrepareRequest(0, 0, False, event.timestamp)))
             simulated += 1
         command = replay.command_for(event)
         if command is not None:
-            out += [_as_recorded(e, event) for e in replay.run(command)]
+            out += [_as_recorded(e, event) for e in unchecked_events(replay.run(command))]
     return out, simulated
 
 
-def _as_recorded(new: DomainEvent, recorded: DomainEvent) -> DomainEvent:
+def _as_recorded(new: Event, recorded: Event) -> Event:
     """``new``, re-recorded from ``recorded``, keeping that a result was truncated (R38).
 
     Replaying a truncated result records it as given (no second truncation), which would
@@ -364,7 +374,7 @@ class _Replay:
         self.avoided = 0
         self.events: list[DomainEvent] = []  # what the what-if session records
 
-    def replay(self, event: DomainEvent) -> None:
+    def replay(self, event: Event) -> None:
         """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
         if isinstance(event, RequestPrepared | RequestRejected):
             self.request(event)
@@ -381,30 +391,45 @@ class _Replay:
         self.what_if.counters = fold_counters(new, self.what_if.counters)
         return new
 
-    def command_for(self, event: DomainEvent) -> Command | None:
+    def command_for(self, event: Event) -> Command | None:
         """The command a recorded non-request event stands for (None: nothing to replay)."""
         match event:
+            case MessageAppended(message=message, original_chars=original):
+                # A result the recording truncated is replayed as recorded (R38): the original
+                # text is not in the log.
+                return AppendMessage(message, event.timestamp, truncate=original is None)
+            case RequestPrepared() | RequestRejected():
+                pass  # re-decided by `request`, which compares the two sides
+            case (
+                TrimDecided()
+                | BreadcrumbInserted()
+                | HistoryTrimmed()
+                | OverflowRecovered()
+                | OverflowUnrecoverable()
+                | SessionForgotten()
+            ):
+                pass  # outcomes (of a command, of `Store.forget`): the what-if side has its own
+            case OrphansSwept():
+                return SweepOrphans(event.timestamp)
+            case RouteSelected(reason=reason) if reason is not RouteReason.INITIAL:
+                return SelectRoute(event.route, reason, event.timestamp)
+            case RouteSelected():
+                pass  # the initial route: `StartSession` selects it
+            case OverflowReported(error=error, estimated_tokens=refused):
+                if self.state.chat_tokens() >= refused:
+                    return RecoverFromOverflow(error, event.timestamp)
+                self.avoided += 1
+            case MessagePopped():
+                return PopMessage(event.timestamp)
+            case HistoryCleared():
+                return ClearHistory(event.timestamp)
             case SessionStarted():
                 return StartSession(
                     event.originator_id, self.profile, tuple(event.providers), event.route,
                     event.legacy, event.timestamp, recorded=True,
                 )
-            case MessageAppended(message=message, original_chars=original):
-                # A result the recording truncated is replayed as recorded (R38): the original
-                # text is not in the log.
-                return AppendMessage(message, event.timestamp, truncate=original is None)
-            case RouteSelected(reason=reason) if reason is not RouteReason.INITIAL:
-                return SelectRoute(event.route, reason, event.timestamp)
-            case OrphansSwept():
-                return SweepOrphans(event.timestamp)
-            case MessagePopped():
-                return PopMessage(event.timestamp)
-            case HistoryCleared():
-                return ClearHistory(event.timestamp)
-            case OverflowReported(error=error, estimated_tokens=refused):
-                if self.state.chat_tokens() >= refused:
-                    return RecoverFromOverflow(error, event.timestamp)
-                self.avoided += 1
+            case _:
+                assert_never(event)
         return None
 
     def request(self, event: RequestPrepared | RequestRejected) -> None:

@@ -33,6 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import cast
 from uuid import UUID
 
 import attrs
@@ -52,7 +53,7 @@ from turnledger.domain.errors import (
     SessionNotFound,
     TurnledgerError,
 )
-from turnledger.domain.events import DomainEvent, HistoryTrimmed, TrimDecided
+from turnledger.domain.events import DomainEvent, Event, HistoryTrimmed, TrimDecided
 from turnledger.store.backend import (
     AnchorMismatch,
     AppendInDoubt,
@@ -194,9 +195,11 @@ class Pipeline:
     def _catch_up(self, position: Position, session_id: UUID, anchor: bytes) -> None:
         """Evolve ``position`` with the checked events after its version."""
         state = position.state
-        for event, event_chain in self.backend.read_with_chain(
+        read = self.backend.read_with_chain(
             session_id, after_version=state.version, prev_chain=anchor
-        ):
+        )
+        # Decoded by the store's codec: `Event`s alone, unchecked as in `unchecked_events`.
+        for event, event_chain in cast("list[tuple[Event, bytes]]", read):
             evolve(state, event)
             position.chain = event_chain
 
