@@ -37,7 +37,6 @@ from typing import Final, Self, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent, TrackingRecorder
-from eventsourcing.popo import POPOAggregateRecorder
 
 from turnledger.domain.errors import (
     ConcurrencyConflict,
@@ -842,13 +841,8 @@ class EventStoreBackend:
         restore reads the newest one only, so the older ones are dead bytes. Raises
         `StoreUnavailable` on database failure."""
         self._check_open()
-        recorder = self.snapshot_recorder
         with self._translate("prune snapshots", session_id):
-            if isinstance(recorder, POPOAggregateRecorder):
-                _prune_popo(recorder, session_id, before_version)
-                return
-            with recorder.datastore.transaction(commit=True) as cursor:  # type: ignore[attr-defined]
-                _delete_snapshots(recorder, cursor, session_id, before_version)
+            self.database.delete_snapshots(self.snapshot_recorder, session_id, before_version)
 
     def replace_snapshot(self, session_id: UUID, version: int, payload: bytes) -> None:
         """`save_snapshot` and `prune_snapshots` before ``version``, in ONE transaction: one
@@ -859,24 +853,9 @@ class EventStoreBackend:
         failure (nothing changed then).
         """
         record = self._snapshot_record(session_id, version, payload)
-        recorder = self.snapshot_recorder
-        if isinstance(recorder, POPOAggregateRecorder):  # no transaction, nothing to sync
-            self.save_snapshot(session_id, version, payload)
-            self.prune_snapshots(session_id, before_version=version)
-            return
-        from eventsourcing.sqlite import SQLiteAggregateRecorder
-
         try:
-            with (
-                self._translate("save a snapshot", session_id, version),
-                recorder.datastore.transaction(commit=True) as cursor,  # type: ignore[attr-defined]
-            ):
-                # The library's own insert of its recorder, inside this transaction (9.x).
-                if isinstance(recorder, SQLiteAggregateRecorder):
-                    recorder._insert_events(cursor, [record])  # noqa: SLF001
-                else:
-                    recorder._insert_stored_events(cursor, [record])  # type: ignore[attr-defined]  # noqa: SLF001
-                _delete_snapshots(recorder, cursor, session_id, version)
+            with self._translate("save a snapshot", session_id, version):
+                self.database.replace_snapshot(self.snapshot_recorder, record)
         except ConcurrencyConflict:  # rolled back: keep the first one, prune on its own
             log.debug("snapshot of %s at version %d already exists", session_id, version)
             self.prune_snapshots(session_id, before_version=version)
@@ -937,37 +916,6 @@ class EventStoreBackend:
             raise StoreUnavailable(
                 f"cannot {action} in {self.url}: {self.database.describe_failure(error)}"
             ) from error
-
-
-def _delete_snapshots(recorder: object, cursor: object, session_id: UUID, before: int) -> None:
-    """Delete a session's snapshots before version ``before`` through a SQL recorder's
-    ``cursor`` (SQLite or PostgreSQL), inside the caller's transaction."""
-    from eventsourcing.sqlite import SQLiteAggregateRecorder
-
-    table = recorder.events_table_name  # type: ignore[attr-defined]
-    if isinstance(recorder, SQLiteAggregateRecorder):
-        cursor.execute(  # type: ignore[attr-defined]
-            f"DELETE FROM {table} WHERE originator_id = ? AND originator_version < ?",
-            (session_id.hex, before),
-        )
-        return
-    from psycopg.sql import SQL, Identifier
-
-    statement = SQL(
-        "DELETE FROM {schema}.{table} WHERE originator_id = %s AND originator_version < %s"
-    ).format(schema=Identifier(recorder.datastore.schema), table=Identifier(table))  # type: ignore[attr-defined]
-    cursor.execute(statement, (session_id, before))  # type: ignore[attr-defined]
-
-
-def _prune_popo(recorder: POPOAggregateRecorder, session_id: UUID, before: int) -> None:
-    """`EventStoreBackend.prune_snapshots` for the library's in-memory recorder, which has no
-    delete: its index forgets the versions and its list lets go of their bytes."""
-    # The library's POPO recorder keeps its rows in these private attributes (9.x).
-    with recorder._database_lock:  # noqa: SLF001
-        index = recorder._stored_events_index[str(session_id)]  # noqa: SLF001
-        rows = recorder._stored_events  # noqa: SLF001
-        for version in [v for v in index if v < before]:
-            rows[index.pop(version)] = None  # type: ignore[call-overload]
 
 
 def _to_uuid(value: UUID | str) -> UUID:

@@ -23,7 +23,7 @@ import re
 import sqlite3
 import sys
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -46,6 +46,7 @@ from turnledger.store.codec import describe_error
 
 __all__ = [
     "Database",
+    "Erasure",
     "InvalidStoreURL",
     "Limits",
     "Recorders",
@@ -57,6 +58,7 @@ __all__ = [
     "open_library_recorders",
     "redact_text",
     "redact_url",
+    "run_transaction",
     "url_number",
     "url_options",
     "url_seconds",
@@ -127,13 +129,35 @@ def _limit(name: str, seconds: float) -> str:
 
 
 @attrs.frozen
+class Erasure:
+    """How a database clears the old bytes of a table's updated or deleted rows from its
+    files (`KeyTable.erase`: a destroyed data key must be in no file, ADR-0046)."""
+
+    action: str
+    """What it does, for a message (``cannot {action} in ...``)."""
+    statement: str
+    """The statement, naming the table as ``{table}``. When it answers a row, a first column
+    that is true says it was held back (a reader was busy)."""
+    held: str = ""
+    """The log line's reason when it was held back."""
+
+
+@attrs.frozen
 class SqlDialect:
-    """What differs between SQL databases for a projection: only SQL text, never control flow."""
+    """What differs between SQL databases for a projection and the keys tables: only SQL
+    text, never control flow (shared code asks here instead of testing ``name``)."""
 
     name: str
     placeholder: str
     begin: str
     """Starts a write transaction (SQLite takes the write lock up front: ``IMMEDIATE``)."""
+    blob: str
+    """The column type of bytes (``BLOB``, ``BYTEA``)."""
+    secure_delete: tuple[str, ...]
+    """Statements that make a write transaction overwrite the bytes it frees, run first in
+    one that destroys a data key (SQLite's ``secure_delete``; none where `erase` does it)."""
+    erase: Erasure
+    """How the old bytes of updated or deleted rows are cleared from the files."""
 
 
 SqlStatement = tuple[str, tuple[object, ...]]
@@ -284,6 +308,53 @@ class Database(abc.ABC):
         """
         return []
 
+    @property
+    def file_path(self) -> str | None:
+        """The one file this database lives in (SQLite), for the audit's salvage, which reads
+        a damaged file row by row (ADR-0025, ADR-0063); None: not a file (a server, memory)."""
+        return None
+
+    # -- snapshots: the library's recorders insert and select, but delete nothing --
+
+    @abc.abstractmethod
+    def delete_snapshots(
+        self, recorder: AggregateRecorder, session_id: UUID, before_version: int
+    ) -> None:
+        """Delete ``session_id``'s snapshots taken before ``before_version`` from
+        ``recorder`` (the `Recorders.snapshots` this database opened), in one transaction
+        (`EventStoreBackend.prune_snapshots`, ADR-0030). Raises what the library or the
+        driver raises."""
+
+    def replace_snapshot(self, recorder: AggregateRecorder, record: StoredEvent) -> None:
+        """Insert the snapshot ``record`` into ``recorder`` and delete the session's
+        snapshots before its version, in ONE transaction where the database has them: one
+        commit, one fsync on the append path (`EventStoreBackend.replace_snapshot`,
+        ADR-0060).
+
+        Raises the library's ``IntegrityError`` when a snapshot is at that version already
+        (then nothing is changed: the event store prunes on its own), and what the driver
+        raises. This default makes two steps, for a database without transactions (memory).
+        """
+        recorder.insert_events([record])
+        self.delete_snapshots(recorder, _uuid(record.originator_id), record.originator_version)
+
+    # -- re-chaining (ADR-0047) --
+
+    @abc.abstractmethod
+    def rewrite_states(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        records: Sequence[StoredEvent],
+        keys: Sequence[SqlStatement],
+    ) -> None:
+        """Give each stored event of ``records`` (found by session and version in
+        ``events``) the ``state`` of its record, delete every row of ``snapshots``, and run
+        ``keys`` (statements on the keys tables, written for `key_sql`'s dialect), in ONE
+        transaction: a rechain that is interrupted leaves the store whole under its old
+        chain (`turnledger.store.rechain`). Topics, versions and the order stay. Raises what
+        the library or the driver raises."""
+
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
         """A new connection to the SQL database the store lives in, for a projection's tables.
@@ -295,6 +366,30 @@ class Database(abc.ABC):
         """A new connection to where the store keeps its keys and settings tables
         (`turnledger.store.keys`): its SQL database, unless a backend says otherwise."""
         return self.connect_sql()
+
+
+def run_transaction(
+    sql: SqlConnection,
+    statements: Iterable[SqlStatement],
+    then: Callable[[], None] = lambda: None,
+) -> None:
+    """Run ``statements`` on ``sql`` (a connection in autocommit mode) in one transaction of
+    its dialect, then ``then()``, and commit; roll back when anything raises, and raise it.
+    The connection stays open (the caller's)."""
+    cursor = sql.connection.cursor()
+    cursor.execute(sql.dialect.begin)
+    try:
+        for statement, parameters in statements:
+            cursor.execute(statement, parameters)
+        then()
+    except BaseException:
+        cursor.execute("ROLLBACK")
+        raise
+    cursor.execute("COMMIT")
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def open_library_recorders(
