@@ -34,6 +34,7 @@ from eventsourcing.persistence import (
     ApplicationRecorder,
     Cipher,
     Compressor,
+    DatabaseError,
     InfrastructureFactory,
     StoredEvent,
     TrackingRecorder,
@@ -54,6 +55,7 @@ __all__ = [
     "SqlDialect",
     "SqlStatement",
     "StoreUnavailable",
+    "damage_errors",
     "database_errors",
     "open_library_recorders",
     "redact_text",
@@ -82,6 +84,14 @@ def database_errors() -> tuple[type[BaseException], ...]:
     if psycopg is not None:
         errors.append(psycopg.Error)
     return tuple(errors)
+
+
+def damage_errors() -> tuple[type[BaseException], ...]:
+    """The library or driver errors that may say the stored bytes are damaged, not only that
+    the database is busy or unreachable (`turnledger.store.salvage.is_damage` reads their
+    text to tell): the library's ``DatabaseError`` and SQLite's (whose file can be
+    salvaged)."""
+    return (DatabaseError, sqlite3.DatabaseError)
 
 
 @attrs.frozen
@@ -310,8 +320,10 @@ class Database(abc.ABC):
 
     @property
     def file_path(self) -> str | None:
-        """The one file this database lives in (SQLite), for the audit's salvage, which reads
-        a damaged file row by row (ADR-0025, ADR-0063); None: not a file (a server, memory)."""
+        """The one file this database lives in, which the audit salvages row by row when it
+        is damaged (`turnledger.store.salvage`, ADR-0025, ADR-0063); None: not a file (a
+        server, memory). The salvage reads SQLite files: a backend whose file is of another
+        kind returns None as well."""
         return None
 
     # -- snapshots: the library's recorders insert and select, but delete nothing --
