@@ -94,6 +94,7 @@ from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
 from turnledger.store.backends.port import SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
+from turnledger.store.hooks import before_erasure
 
 __all__ = [
     "ROUTE_STATS_COLUMNS",
@@ -744,3 +745,12 @@ def _normalise(row: dict[str, Any]) -> dict[str, Any]:
     if "legacy" in row:
         row["legacy"] = bool(row["legacy"])
     return row
+
+
+@before_erasure
+def _count_before_erasure(backend: EventStoreBackend) -> None:
+    """Bring the analytics tables up to date before a session's content is erased, so its
+    counters stay (`Store.forget`, ADR-0046): registered with the store, which imports no
+    projection (`turnledger.store.hooks`)."""
+    with Analytics(backend) as analytics:
+        analytics.catch_up()
