@@ -5,6 +5,9 @@ The public surface of API.md, re-exported. See README.md for a tour.
 
 __version__ = "0.1.0"
 
+from typing import Any
+
+import turnledger.store as _store
 from turnledger.domain.blocks import (
     ContentBlock,
     DocumentBlock,
@@ -229,3 +232,15 @@ __all__ = [
     "views_at",
     "what_if",
 ]
+
+
+def _count_before_erasure(backend: Any) -> None:
+    """The analytics counters, brought up to date before `Store.forget` erases a session: the
+    package is the composition root, so the store runs this without importing a projection
+    (ADR-0072); the projection is imported when a session is forgotten, not before."""
+    from turnledger.projections.analytics import count_before_erasure
+
+    count_before_erasure(backend)
+
+
+_store.before_erasure(_count_before_erasure)

@@ -94,7 +94,6 @@ from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
 from turnledger.store.backends.port import SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
-from turnledger.store.hooks import before_erasure
 
 __all__ = [
     "ROUTE_STATS_COLUMNS",
@@ -102,6 +101,7 @@ __all__ = [
     "SESSION_STATS_COLUMNS",
     "Analytics",
     "Listed",
+    "count_before_erasure",
     "listed_sessions",
 ]
 
@@ -747,10 +747,9 @@ def _normalise(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-@before_erasure
-def _count_before_erasure(backend: EventStoreBackend) -> None:
+def count_before_erasure(backend: EventStoreBackend) -> None:
     """Bring the analytics tables up to date before a session's content is erased, so its
-    counters stay (`Store.forget`, ADR-0046): registered with the store, which imports no
-    projection (`turnledger.store.hooks`)."""
+    counters stay (`Store.forget`, ADR-0046): the package registers it with the store, which
+    imports no projection (`turnledger.store.before_erasure`, ADR-0072)."""
     with Analytics(backend) as analytics:
         analytics.catch_up()

@@ -59,8 +59,8 @@ from turnledger.domain.events import (
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.state import collect_summarised
+from turnledger.store import run_before_erasure
 from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
-from turnledger.store.hooks import run_before_erasure
 from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import SNAPSHOT_INTERVAL, SNAPSHOT_MESSAGES, Pipeline, Position
 
@@ -675,8 +675,8 @@ class Store:
         return bool(last) and last[-1].topic == topic
 
     def _count_before_forgetting(self) -> None:
-        # The projections that count what is erased registered here (the analytics
-        # tables): the store imports none of them.
+        # What counts the events (the analytics tables) was registered by the package's
+        # composition root: the store imports no projection.
         run_before_erasure(self.backend)
 
     def forgotten(self, session_id: str | UUID) -> bool:
