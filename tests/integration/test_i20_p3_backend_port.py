@@ -1,5 +1,5 @@
 """Issue 20, point 3: what differs per backend is asked of the port, and the store imports no
-projection (ADR-0070).
+projection (ADR-0072).
 
 The contract suite, the snapshot, rechain, privacy and audit tests prove that behaviour stayed
 the same; these prove the pieces the port gained and the hook that replaced an upward import.

@@ -1,5 +1,5 @@
 """ADR-0001 / STYLE 1: the domain layer imports no other unit and no I/O library; STYLE 18 /
-ADR-0070: drivers and the library's backend recorders are named only in the backends.
+ADR-0072: drivers and the library's backend recorders are named only in the backends.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class EventStoreBackend(EventStreams, SnapshotTable, SessionIndex):
 
     The methods come from its parts, one module each: `EventStreams` (append, settle, read,
     verify), `SnapshotTable` (save, replace, prune, load) and `SessionIndex` (session lists,
-    notification log), over the state and error translation of `BackendCore` (ADR-0070).
+    notification log), over the state and error translation of `BackendCore` (ADR-0072).
     """
 
 

@@ -54,7 +54,7 @@ def rechain(backend: EventStoreBackend, audit_key: bytes | str) -> int:
         keys.claim_setting("chain", UNKEYED_CHAIN)  # creates the table the statements write
         statements = keys.setting_statements("chain", setting)
     try:
-        # The backend's SQL and its forms of ids and bytes (ADR-0070).
+        # The backend's SQL and its forms of ids and bytes (ADR-0072).
         backend.database.rewrite_states(
             backend.recorder, backend.snapshot_recorder, rewritten, statements
         )

@@ -1,18 +1,26 @@
 """The backend port: what one kind of database must provide to the event store (STYLE 4).
 
 A backend is one `Database` subclass in one module of this package, registered by its URL
-scheme in ``turnledger.store.backends.BACKENDS``. It owns three things and nothing else:
+scheme in ``turnledger.store.backends.BACKENDS``. It owns its driver, its SQL and its types
+(STYLE 18), and nothing else:
 
 - its URL: `Database.from_url` parses the part after ``scheme://`` and its query options,
   raising `InvalidStoreURL` (one line, password removed) for anything unusable;
 - the `eventsourcing` recorders: `Database.open` configures the library's infrastructure
   factory from the URL (plus the caller's compressor/cipher settings) and returns `Recorders`;
+- what the library's recorders do not do: deleting snapshots (`Database.delete_snapshots`,
+  `Database.replace_snapshot`) and rewriting the records' states for a rechain
+  (`Database.rewrite_states`), each with its own SQL and its own form of an id;
 - the SQL connection a projection keeps its tables in: `Database.connect_sql` returns a new
-  DB-API connection in autocommit mode with its `SqlDialect`, so a projection never looks at
-  a URL scheme or at the library's raw settings (the password among them).
+  DB-API connection in autocommit mode with its `SqlDialect` (placeholders, the column type
+  of bytes, how to erase freed bytes), so shared code never looks at a URL scheme, a
+  dialect's name or the library's raw settings (the password among them);
+- which driver errors there are (`database_errors`, `damage_errors`) and what its file is,
+  if any (`Database.file_path`).
 
 The event store itself (`turnledger.store.backend.EventStoreBackend`) is the same for every
-backend. Nothing here connects at import time.
+backend; outside this package nothing names a driver or a backend's recorder
+(``tests/unit/test_layering.py``, ADR-0072). Nothing here connects at import time.
 """
 
 from __future__ import annotations
