@@ -357,3 +357,21 @@ __all__ = [
     "views_at",
     "what_if",
 ]
+
+
+def _count_before_erasure(backend: Any) -> None:
+    """The analytics counters, brought up to date before `Store.forget` erases a session: the
+    package is the composition root, so the store runs this without importing a projection
+    (ADR-0072); the projection is imported when a session is forgotten, not before."""
+    from turnledger.projections.analytics import count_before_erasure
+
+    count_before_erasure(backend)
+
+
+def _register() -> None:
+    import turnledger.store as store  # light: the hook registry and the default URL
+
+    store.before_erasure(_count_before_erasure)
+
+
+_register()

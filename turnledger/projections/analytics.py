@@ -113,6 +113,7 @@ __all__ = [
     "SESSION_STATS_COLUMNS",
     "Analytics",
     "Listed",
+    "count_before_erasure",
     "listed_sessions",
 ]
 
@@ -771,3 +772,11 @@ def _normalise(row: dict[str, Any]) -> dict[str, Any]:
     if "legacy" in row:
         row["legacy"] = bool(row["legacy"])
     return row
+
+
+def count_before_erasure(backend: EventStoreBackend) -> None:
+    """Bring the analytics tables up to date before a session's content is erased, so its
+    counters stay (`Store.forget`, ADR-0046): the package registers it with the store, which
+    imports no projection (`turnledger.store.before_erasure`, ADR-0072)."""
+    with Analytics(backend) as analytics:
+        analytics.catch_up()

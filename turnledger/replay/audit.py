@@ -70,7 +70,6 @@ from turnledger.domain.messages import (
 from turnledger.domain.sweep import SweepResult, sweep_orphans
 from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
-from turnledger.store.backends.sqlite import SQLiteDatabase
 from turnledger.store.codec import describe_error
 from turnledger.store.mapper import ChainProblem, ProblemKind, paused_gc, verify_chain
 from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
@@ -181,7 +180,7 @@ def verify(
     `StoreUnavailable` when the database fails.
     """
     began = time.perf_counter()
-    path = _sqlite_path(backend)
+    path = backend.database.file_path  # a file can be salvaged row by row (SQLite)
     error: BaseException
     try:
         # The whole file's check, for an audit of the whole store: checking a few sessions
@@ -238,11 +237,6 @@ def verify_salvaged(
 
 def _one_line(error: BaseException) -> str:
     return bounded(" ".join(str(error).split()) or type(error).__name__)
-
-
-def _sqlite_path(backend: EventStoreBackend) -> str | None:
-    database = backend.database
-    return database.path if isinstance(database, SQLiteDatabase) else None
 
 
 def _verify(

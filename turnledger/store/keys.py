@@ -257,7 +257,7 @@ class KeyTable:
         if self._created:
             return
         with self._lock:
-            blob = "BYTEA" if self._dialect().name == "postgresql" else "BLOB"
+            blob = self._dialect().blob
             for attempt in range(3):
                 try:
                     with self._cursor("create the keys table", write=True) as (cursor, _):
@@ -314,10 +314,13 @@ class KeyTable:
         """Set ``name`` to ``value`` whatever it was."""
         self._ensure_tables()
         with self._cursor("write a setting", write=True) as (cursor, mark):
-            cursor.execute(f"DELETE FROM tl_settings WHERE name = {mark}", (name,))
-            cursor.execute(
-                f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark})", (name, value)
-            )
+            for statement, parameters in _setting_statements(mark, name, value):
+                cursor.execute(statement, parameters)
+
+    def setting_statements(self, name: str, value: str) -> list[SqlStatement]:
+        """The statements of `replace_setting`, to run in another transaction on the keys'
+        database (`rechain` records the chain with the records it rewrites)."""
+        return _setting_statements(self._dialect().placeholder, name, value)
 
     # -- data keys --
 
@@ -362,11 +365,8 @@ class KeyTable:
         self._ensure_tables()
         dialect = self._dialect()
         mark, now = dialect.placeholder, _now()
-        statements: list[SqlStatement] = []
-        if dialect.name == "sqlite":
-            # Per connection, and zeroes what the UPDATE frees; it stays on for that connection
-            # (SQLite's default in many builds: an append frees next to nothing).
-            statements.append(("PRAGMA secure_delete = ON", ()))
+        # First what makes the UPDATE overwrite what it frees (SQLite's secure_delete).
+        statements: list[SqlStatement] = [(text, ()) for text in dialect.secure_delete]
         statements += [
             (f"INSERT INTO tl_keys (session_id, key_id, wrapped, created_at) VALUES "
              f"({mark}, {mark}, NULL, {mark}) ON CONFLICT (session_id) DO NOTHING",
@@ -414,19 +414,12 @@ class KeyTable:
         them. Safe to repeat: a forget killed before this step is finished by the next one.
         """
         with self._lock:
-            if self._dialect().name != "sqlite":
-                with self._cursor("vacuum the keys table") as (cursor, _):
-                    cursor.execute("VACUUM tl_keys")
-                return
-            with self._cursor("truncate the write-ahead log") as (cursor, _):
-                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                busy = cursor.fetchone()[0]
-            if busy:
-                log.warning(
-                    "%s: the write-ahead log could not be truncated (a reader was busy): "
-                    "old pages of destroyed data keys may stay in its -wal file until the "
-                    "next forget or purge", self._where,
-                )
+            erasure = self._dialect().erase
+            with self._cursor(erasure.action) as (cursor, _):
+                cursor.execute(erasure.statement.format(table="tl_keys"))
+                answer = cursor.fetchone() if cursor.description is not None else None
+            if answer is not None and answer[0]:
+                log.warning("%s: %s", self._where, erasure.held)
 
     def rewrap(self, old: bytes, new: bytes) -> int:
         """Re-wrap every data key under ``new`` and record its id, in one transaction.
@@ -471,6 +464,13 @@ class KeyTable:
             if _no_table(error):
                 return set()
             raise
+
+
+def _setting_statements(mark: str, name: str, value: str) -> list[SqlStatement]:
+    return [
+        (f"DELETE FROM tl_settings WHERE name = {mark}", (name,)),
+        (f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark})", (name, value)),
+    ]
 
 
 class _Passed(Exception):

@@ -10,14 +10,11 @@ store is opened with its audit key, and an edit by anyone without it is detected
 
 from __future__ import annotations
 
-from uuid import UUID
-
 from eventsourcing.persistence import StoredEvent
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError
 from turnledger.store.backend import EventStoreBackend
-from turnledger.store.backends.memory import MemoryEventRecorder
-from turnledger.store.backends.port import StoreUnavailable, database_errors
+from turnledger.store.backends.port import SqlStatement, StoreUnavailable, database_errors
 from turnledger.store.crypto import UNKEYED_CHAIN, keyed_chain_setting
 from turnledger.store.keys import parse_key
 from turnledger.store.mapper import ZERO_CHAIN, keyed_chain_digest, verify_chain
@@ -51,22 +48,21 @@ def rechain(backend: EventStoreBackend, audit_key: bytes | str) -> int:
         raise AlreadyKeyed(f"{backend.url} already keeps a keyed chain under another audit key")
     rewritten = _rechained(backend, audit_key)
     setting = keyed_chain_setting(audit_key)
-    if isinstance(backend.recorder, MemoryEventRecorder):
-        for record in rewritten:
-            backend.recorder.overwrite_record(
-                _uuid(record), record.originator_version, record.topic, record.state
-            )
-        _drop_memory_snapshots(backend)
-    else:
-        _rewrite_sql(backend, rewritten, setting)
-    if backend.protection.keys is not None:
-        backend.protection.keys.replace_setting("chain", setting)
+    keys = backend.protection.keys
+    statements: list[SqlStatement] = []
+    if keys is not None:
+        keys.claim_setting("chain", UNKEYED_CHAIN)  # creates the table the statements write
+        statements = keys.setting_statements("chain", setting)
+    try:
+        # The backend's SQL and its forms of ids and bytes (ADR-0072).
+        backend.database.rewrite_states(
+            backend.recorder, backend.snapshot_recorder, rewritten, statements
+        )
+    except database_errors() as error:
+        raise StoreUnavailable(f"cannot re-chain {backend.url}: {error}") from error
+    if keys is not None:
+        keys.replace_setting("chain", setting)
     return len(rewritten)
-
-
-def _uuid(record: StoredEvent) -> UUID:
-    value = record.originator_id
-    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _rechained(backend: EventStoreBackend, audit_key: bytes) -> list[StoredEvent]:
@@ -92,49 +88,3 @@ def _rechained(backend: EventStoreBackend, audit_key: bytes) -> list[StoredEvent
                 record.originator_id, record.originator_version, record.topic, state
             ))
     return rewritten
-
-
-def _drop_memory_snapshots(backend: EventStoreBackend) -> None:
-    recorder = backend.snapshot_recorder
-    lock = getattr(recorder, "_database_lock", None)
-    if lock is None:
-        return
-    with lock:
-        recorder._stored_events.clear()  # type: ignore[attr-defined]  # noqa: SLF001
-        recorder._stored_events_index.clear()  # type: ignore[attr-defined]  # noqa: SLF001
-
-
-def _rewrite_sql(backend: EventStoreBackend, records: list[StoredEvent], setting: str) -> None:
-    if backend.protection.keys is not None:
-        backend.protection.keys.claim_setting("chain", UNKEYED_CHAIN)  # creates the table
-    sql = backend.connect_sql()
-    mark = sql.dialect.placeholder
-    events = getattr(backend.recorder, "events_table_name", "stored_events")
-    snapshots = getattr(backend.snapshot_recorder, "events_table_name", "stored_snapshots")
-    sqlite = sql.dialect.name == "sqlite"
-    try:
-        cursor = sql.connection.cursor()
-        cursor.execute(sql.dialect.begin)
-        try:
-            for record in records:
-                session_id = _uuid(record)
-                cursor.execute(
-                    f"UPDATE {events} SET state = {mark} WHERE originator_id = {mark} AND "
-                    f"originator_version = {mark}",
-                    (record.state, session_id.hex if sqlite else session_id,
-                     record.originator_version),
-                )
-            cursor.execute(f"DELETE FROM {snapshots}")
-            cursor.execute(f"DELETE FROM tl_settings WHERE name = {mark}", ("chain",))
-            cursor.execute(
-                f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark})",
-                ("chain", setting),
-            )
-        except BaseException:
-            cursor.execute("ROLLBACK")
-            raise
-        cursor.execute("COMMIT")
-    except database_errors() as error:
-        raise StoreUnavailable(f"cannot re-chain {backend.url}: {error}") from error
-    finally:
-        sql.connection.close()

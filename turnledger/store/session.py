@@ -59,7 +59,7 @@ from turnledger.domain.events import (
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.domain.state import collect_summarised
-from turnledger.store import DEFAULT_STORE_URL
+from turnledger.store import DEFAULT_STORE_URL, run_before_erasure
 from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
 from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import SNAPSHOT_INTERVAL, SNAPSHOT_MESSAGES, Pipeline, Position
@@ -674,10 +674,9 @@ class Store:
         return bool(last) and last[-1].topic == topic
 
     def _count_before_forgetting(self) -> None:
-        from turnledger.projections.analytics import Analytics
-
-        with Analytics(self.backend) as analytics:
-            analytics.catch_up()
+        # What counts the events (the analytics tables) was registered by the package's
+        # composition root: the store imports no projection.
+        run_before_erasure(self.backend)
 
     def forgotten(self, session_id: str | UUID) -> bool:
         """Whether the session's content was erased (`forget`)."""

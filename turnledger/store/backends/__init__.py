@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from turnledger.store.backends.memory import MemoryDatabase
+from turnledger.store.backends.memory import MemoryDatabase, drop_memory_store
 from turnledger.store.backends.port import Database
 from turnledger.store.backends.postgres import PostgresDatabase
 from turnledger.store.backends.sqlite import SQLiteDatabase
 
-__all__ = ["BACKENDS"]
+__all__ = ["BACKENDS", "drop_memory_store"]
 
 BACKENDS: Final[dict[str, type[Database]]] = {
     "memory": MemoryDatabase,

@@ -12,11 +12,12 @@ import sqlite3
 import threading
 import urllib.parse
 import uuid
+from collections.abc import Sequence
 from typing import Self
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import ApplicationRecorder, StoredEvent
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
 from eventsourcing.popo import (
     POPOAggregateRecorder,
     POPOApplicationRecorder,
@@ -29,11 +30,18 @@ from turnledger.store.backends.port import (
     Database,
     Recorders,
     SqlConnection,
+    SqlStatement,
+    run_transaction,
     url_options,
 )
 from turnledger.store.backends.sqlite import SQLITE_DIALECT
 
-__all__ = ["MemoryDatabase", "MemoryEventRecorder", "drop_memory_store"]
+__all__ = [
+    "MemoryDatabase",
+    "MemoryEventRecorder",
+    "MemorySnapshotRecorder",
+    "drop_memory_store",
+]
 
 class MemoryEventRecorder(POPOApplicationRecorder):
     """The library's in-memory event recorder, plus raw row access for tamper tests.
@@ -69,6 +77,25 @@ class MemoryEventRecorder(POPOApplicationRecorder):
             del self._stored_events_index[str(session_id)][version]
 
 
+class MemorySnapshotRecorder(POPOAggregateRecorder):
+    """The library's in-memory recorder of snapshots, plus the deletes it lacks (the
+    library's recorders insert and select only; a SQL backend deletes with SQL)."""
+
+    def delete_before(self, session_id: UUID, before_version: int) -> None:
+        """Forget the session's snapshots taken before ``before_version``: the index lets go
+        of their versions and the list of their bytes."""
+        with self._database_lock:
+            index = self._stored_events_index[str(session_id)]
+            for version in [v for v in index if v < before_version]:
+                self._stored_events[index.pop(version)] = None  # type: ignore[call-overload]
+
+    def clear(self) -> None:
+        """Forget every snapshot."""
+        with self._database_lock:
+            self._stored_events.clear()
+            self._stored_events_index.clear()
+
+
 def _keys_uri() -> str:
     return f"file:turnledger-keys-{uuid.uuid4().hex}?mode=memory&cache=shared"
 
@@ -76,7 +103,7 @@ def _keys_uri() -> str:
 @attrs.define
 class _MemoryRecorders:
     events: MemoryEventRecorder = attrs.field(factory=MemoryEventRecorder)
-    snapshots: POPOAggregateRecorder = attrs.field(factory=POPOAggregateRecorder)
+    snapshots: MemorySnapshotRecorder = attrs.field(factory=MemorySnapshotRecorder)
     tracking: POPOTrackingRecorder = attrs.field(factory=POPOTrackingRecorder)
     keys_uri: str = attrs.field(factory=_keys_uri)
     """A shared in-memory SQLite database for the keys table (`Database.key_sql`); it lives
@@ -134,6 +161,37 @@ class MemoryDatabase(Database):
     def stored_session_ids(self, recorder: ApplicationRecorder) -> list[object] | None:
         return recorder.session_keys() if isinstance(recorder, MemoryEventRecorder) else None
 
+    def delete_snapshots(
+        self, recorder: AggregateRecorder, session_id: UUID, before_version: int
+    ) -> None:
+        _snapshots(recorder).delete_before(session_id, before_version)
+
+    def rewrite_states(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        records: Sequence[StoredEvent],
+        keys: Sequence[SqlStatement],
+    ) -> None:
+        """The records' states replaced in place and the snapshots dropped inside a
+        transaction of the keys database, which runs ``keys``: the recorders have none."""
+        assert isinstance(events, MemoryEventRecorder), "the recorder this database opened"
+        table = _snapshots(snapshots)
+
+        def rewrite() -> None:
+            for record in records:
+                events.overwrite_record(
+                    _uuid(record.originator_id), record.originator_version, record.topic,
+                    record.state,
+                )
+            table.clear()
+
+        sql = self.key_sql()
+        try:
+            run_transaction(sql, keys, then=rewrite)
+        finally:
+            sql.connection.close()
+
     def key_sql(self) -> SqlConnection:
         """The store's own in-memory keys database (shared by every backend of a name)."""
         return SqlConnection(_connect_keys(self._keys_uri), SQLITE_DIALECT)
@@ -142,3 +200,12 @@ class MemoryDatabase(Database):
         # No SQL database behind a memory store: the same tables in a private SQLite database.
         connection = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         return SqlConnection(connection, SQLITE_DIALECT)
+
+
+def _snapshots(recorder: AggregateRecorder) -> MemorySnapshotRecorder:
+    assert isinstance(recorder, MemorySnapshotRecorder), "the recorder this database opened"
+    return recorder
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import UUID
 
 import psycopg
 import psycopg_pool
@@ -33,8 +34,10 @@ __all__ = [
     "bounded_factory",
     "connection_lost",
     "connection_options",
+    "delete_snapshots",
     "insert_with_keys",
     "missing_objects",
+    "replace_snapshot",
     "set_up_tables",
 ]
 
@@ -197,3 +200,43 @@ def insert_with_keys(
         cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
         for statement, parameters in keys:
             cursor.execute(statement, parameters)
+
+
+def _snapshot_recorder(recorder: object) -> PostgresAggregateRecorder:
+    assert isinstance(recorder, PostgresAggregateRecorder), "the recorder the store opened"
+    return recorder
+
+
+def _delete_snapshots(
+    recorder: PostgresAggregateRecorder, cursor: Any, session_id: UUID, before: int
+) -> None:
+    """Delete a session's snapshots before version ``before``, inside the caller's
+    transaction (the library's recorder has no delete)."""
+    from psycopg.sql import SQL, Identifier
+
+    statement = SQL(
+        "DELETE FROM {schema}.{table} WHERE originator_id = %s AND originator_version < %s"
+    ).format(schema=Identifier(recorder.datastore.schema),
+             table=Identifier(recorder.events_table_name))
+    cursor.execute(statement, (session_id, before))
+
+
+def delete_snapshots(recorder: object, session_id: UUID, before: int) -> None:
+    """`Database.delete_snapshots` in one transaction of the library's pool."""
+    snapshots = _snapshot_recorder(recorder)
+    with snapshots.datastore.transaction(commit=True) as cursor:
+        _delete_snapshots(snapshots, cursor, session_id, before)
+
+
+def replace_snapshot(recorder: object, record: StoredEvent) -> None:
+    """`Database.replace_snapshot`: the library's insert and the delete in one transaction."""
+    snapshots = _snapshot_recorder(recorder)
+    session_id = record.originator_id
+    with snapshots.datastore.transaction(commit=True) as cursor:
+        # The library's own insert of its recorder, inside this transaction (9.x).
+        snapshots._insert_stored_events(cursor, [record])  # noqa: SLF001
+        _delete_snapshots(
+            snapshots, cursor,
+            session_id if isinstance(session_id, UUID) else UUID(str(session_id)),
+            record.originator_version,
+        )

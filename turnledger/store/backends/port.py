@@ -1,18 +1,26 @@
 """The backend port: what one kind of database must provide to the event store (STYLE 4).
 
 A backend is one `Database` subclass in one module of this package, registered by its URL
-scheme in ``turnledger.store.backends.BACKENDS``. It owns three things and nothing else:
+scheme in ``turnledger.store.backends.BACKENDS``. It owns its driver, its SQL and its types
+(STYLE 18), and nothing else:
 
 - its URL: `Database.from_url` parses the part after ``scheme://`` and its query options,
   raising `InvalidStoreURL` (one line, password removed) for anything unusable;
 - the `eventsourcing` recorders: `Database.open` configures the library's infrastructure
   factory from the URL (plus the caller's compressor/cipher settings) and returns `Recorders`;
+- what the library's recorders do not do: deleting snapshots (`Database.delete_snapshots`,
+  `Database.replace_snapshot`) and rewriting the records' states for a rechain
+  (`Database.rewrite_states`), each with its own SQL and its own form of an id;
 - the SQL connection a projection keeps its tables in: `Database.connect_sql` returns a new
-  DB-API connection in autocommit mode with its `SqlDialect`, so a projection never looks at
-  a URL scheme or at the library's raw settings (the password among them).
+  DB-API connection in autocommit mode with its `SqlDialect` (placeholders, the column type
+  of bytes, how to erase freed bytes), so shared code never looks at a URL scheme, a
+  dialect's name or the library's raw settings (the password among them);
+- which driver errors there are (`database_errors`, `damage_errors`) and what its file is,
+  if any (`Database.file_path`).
 
 The event store itself (`turnledger.store.backend.EventStoreBackend`) is the same for every
-backend. Nothing here connects at import time.
+backend; outside this package nothing names a driver or a backend's recorder
+(``tests/unit/test_layering.py``, ADR-0072). Nothing here connects at import time.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import re
 import sqlite3
 import sys
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -34,6 +42,7 @@ from eventsourcing.persistence import (
     ApplicationRecorder,
     Cipher,
     Compressor,
+    DatabaseError,
     InfrastructureFactory,
     StoredEvent,
     TrackingRecorder,
@@ -46,6 +55,7 @@ from turnledger.store.codec import describe_error
 
 __all__ = [
     "Database",
+    "Erasure",
     "InvalidStoreURL",
     "Limits",
     "Recorders",
@@ -53,10 +63,12 @@ __all__ = [
     "SqlDialect",
     "SqlStatement",
     "StoreUnavailable",
+    "damage_errors",
     "database_errors",
     "open_library_recorders",
     "redact_text",
     "redact_url",
+    "run_transaction",
     "url_number",
     "url_options",
     "url_seconds",
@@ -80,6 +92,14 @@ def database_errors() -> tuple[type[BaseException], ...]:
     if psycopg is not None:
         errors.append(psycopg.Error)
     return tuple(errors)
+
+
+def damage_errors() -> tuple[type[BaseException], ...]:
+    """The library or driver errors that may say the stored bytes are damaged, not only that
+    the database is busy or unreachable (`turnledger.store.salvage.is_damage` reads their
+    text to tell): the library's ``DatabaseError`` and SQLite's (whose file can be
+    salvaged)."""
+    return (DatabaseError, sqlite3.DatabaseError)
 
 
 @attrs.frozen
@@ -127,13 +147,35 @@ def _limit(name: str, seconds: float) -> str:
 
 
 @attrs.frozen
+class Erasure:
+    """How a database clears the old bytes of a table's updated or deleted rows from its
+    files (`KeyTable.erase`: a destroyed data key must be in no file, ADR-0046)."""
+
+    action: str
+    """What it does, for a message (``cannot {action} in ...``)."""
+    statement: str
+    """The statement, naming the table as ``{table}``. When it answers a row, a first column
+    that is true says it was held back (a reader was busy)."""
+    held: str = ""
+    """The log line's reason when it was held back."""
+
+
+@attrs.frozen
 class SqlDialect:
-    """What differs between SQL databases for a projection: only SQL text, never control flow."""
+    """What differs between SQL databases for a projection and the keys tables: only SQL
+    text, never control flow (shared code asks here instead of testing ``name``)."""
 
     name: str
     placeholder: str
     begin: str
     """Starts a write transaction (SQLite takes the write lock up front: ``IMMEDIATE``)."""
+    blob: str
+    """The column type of bytes (``BLOB``, ``BYTEA``)."""
+    secure_delete: tuple[str, ...]
+    """Statements that make a write transaction overwrite the bytes it frees, run first in
+    one that destroys a data key (SQLite's ``secure_delete``; none where `erase` does it)."""
+    erase: Erasure
+    """How the old bytes of updated or deleted rows are cleared from the files."""
 
 
 SqlStatement = tuple[str, tuple[object, ...]]
@@ -284,6 +326,55 @@ class Database(abc.ABC):
         """
         return []
 
+    @property
+    def file_path(self) -> str | None:
+        """The one file this database lives in, which the audit salvages row by row when it
+        is damaged (`turnledger.store.salvage`, ADR-0025, ADR-0063); None: not a file (a
+        server, memory). The salvage reads SQLite files: a backend whose file is of another
+        kind returns None as well."""
+        return None
+
+    # -- snapshots: the library's recorders insert and select, but delete nothing --
+
+    @abc.abstractmethod
+    def delete_snapshots(
+        self, recorder: AggregateRecorder, session_id: UUID, before_version: int
+    ) -> None:
+        """Delete ``session_id``'s snapshots taken before ``before_version`` from
+        ``recorder`` (the `Recorders.snapshots` this database opened), in one transaction
+        (`EventStoreBackend.prune_snapshots`, ADR-0030). Raises what the library or the
+        driver raises."""
+
+    def replace_snapshot(self, recorder: AggregateRecorder, record: StoredEvent) -> None:
+        """Insert the snapshot ``record`` into ``recorder`` and delete the session's
+        snapshots before its version, in ONE transaction where the database has them: one
+        commit, one fsync on the append path (`EventStoreBackend.replace_snapshot`,
+        ADR-0060).
+
+        Raises the library's ``IntegrityError`` when a snapshot is at that version already
+        (then nothing is changed: the event store prunes on its own), and what the driver
+        raises. This default makes two steps, for a database without transactions (memory).
+        """
+        recorder.insert_events([record])
+        self.delete_snapshots(recorder, _uuid(record.originator_id), record.originator_version)
+
+    # -- re-chaining (ADR-0047) --
+
+    @abc.abstractmethod
+    def rewrite_states(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        records: Sequence[StoredEvent],
+        keys: Sequence[SqlStatement],
+    ) -> None:
+        """Give each stored event of ``records`` (found by session and version in
+        ``events``) the ``state`` of its record, delete every row of ``snapshots``, and run
+        ``keys`` (statements on the keys tables, written for `key_sql`'s dialect), in ONE
+        transaction: a rechain that is interrupted leaves the store whole under its old
+        chain (`turnledger.store.rechain`). Topics, versions and the order stay. Raises what
+        the library or the driver raises."""
+
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
         """A new connection to the SQL database the store lives in, for a projection's tables.
@@ -295,6 +386,30 @@ class Database(abc.ABC):
         """A new connection to where the store keeps its keys and settings tables
         (`turnledger.store.keys`): its SQL database, unless a backend says otherwise."""
         return self.connect_sql()
+
+
+def run_transaction(
+    sql: SqlConnection,
+    statements: Iterable[SqlStatement],
+    then: Callable[[], None] = lambda: None,
+) -> None:
+    """Run ``statements`` on ``sql`` (a connection in autocommit mode) in one transaction of
+    its dialect, then ``then()``, and commit; roll back when anything raises, and raise it.
+    The connection stays open (the caller's)."""
+    cursor = sql.connection.cursor()
+    cursor.execute(sql.dialect.begin)
+    try:
+        for statement, parameters in statements:
+            cursor.execute(statement, parameters)
+        then()
+    except BaseException:
+        cursor.execute("ROLLBACK")
+        raise
+    cursor.execute("COMMIT")
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def open_library_recorders(

@@ -21,24 +21,27 @@ import functools
 import math
 import re
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, Self
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
 
 from turnledger.store.backends.port import (
     Database,
+    Erasure,
     InvalidStoreURL,
     Limits,
     Recorders,
     SqlConnection,
     SqlDialect,
+    SqlStatement,
     StoreUnavailable,
     database_errors,
     open_library_recorders,
     redact_url,
+    run_transaction,
     url_number,
     url_options,
     url_seconds,
@@ -46,7 +49,14 @@ from turnledger.store.backends.port import (
 
 __all__ = ["POSTGRES_DIALECT", "PostgresDatabase"]
 
-POSTGRES_DIALECT: Final = SqlDialect(name="postgresql", placeholder="%s", begin="BEGIN")
+POSTGRES_DIALECT: Final = SqlDialect(
+    name="postgresql",
+    placeholder="%s",
+    begin="BEGIN",
+    blob="BYTEA",
+    secure_delete=(),  # the dead row versions go with the VACUUM of erase
+    erase=Erasure(action="vacuum the keys table", statement="VACUUM {table}"),
+)
 
 _OPTIONS: Final = (
     "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout"
@@ -390,6 +400,44 @@ class PostgresDatabase(Database):
             return [tuple(row) for row in connection.execute(query).fetchall()]
         finally:
             connection.close()
+
+    def delete_snapshots(
+        self, recorder: AggregateRecorder, session_id: UUID, before_version: int
+    ) -> None:
+        from turnledger.store.backends import pg_recorders
+
+        pg_recorders.delete_snapshots(recorder, session_id, before_version)
+
+    def replace_snapshot(self, recorder: AggregateRecorder, record: StoredEvent) -> None:
+        from turnledger.store.backends import pg_recorders
+
+        pg_recorders.replace_snapshot(recorder, record)
+
+    def rewrite_states(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        records: Sequence[StoredEvent],
+        keys: Sequence[SqlStatement],
+    ) -> None:
+        """On a connection of its own (`connect_sql`: the store's schema first in the
+        search path), in one transaction."""
+        table = getattr(events, "events_table_name", "stored_events")
+        statements: list[SqlStatement] = [
+            (f"UPDATE {table} SET state = %s WHERE originator_id = %s AND "
+             "originator_version = %s",
+             (r.state, r.originator_id if isinstance(r.originator_id, UUID)
+              else UUID(str(r.originator_id)), r.originator_version))
+            for r in records
+        ]
+        statements.append(
+            (f"DELETE FROM {getattr(snapshots, 'events_table_name', 'stored_snapshots')}", ())
+        )
+        sql = self.connect_sql()
+        try:
+            run_transaction(sql, [*statements, *keys])
+        finally:
+            sql.connection.close()
 
     def connect_sql(self) -> SqlConnection:
         import psycopg

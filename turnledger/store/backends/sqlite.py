@@ -36,6 +36,7 @@ from eventsourcing.persistence import (
 
 from turnledger.store.backends.port import (
     Database,
+    Erasure,
     InvalidStoreURL,
     Limits,
     Recorders,
@@ -45,18 +46,36 @@ from turnledger.store.backends.port import (
     StoreUnavailable,
     open_library_recorders,
     redact_url,
+    run_transaction,
     url_options,
     url_seconds,
 )
 
 if TYPE_CHECKING:
-    from eventsourcing.sqlite import SQLiteFactory
+    from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteCursor, SQLiteFactory
     from eventsourcing.utils import Environment
 
 __all__ = ["SQLITE_DIALECT", "SQLiteDatabase", "integrity_check", "open_damaged"]
 
-SQLITE_DIALECT: Final = SqlDialect(name="sqlite", placeholder="?", begin="BEGIN IMMEDIATE")
-"""SQLite's SQL for projections (``BEGIN IMMEDIATE`` takes the write lock up front)."""
+SQLITE_DIALECT: Final = SqlDialect(
+    name="sqlite",
+    placeholder="?",
+    begin="BEGIN IMMEDIATE",
+    blob="BLOB",
+    # Per connection, and zeroes what the transaction frees; it stays on for that connection
+    # (SQLite's default in many builds: an append frees next to nothing).
+    secure_delete=("PRAGMA secure_delete = ON",),
+    erase=Erasure(
+        action="truncate the write-ahead log",
+        statement="PRAGMA wal_checkpoint(TRUNCATE)",
+        held=(
+            "the write-ahead log could not be truncated (a reader was busy): old pages of "
+            "destroyed data keys may stay in its -wal file until the next forget or purge"
+        ),
+    ),
+)
+"""SQLite's SQL for projections and the keys tables (``BEGIN IMMEDIATE`` takes the write
+lock up front)."""
 
 _DEFAULT_LOCK_TIMEOUT: Final = 5.0  # seconds, the library's default too
 _SYNCHRONOUS: Final = ("full", "normal")
@@ -308,6 +327,49 @@ class SQLiteDatabase(Database):
                 (_text(row[0]), row[1], _text(row[2])) for row in cursor.fetchall()
             ]
 
+    @property
+    def file_path(self) -> str:
+        return self.path
+
+    def delete_snapshots(
+        self, recorder: AggregateRecorder, session_id: UUID, before_version: int
+    ) -> None:
+        library = _library(recorder)
+        with library.datastore.transaction(commit=True) as cursor:
+            _delete_snapshots(library, cursor, session_id, before_version)
+
+    def replace_snapshot(self, recorder: AggregateRecorder, record: StoredEvent) -> None:
+        library = _library(recorder)
+        with library.datastore.transaction(commit=True) as cursor:
+            # The library's own insert of its recorder, inside this transaction (9.x).
+            library._insert_events(cursor, [record])  # noqa: SLF001
+            _delete_snapshots(
+                library, cursor, _uuid(record.originator_id), record.originator_version
+            )
+
+    def rewrite_states(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        records: Sequence[StoredEvent],
+        keys: Sequence[SqlStatement],
+    ) -> None:
+        """On a connection of its own (`connect_sql`), in one ``BEGIN IMMEDIATE``."""
+        table = getattr(events, "events_table_name", "stored_events")
+        statements: list[SqlStatement] = [
+            (f"UPDATE {table} SET state = ? WHERE originator_id = ? AND originator_version = ?",
+             (r.state, _uuid(r.originator_id).hex, r.originator_version))
+            for r in records
+        ]
+        statements.append(
+            (f"DELETE FROM {getattr(snapshots, 'events_table_name', 'stored_snapshots')}", ())
+        )
+        sql = self.connect_sql()
+        try:
+            run_transaction(sql, [*statements, *keys])
+        finally:
+            sql.connection.close()
+
     def integrity_problems(self, limit: int) -> list[str]:
         uri = self._read_only_uri() if self.read_only else self.uri + "?mode=ro"
         connection = open_damaged(uri, timeout=self.limits.lock)
@@ -329,6 +391,29 @@ class SQLiteDatabase(Database):
         )
         connection.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
         return SqlConnection(connection, SQLITE_DIALECT)
+
+
+def _library(recorder: AggregateRecorder) -> SQLiteAggregateRecorder:
+    from eventsourcing.sqlite import SQLiteAggregateRecorder
+
+    assert isinstance(recorder, SQLiteAggregateRecorder), "the recorder this database opened"
+    return recorder
+
+
+def _delete_snapshots(
+    recorder: SQLiteAggregateRecorder, cursor: SQLiteCursor, session_id: UUID, before: int
+) -> None:
+    """Delete a session's snapshots before version ``before``, inside the caller's
+    transaction (the library's recorder has no delete)."""
+    cursor.execute(
+        f"DELETE FROM {recorder.events_table_name} "
+        "WHERE originator_id = ? AND originator_version < ?",
+        (session_id.hex, before),
+    )
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def open_damaged(uri: str, *, timeout: float = _DEFAULT_LOCK_TIMEOUT) -> sqlite3.Connection:
