@@ -34,6 +34,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "UnansweredToolCalls",
     ),
     "turnledger.domain.estimate": ("IMAGE_TOKEN_ESTIMATE", "estimate_history_tokens"),
+    "turnledger.domain.findings": ("Finding", "Rule", "Violation"),
     "turnledger.domain.events": (
         "BreadcrumbInserted", "DomainEvent", "HistoryCleared", "HistoryTrimmed", "MessageAppended",
         "MessagePopped", "OrphansSwept", "OverflowRecovered", "OverflowReported",
@@ -58,7 +59,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "TranscriptError", "from_anthropic", "from_openai_chat", "from_openai_responses",
         "to_anthropic", "to_openai_chat", "to_openai_responses",
     ),
-    "turnledger.replay.audit": ("VerifyReport", "Violation", "verify"),
+    "turnledger.replay.audit": ("VerifyReport", "verify"),
     "turnledger.replay.report": ("report",),
     "turnledger.replay.timeline": ("TimelineEntry", "timeline", "views_at"),
     "turnledger.replay.whatif": ("WhatIfReport", "what_if"),
@@ -156,6 +157,11 @@ if TYPE_CHECKING:
         SessionStarted,
         TrimDecided,
     )
+    from turnledger.domain.findings import (
+        Finding,
+        Rule,
+        Violation,
+    )
     from turnledger.domain.messages import (
         BREADCRUMB_TEXT,
         AssistantToolCalls,
@@ -209,7 +215,6 @@ if TYPE_CHECKING:
     )
     from turnledger.replay.audit import (
         VerifyReport,
-        Violation,
         verify,
     )
     from turnledger.replay.report import (
@@ -267,6 +272,7 @@ __all__ = [
     "CorruptRecord",
     "DocumentBlock",
     "DomainEvent",
+    "Finding",
     "HistoryCleared",
     "HistoryPruning",
     "HistoryTrimmed",
@@ -295,6 +301,7 @@ __all__ = [
     "ResolvedRoute",
     "Route",
     "RouteSelected",
+    "Rule",
     "RuntimeProfile",
     "ServerToolResult",
     "ServerToolUse",

@@ -57,7 +57,7 @@ def test_the_store_writes_format_4_and_keeps_one_snapshot(target: Target) -> Non
         assert found is not None
         assert SNAPSHOT_FORMAT == 4 == msgpack.unpackb(found[1])[0]
         assert 1 == len(snapshot_versions(store, session.id))
-        assert [] == store.backend.verify(uuid)
+        assert [] == store.backend.check_chain(uuid)
         assert folded(store.backend, session.id).chat_view() == store.restore(
             session.id
         ).chat_view()

@@ -136,7 +136,7 @@ def test_e10_issue_21_version_2_fixture_records_load(backend: EventStoreBackend)
         started.profile.pricing, started.providers[0].api)
     assert ("openai_chat", ("thinking block",)) == (
         prepared.api, tuple(e.what for e in prepared.left_out))
-    assert [] == backend.verify(session)
+    assert [] == backend.check_chain(session)
 
 
 WINDOWS = {"openai": 128_000, "responses": 128_000, "anthropic": 200_000}

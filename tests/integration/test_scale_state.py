@@ -132,7 +132,7 @@ def test_a_format_2_snapshot_still_restores_the_session(target: Target) -> None:
         assert (session.conversation_view(), session.chat_view()) == (
             restored.conversation_view(), restored.chat_view()
         )
-        assert [] == store.backend.verify(UUID(session.id))
+        assert [] == store.backend.check_chain(UUID(session.id))
         run_turns(restored, 10, 2)
         assert folded(store.backend, session.id).chat_view() == restored.chat_view()
 
@@ -148,14 +148,14 @@ def test_large_payloads_are_stored_compressed_and_still_verify(
         uuid = UUID(session.id)
         stored = store.backend.read_records(uuid)
         assert {2, 3} == {len(msgpack.unpackb(r.state)) for r in stored}
-        assert [] == store.backend.verify(uuid)
+        assert [] == store.backend.check_chain(uuid)
         big = next(r for r in stored if len(msgpack.unpackb(r.state)) == 3)
         chain, payload = open_envelope(msgpack.unpackb(big.state))
         edited = zlib.compress(payload.replace(b"file", b"FILE"))
         version = big.originator_version
         records.write(uuid, version, big.topic, msgpack.packb([chain, edited, ZLIB]))
-        found = store.backend.verify(uuid)
-        assert [(version, "edited")] == [(p.version, p.kind) for p in found]
+        found = store.backend.check_chain(uuid)
+        assert [(version, "edited")] == [(p.position, p.kind) for p in found]
 
 
 def test_e5_a_snapshot_is_due_after_snapshot_messages_messages_whatever_the_profile(

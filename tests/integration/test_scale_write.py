@@ -76,7 +76,7 @@ def test_e3_two_writers_without_head_reads_lose_and_duplicate_nothing(shared: Ta
         stored = _texts(first_store, session_id)
         assert Counter(returned) == Counter(stored)
         assert 24 == len(stored)
-        assert [] == first_store.backend.verify(UUID(session_id))
+        assert [] == first_store.backend.check_chain(UUID(session_id))
 
 
 def test_e3_a_stale_writer_conflicts_then_settles_on_the_newest_head(shared: Target) -> None:
@@ -91,7 +91,7 @@ def test_e3_a_stale_writer_conflicts_then_settles_on_the_newest_head(shared: Tar
         assert ["first"] == _texts(store, ahead.id)
         retry_on_conflict(lambda: behind.append(ChatMessage.user("second")))
         assert ["first", "second"] == _texts(store, ahead.id)
-        assert [] == store.backend.verify(UUID(ahead.id))
+        assert [] == store.backend.check_chain(UUID(ahead.id))
         assert behind.version == store.restore(ahead.id).version
 
 
@@ -201,7 +201,7 @@ def test_a_writer_that_lost_a_race_reads_the_head_before_its_next_commands(
         assert 2 == len(calls)
         loser.append(ChatMessage.user("l4"))
         assert ["w1", "l2", "w2", "l4"] == _texts(store, winner.id)
-        assert [] == store.backend.verify(UUID(winner.id))
+        assert [] == store.backend.check_chain(UUID(winner.id))
 
 
 @pytest.mark.parametrize(("option", "expected"), [("", 2), ("?synchronous=normal", 1)])
@@ -216,5 +216,6 @@ def test_e3_sqlite_appends_commit_on_a_connection_with_the_stores_synchronous(
         appender: Any = store.backend._thin_insert.__self__  # type: ignore[union-attr]  # noqa: SLF001
         pragma = appender._connection.execute("PRAGMA synchronous").fetchone()[0]  # noqa: SLF001
         stored = store.backend.read_records(UUID(session.id))
-        assert (expected, 4, []) == (pragma, len(stored), store.backend.verify(UUID(session.id)))
+        found = store.backend.check_chain(UUID(session.id))
+        assert (expected, 4, []) == (pragma, len(stored), found)
     assert appender._connection is None  # noqa: SLF001

@@ -40,6 +40,7 @@ from turnledger.domain.events import (
     TrimTrigger,
     View,
 )
+from turnledger.domain.findings import Finding, ProblemKind
 from turnledger.domain.messages import AssistantToolCalls, Chat, ChatMessage, ToolCall
 from turnledger.store.backend import (
     EventStoreBackend,
@@ -49,7 +50,7 @@ from turnledger.store.backend import (
     retry_on_conflict,
 )
 from turnledger.store.codec import EventCodec, topic_for
-from turnledger.store.mapper import ZERO_CHAIN, ChainProblem, ProblemKind
+from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.packing import open_envelope
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -308,7 +309,7 @@ def test_e10_version_1_fixture_records_still_load(backend: EventStoreBackend) ->
     """Records written by version 1 of the event format read back as the same events."""
     backend.recorder.insert_events([load_fixture(name) for name in V1_EVENTS])
     assert list(V1_EVENTS.values()) == backend.read(FIXTURE_SESSION)
-    assert [] == backend.verify(FIXTURE_SESSION)
+    assert [] == backend.check_chain(FIXTURE_SESSION)
     assert [FIXTURE_SESSION] == backend.session_ids()
 
 
@@ -377,7 +378,7 @@ def test_e10_a_v1_record_is_upcast_when_read_by_v2_code(
     old.append(session_id, [Probe(session_id, 2, NOW, 42)], prev_chain=head)
     new = open_backend_at(codec=codec_with(ProbeV2))
     assert ProbeV2(session_id, 2, NOW, 42, "tokens") == new.read(session_id)[1]
-    assert [] == new.verify(session_id)  # the chain covers the bytes v1 wrote
+    assert [] == new.check_chain(session_id)  # the chain covers the bytes v1 wrote
     head = new.head(session_id)[1]
     new.append(session_id, [ProbeV2(session_id, 3, NOW, 7, "chars")], prev_chain=head)
     assert Probe(session_id, 2, NOW, 42) == old.read(session_id, upto_version=2)[1]
@@ -388,9 +389,9 @@ def test_e10_a_v1_record_is_upcast_when_read_by_v2_code(
 # --- tamper evidence ------------------------------------------------------------------------
 
 def problems(backend: EventStoreBackend, session_id: UUID, **kw: int) -> list[tuple[int, str]]:
-    found: list[ChainProblem] = backend.verify(session_id, **kw)
-    assert all(p.session_id == session_id for p in found)
-    return [(p.version, str(p.kind)) for p in found]
+    found: list[Finding] = backend.check_chain(session_id, **kw)
+    assert all(p.session_id == str(session_id) for p in found)
+    return [(p.position, str(p.kind)) for p in found]
 
 
 def test_e2_chain_detects_an_edited_record(
@@ -431,9 +432,9 @@ def test_e2_chain_detects_reordered_records(
     third, fourth = records.read(session_id, 3), records.read(session_id, 4)
     records.write(session_id, 3, *fourth)
     records.write(session_id, 4, *third)
-    found = backend.verify(session_id)
+    found = backend.check_chain(session_id)
     assert [(3, ProblemKind.REORDERED), (4, ProblemKind.REORDERED)] == [
-        (p.version, p.kind) for p in found
+        (p.position, p.kind) for p in found
     ]
     assert "written as version 4" in str(found[0])
 
@@ -445,15 +446,15 @@ def test_e2_chain_reports_undecodable_records(
     session_id, _ = new_session(backend, messages=2)
     topic, _ = records.read(session_id, 2)
     records.write(session_id, 2, topic, b"\x00")
-    found = backend.verify(session_id)
-    assert [(2, ProblemKind.UNDECODABLE)] == [(p.version, p.kind) for p in found]
+    found = backend.check_chain(session_id)
+    assert [(2, ProblemKind.UNDECODABLE)] == [(p.position, p.kind) for p in found]
     assert "not a [chain, payload] pair" in found[0].detail
 
 
 def test_e2_an_untouched_session_verifies_clean(backend: EventStoreBackend) -> None:
     """No findings on a session written only through the store."""
     session_id, _ = new_session(backend, messages=3)
-    assert [] == backend.verify(session_id, expected_version=4)
+    assert [] == backend.check_chain(session_id, expected_version=4)
 
 
 # --- snapshots, sessions, notifications -----------------------------------------------------
@@ -507,7 +508,7 @@ def test_e8_compression_is_applied_and_transparent(open_backend_at: Opener) -> N
     session_id, _ = new_session(backend, messages=2)
     assert all(r.state.startswith(b"x\x9c") for r in backend.read_records(session_id))
     assert 3 == len(backend.read(session_id))
-    assert [] == backend.verify(session_id)
+    assert [] == backend.check_chain(session_id)
     backend.save_snapshot(session_id, 3, b"snap" * 50)
     assert (3, b"snap" * 50) == backend.load_snapshot(session_id)
 
@@ -545,7 +546,7 @@ def test_e10_version_2_fixture_record_still_loads(backend: EventStoreBackend) ->
     backend.recorder.insert_events([load_fixture(name) for name in V2_EVENTS])
     (event,) = V2_EVENTS.values()
     assert [event] == backend.read(event.originator_id)
-    assert [] == backend.verify(event.originator_id)
+    assert [] == backend.check_chain(event.originator_id)
 
 
 def test_e10_pop_and_clear_version_1_fixture_records_still_load(backend: EventStoreBackend) -> None:
@@ -555,7 +556,7 @@ def test_e10_pop_and_clear_version_1_fixture_records_still_load(backend: EventSt
     backend.recorder.insert_events([load_fixture(name) for name in REMOVAL_EVENTS])
     session_id = next(iter(REMOVAL_EVENTS.values())).originator_id
     assert list(REMOVAL_EVENTS.values()) == backend.read(session_id)
-    assert [] == backend.verify(session_id)
+    assert [] == backend.check_chain(session_id)
 
 
 def test_e10_session_forgotten_version_1_fixture_record_still_loads(
@@ -567,4 +568,4 @@ def test_e10_session_forgotten_version_1_fixture_record_still_loads(
     backend.recorder.insert_events([load_fixture(name) for name in FORGET_EVENTS])
     session_id = next(iter(FORGET_EVENTS.values())).originator_id
     assert list(FORGET_EVENTS.values()) == backend.read(session_id)
-    assert [] == backend.verify(session_id)
+    assert [] == backend.check_chain(session_id)

@@ -20,7 +20,7 @@ from typing import Any, Final
 from uuid import UUID
 
 from turnledger.domain.errors import TurnledgerError
-from turnledger.replay.audit import Rule, Violation
+from turnledger.domain.findings import Rule, Violation
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.keys import AuditKeyRequired, parse_key
 from turnledger.store.salvage import STORE_WIDE

@@ -30,7 +30,6 @@ bounded (`turnledger.domain.errors.bounded`). The whole store is checked by the 
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, assert_never
@@ -61,6 +60,7 @@ from turnledger.domain.events import (
     TrimDecided,
     unchecked_events,
 )
+from turnledger.domain.findings import Finding, ProblemKind, Rule, Violation
 from turnledger.domain.messages import (
     ChatMessage,
     is_real_user_message,
@@ -71,12 +71,12 @@ from turnledger.domain.sweep import SweepResult, sweep_orphans
 from turnledger.replay.timeline import audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import describe_error
-from turnledger.store.mapper import ChainProblem, ProblemKind, paused_gc, verify_chain
+from turnledger.store.mapper import paused_gc, verify_chain
 from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
 from turnledger.store.session import parse_session_id
 from turnledger.store.snapshots import compare_snapshot
 
-__all__ = ["Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
+__all__ = ["Finding", "Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
 
 _INTEGRITY_LINES = 5  # lines of a database's own integrity check reported
 
@@ -84,51 +84,6 @@ Progress = Callable[[int, int | None], None]
 """``progress(done_events, total_events_or_None)``, called as sessions are checked."""
 
 
-class Rule(enum.StrEnum):
-    """The rule a `Violation` breaks; the value names the SPEC requirement first.
-
-    docs/behaviour.md explains each requirement under its id as anchor (``#e2``, ``#r31``).
-    """
-
-    HASH_CHAIN = "E2-hash-chain"
-    MISSING_RECORD = "E2-missing-record"
-    CORRUPT_RECORD = "E11-corrupt-record"
-    SESSION_START = "E2-session-start"
-    REPLAY = "E4-replay"
-    SNAPSHOT = "E5-snapshot"
-    DIGEST = "E6-digest"
-    CAPACITY = "R18-capacity"
-    BREADCRUMB = "R31-breadcrumb"
-    TRIM_NOTICE = "R31-R34-trim-notice"
-    TOOL_PAIRING = "R37-tool-pairing"
-    ANCHOR = "E2-anchor"
-    """The store disagrees with an anchor kept outside it (ADR-0048)."""
-    KEYED_CHAIN = "E2-keyed-chain"
-    """An audit key was given but the store keeps an unkeyed chain, or records of a keyed
-    store are chained without the key (ADR-0047, ADR-0063)."""
-
-    @property
-    def requirement(self) -> str:
-        """The id of the requirement the value names first: ``E2``, ``R31``…"""
-        return self.value.split("-", 1)[0]
-
-
-def _bounded_id(text: str) -> str:
-    return bounded(text, 80)  # a damaged id column can hold anything
-
-
-@attrs.frozen
-class Violation:
-    """One finding: ``session_id`` (UUID text), ``position`` (event version), ``rule``, why."""
-
-    session_id: str = attrs.field(converter=_bounded_id)
-    position: int
-    rule: Rule
-    detail: str = attrs.field(converter=bounded)
-    """At most `turnledger.domain.errors.DETAIL_LIMIT` characters, whatever it quotes."""
-
-    def __str__(self) -> str:
-        return f"session {self.session_id} position {self.position}: [{self.rule}] {self.detail}"
 
 
 @attrs.frozen
@@ -137,7 +92,7 @@ class VerifyReport:
 
     sessions_checked: int
     events_checked: int
-    violations: tuple[Violation, ...]
+    violations: tuple[Finding, ...]
     seconds: float
 
     @property
@@ -188,7 +143,7 @@ def verify(
         damaged = [] if session_ids is not None else backend.integrity_problems(_INTEGRITY_LINES)
         if not damaged or path is None:
             report = _verify(backend, session_ids, progress, began)
-            found = [Violation(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
+            found = [Finding(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
                                f"the database's integrity check: {line}") for line in damaged]
             return attrs.evolve(report, violations=(*found, *report.violations))
         # Reads through a damaged index can miss rows without an error: trust no index.
@@ -226,10 +181,10 @@ def verify_salvaged(
     with salvage_sqlite(path, key=key, audit_key=audit_key) as salvage:
         report = _verify(salvage.backend, session_ids, progress, began, salvaged=True)
     found = [
-        Violation(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
+        Finding(STORE_WIDE, 0, Rule.CORRUPT_RECORD,
                   f"the store cannot be read whole ({_one_line(error)}); verified what could "
                   "be salvaged"),
-        *(Violation(d.session_id, d.version, Rule.CORRUPT_RECORD, d.detail)
+        *(Finding(d.session_id, d.version, Rule.CORRUPT_RECORD, d.detail)
           for d in salvage.damage),
     ]
     return attrs.evolve(report, violations=(*found, *report.violations))
@@ -247,7 +202,7 @@ def _verify(
     *,
     salvaged: bool = False,
 ) -> VerifyReport:
-    violations: list[Violation] = []
+    violations: list[Finding] = []
     if session_ids is None:
         ids = list(backend.session_ids())
         total: int | None = backend.max_notification_id()
@@ -255,18 +210,18 @@ def _verify(
             if isinstance(stray, UUID):
                 ids.append(stray)  # its start record is damaged or gone: audited all the same
             else:
-                violations.append(Violation(stray, 0, Rule.CORRUPT_RECORD, (
+                violations.append(Finding(stray, 0, Rule.CORRUPT_RECORD, (
                     f"records whose session id {stray!r} is not a UUID: they belong to no "
                     "session (a damaged or edited originator_id)")))
         violations.extend(
-            Violation(session, version, Rule.SNAPSHOT, detail)
+            Finding(session, version, Rule.SNAPSHOT, detail)
             for session, version, detail in backend.stray_snapshots(ids)
         )
     else:
         ids = [parse_session_id(s) for s in session_ids]
         total = None
     if backend.protection.unkeyed_despite_audit_key:
-        violations.append(Violation(
+        violations.append(Finding(
             STORE_WIDE, 0, Rule.KEYED_CHAIN,
             "an audit key was given but the store keeps an unkeyed sha256 chain: whoever can "
             "write the database can rewrite it unseen (a downgrade, or a store never moved to "
@@ -291,14 +246,14 @@ def _verify(
 
 def _audit_session(
     backend: EventStoreBackend, session_id: UUID, *, asked: bool, salvaged: bool
-) -> tuple[list[Violation], int]:
+) -> tuple[list[Finding], int]:
     """The findings on one session and how many records it has. In a salvaged copy, whatever
     stops the audit (a damaged keys table, a record no check foresaw) is one more finding."""
     records = backend.read_records(session_id)
     if not records and asked:
         if not salvaged:
             raise SessionNotFound(f"no session {session_id} in this store")
-        return [Violation(str(session_id), 0, Rule.CORRUPT_RECORD,
+        return [Finding(str(session_id), 0, Rule.CORRUPT_RECORD,
                           "no record of this session could be salvaged")], 0
     audit = _SessionVerifier(backend, session_id, records)
     try:
@@ -347,13 +302,6 @@ def _expected_followers(state: SessionState, trim: TrimDecided) -> list[_Expecte
     return [_Expected(at + 1, BreadcrumbInserted, trim), _Expected(at + 2, HistoryTrimmed, trim)]
 
 
-_CHAIN_RULES = {
-    ProblemKind.EDITED: Rule.HASH_CHAIN,
-    ProblemKind.REORDERED: Rule.HASH_CHAIN,
-    ProblemKind.MISSING: Rule.MISSING_RECORD,
-    ProblemKind.UNDECODABLE: Rule.CORRUPT_RECORD,
-    ProblemKind.UNKEYED: Rule.KEYED_CHAIN,
-}
 
 
 class _SessionVerifier:
@@ -365,11 +313,11 @@ class _SessionVerifier:
         self.backend = backend
         self.session_id = session_id
         self.records = records
-        self.violations: list[Violation] = []
+        self.violations: list[Finding] = []
         self._seen: set[tuple[int, Rule]] = set()
 
     def report(self, position: int, rule: Rule, detail: str) -> None:
-        self.violations.append(Violation(str(self.session_id), position, rule, detail))
+        self.violations.append(Finding(str(self.session_id), position, rule, detail))
         self._seen.add((position, rule))
 
     def run(self) -> None:
@@ -419,14 +367,13 @@ class _SessionVerifier:
 
     # -- records --
 
-    def _chain_problem(self, problem: ChainProblem) -> None:
-        rule = _CHAIN_RULES[problem.kind]
+    def _chain_problem(self, problem: Finding) -> None:
         detail = problem.detail
         if problem.kind is ProblemKind.UNDECODABLE:
             detail = f"the record cannot be decoded ({detail})"
         if problem.kind in (ProblemKind.UNDECODABLE, ProblemKind.MISSING):
             detail += "; the events after it are not replayed"
-        self.report(problem.version, rule, f"{problem.kind}: {detail}")
+        self.report(problem.position, problem.rule, f"{problem.kind}: {detail}")
 
     def _decode(
         self, decoded: Mapping[int, tuple[DomainEvent, bytes]]

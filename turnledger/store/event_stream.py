@@ -18,9 +18,10 @@ from eventsourcing.persistence import StoredEvent
 
 from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord, TurnledgerError
 from turnledger.domain.events import DomainEvent, SessionStarted
+from turnledger.domain.findings import Finding
 from turnledger.store.backend_core import BackendCore, to_uuid
 from turnledger.store.backends.port import SqlStatement, StoreUnavailable
-from turnledger.store.mapper import ZERO_CHAIN, ChainProblem, Row, verify_chain
+from turnledger.store.mapper import ZERO_CHAIN, Row, verify_chain
 
 __all__ = ["AnchorMismatch", "AppendInDoubt", "EventStreams", "InvalidAppend"]
 
@@ -424,10 +425,12 @@ class EventStreams(BackendCore):
 
     # -- auditing --
 
-    def verify(
+    def check_chain(
         self, session_id: UUID, *, expected_version: int | None = None
-    ) -> list[ChainProblem]:
+    ) -> list[Finding]:
         """Recompute the session's hash chain (ADR-0004); `verify_chain` explains the findings.
+        The store's own check: the audit of a whole store is `turnledger.verify`, which runs
+        this check and every rule besides (issue 20 point 5: one public verify).
 
         ``expected_version`` is an external anchor (e.g. the version of the latest snapshot)
         that makes deleted newest records visible.

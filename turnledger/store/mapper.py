@@ -22,7 +22,6 @@ the payload back; with an audit key the chain is `keyed_chain_digest`, an HMAC (
 from __future__ import annotations
 
 import contextlib
-import enum
 import gc
 import hashlib
 import hmac
@@ -37,6 +36,7 @@ import msgpack
 from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
 
 from turnledger.domain.events import DomainEvent
+from turnledger.domain.findings import Finding, ProblemKind
 from turnledger.store.codec import (
     EventCodec,
     UndecodableRecord,
@@ -49,9 +49,7 @@ __all__ = [
     "CHAIN_SIZE",
     "LINK_DETAIL",
     "ZERO_CHAIN",
-    "ChainProblem",
     "EnvelopeTranscoder",
-    "ProblemKind",
     "Row",
     "TurnledgerMapper",
     "UndecodableRecord",
@@ -392,12 +390,12 @@ class TurnledgerMapper(Mapper[UUID]):
         *,
         expected_version: int | None = None,
         decode_events: bool = True,
-    ) -> list[ChainProblem]:
+    ) -> list[Finding]:
         """Recompute the chain over raw records; see the module function `verify_chain`."""
         by_session: dict[UUID | str, list[StoredEvent]] = defaultdict(list)
         for record in stored_records:
             by_session[record.originator_id].append(record)
-        problems: list[ChainProblem] = []
+        problems: list[Finding] = []
         for records in by_session.values():
             problems.extend(self.audit_session(
                 records, expected_version=expected_version, decode_events=decode_events
@@ -410,7 +408,7 @@ class TurnledgerMapper(Mapper[UUID]):
         *,
         expected_version: int | None = None,
         decode_events: bool = True,
-    ) -> tuple[list[ChainProblem], dict[int, tuple[DomainEvent, bytes]]]:
+    ) -> tuple[list[Finding], dict[int, tuple[DomainEvent, bytes]]]:
         """`verify_chain` of ONE session's records, with what it decoded on the way:
         ``(problems, decoded)``, ``decoded`` mapping ``id(record)`` to (event, stored chain)
         for each record that opened, chained and decoded, so an audit that folds the events
@@ -444,17 +442,6 @@ def _out_of_sequence(expected: int, version: int) -> str:
     return f"version {expected} is {what} (the next record is version {version})"
 
 
-class ProblemKind(enum.StrEnum):
-    """What `verify_chain` found wrong with a record (ADR-0004)."""
-
-    EDITED = "edited"
-    MISSING = "missing"
-    REORDERED = "reordered"
-    UNDECODABLE = "undecodable"
-    UNKEYED = "unkeyed"
-    """In a keyed store, a record chained with the unkeyed sha256 chain (ADR-0047, ADR-0063)."""
-
-
 LINK_DETAIL: Final = {
     ProblemKind.EDITED: (
         "its hash chain does not match its bytes or its predecessor's (edited, moved or "
@@ -467,19 +454,6 @@ LINK_DETAIL: Final = {
     ),
 }
 """What `TurnledgerMapper.check_link` found, in words: the same text for reads and audits."""
-
-
-@attrs.frozen
-class ChainProblem:
-    """One finding of `verify_chain`: the session, the version (position) and what is wrong."""
-
-    session_id: UUID | str
-    version: int
-    kind: ProblemKind
-    detail: str
-
-    def __str__(self) -> str:
-        return f"session {self.session_id} version {self.version}: {self.kind}: {self.detail}"
 
 
 @attrs.define
@@ -496,7 +470,7 @@ class _SessionAudit:
         self.mapper = mapper
         self.session_id = session_id
         self.decode = decode
-        self.problems: list[ChainProblem] = []
+        self.problems: list[Finding] = []
         self.uuid: UUID | None = None  # the session's, converted once per run
         self.decoded: dict[int, tuple[DomainEvent, bytes]] = {}
         """(event, stored chain) of each record that decoded, by ``id(record)``."""
@@ -504,11 +478,11 @@ class _SessionAudit:
         """(first, last) version of each run of records chained without the audit key."""
 
     def report(self, version: int, kind: ProblemKind, detail: str) -> None:
-        self.problems.append(ChainProblem(self.session_id, version, kind, detail))
+        self.problems.append(Finding.of_record(self.session_id, version, kind, detail))
 
     def run(
         self, records: Sequence[StoredEvent], expected_version: int | None
-    ) -> list[ChainProblem]:
+    ) -> list[Finding]:
         # Each record is checked against the *stored* chain of its predecessor, so one edited
         # record yields one finding instead of breaking every later one.
         known: dict[bytes, int] = {ZERO_CHAIN: 0}  # chain -> version it was written as
@@ -538,7 +512,7 @@ class _SessionAudit:
             )
         self.report_unkeyed()
         self.explain(mismatches, known)
-        self.problems.sort(key=lambda p: p.version)
+        self.problems.sort(key=lambda p: p.position)
         return self.problems
 
     def check_record(
@@ -646,8 +620,8 @@ def verify_chain(
     *,
     expected_version: int | None = None,
     decode_events: bool = True,
-) -> list[ChainProblem]:
-    """Recompute the hash chain over raw records; one `ChainProblem` per finding, in order.
+) -> list[Finding]:
+    """Recompute the hash chain over raw records; one `Finding` per finding, in order.
 
     Records are grouped per session and taken in version order. Findings: ``edited`` (the
     recomputed chain differs from the stored one), ``missing`` (a version gap, or fewer versions

@@ -75,7 +75,7 @@ def _rechained(backend: EventStoreBackend, audit_key: bytes) -> list[StoredEvent
             raise CorruptRecord(
                 f"the unkeyed chain does not verify ({problems[0]}); nothing was re-chained: "
                 "run `turnledger verify` and settle what it finds first",
-                session_id=str(session_id), version=problems[0].version,
+                session_id=str(session_id), version=problems[0].position,
             )
         chain = ZERO_CHAIN
         for record in records:
