@@ -1,10 +1,12 @@
-"""A compact session state (ADR-0030) decides exactly as one that holds its whole log.
+"""The session state (ADR-0030, ADR-0076) decides exactly as one that holds its whole log.
 
-The store's sessions hold the chat window only and summarise the rest of the conversation
-window; the replay tools fold states that hold everything. Driven in lockstep through the same
-commands — appends (orphans included), prepares under a small budget, overflows, restore
-sweeps, turn limits from 0 to "off" — both must record the same events and show the same
-views, and a compact state restored from its snapshot (format 3) must go on deciding the same.
+The library's one state holds the chat window only and summarises the rest of the
+conversation window; the reference (`tests.reference.WholeState`) holds everything. Driven in
+lockstep through the same commands — appends (orphans included), prepares under a small
+budget, overflows, restore sweeps, pops and clears, turn limits from 0 to "off" — both must
+record the same events and show the same views; the state restored from its snapshot, and the
+state folded again from the events, must equal the live one (one form) and go on deciding the
+same.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.properties import examples
+from tests.reference import WholeState
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import Route, RuntimeProfile
 from turnledger.domain.decider import (
@@ -41,6 +44,7 @@ from turnledger.domain.messages import (
     ToolResults,
 )
 from turnledger.domain.state import collect_summarised
+from turnledger.replay.timeline import fold
 from turnledger.store.snapshots import compare_snapshot, decode_snapshot, encode_snapshot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -90,6 +94,21 @@ def _conversation(state: SessionState, log: list[DomainEvent]) -> list[Conversat
     return state.conversation_view(older)
 
 
+def _form(state: SessionState) -> tuple[object, ...]:
+    """What makes two states the same whatever their class: facts, windows, index."""
+    return (state.session_id, state.version, state.profile, state.providers, state.legacy,
+            state.resolved, state.conversation, state.chat, state.index)
+
+
+def _given(command: Command, state: SessionState, log: list[DomainEvent]) -> Command:
+    """``command``, a pop given what it needs of the log, as `Session.pop` gives it."""
+    if not isinstance(command, PopMessage):
+        return command
+    older: dict[int, ConversationMessage | None] = {}
+    collect_summarised(older, log, state.pop_needs())
+    return PopMessage(command.now, summarised=older)
+
+
 def _add(item: ConversationMessage) -> AppendMessage:
     return AppendMessage(item, NOW)
 
@@ -123,35 +142,36 @@ def test_r36_a_compact_state_decides_and_shows_what_a_whole_one_does(
     script: tuple[RuntimeProfile, bool, list[Command]], snapshot_at: frozenset[int]
 ) -> None:
     """Same events, chat view, tokens and conversation view (its summarised part read from
-    the log) after every command, pops and clears included; the compact one's snapshot after
-    the commands ``snapshot_at`` equals the whole one's (R36's suspects included), and
-    restoring from it changes none."""
+    the log) after every command, pops and clears included; after the commands
+    ``snapshot_at`` the state restored from its snapshot and the state folded again from the
+    events equal the live one (R36's suspects included), verify finds no difference, and
+    going on from the restored one changes nothing."""
     profile, legacy, commands = script
-    whole, compact = SessionState(), SessionState(compact=True)
+    whole, compact = WholeState(), SessionState()
     log = _start(profile, legacy, whole)
     assert log == _start(profile, legacy, compact)
     for step, command in enumerate(commands):
-        if isinstance(command, PopMessage | ClearHistory):  # as `Session.pop` / `clear` do
-            older: dict[int, ConversationMessage | None] = {}
-            collect_summarised(older, log, compact.held_from)
-            compact.index.expand(older)
-        events = execute(whole, command)
-        assert events == execute(compact, command)
+        given = _given(command, compact, log)  # as `Session.pop` gives it
+        events = execute(whole, given)
+        assert events == execute(compact, given)
         log += events
         assert whole.chat_view() == compact.chat_view()
         assert whole.chat_tokens() == compact.chat_tokens()
         assert whole.conversation_view() == _conversation(compact, log)
         if step in snapshot_at:
             payload = encode_snapshot(compact, b"\1" * 32)
-            assert [] == compare_snapshot(payload, whole, b"\1" * 32)
-            compact, _ = decode_snapshot(payload, session_id=SESSION, version=compact.version)
+            restored, _ = decode_snapshot(payload, session_id=SESSION, version=compact.version)
+            replayed = fold(log)
+            assert _form(compact) == _form(restored) == _form(replayed)
+            assert [] == compare_snapshot(payload, replayed, b"\1" * 32)
+            compact = restored
 
 
 def test_a_compact_state_holds_the_chat_window_only_with_the_turn_limit_off() -> None:
     """1,000 turns, turn limit off, budget trims: the state holds O(chat window) items and its
     snapshot does not grow with the session (the whole state holds every item)."""
     profile = RuntimeProfile(max_context_tokens=300, max_history_messages=10**9)
-    whole, compact = SessionState(), SessionState(compact=True)
+    whole, compact = WholeState(), SessionState()
     _start(profile, False, whole)
     _start(profile, False, compact)
     sizes = {}

@@ -64,6 +64,7 @@ from turnledger.domain.messages import (
     ToolResults,
     to_chat_messages,
 )
+from turnledger.domain.state import collect_summarised
 from turnledger.projections.counters import Counters, fold_counters
 from turnledger.store.codec import MESSAGE_TAGS
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from turnledger.store.backend import EventStoreBackend
 
 __all__ = [
+    "FoldedState",
     "InvalidPosition",
     "ReplayError",
     "TimelineEntry",
@@ -476,11 +478,35 @@ def _cleared(event: HistoryCleared) -> str:
 
 # --- time travel (E4) -------------------------------------------------------------------------
 
-def fold(events: Iterable[DomainEvent], state: SessionState | None = None) -> SessionState:
-    """Fold ``events`` into ``state`` (a fresh `SessionState` by default) with `evolve`."""
-    current = SessionState() if state is None else state
+@attrs.define
+class FoldedState(SessionState):
+    """A `SessionState` folded from a session's log, with that log's items (``log``: position
+    -> item as the events leave it, None: swept or popped): the replay tools show whole
+    conversation views from it, and what-if pops read it (ADR-0076). Its index has the one
+    form of every state; ``log`` only supplies what that form summarises."""
+
+    log: dict[int, ConversationMessage | None] = attrs.field(
+        factory=dict, kw_only=True, eq=False, repr=False
+    )
+
+    def fold(self, event: DomainEvent) -> None:
+        """`evolve` ``event`` and keep the log's items up to date; O(1) amortised."""
+        evolve(self, as_event(event), self.log)
+        collect_summarised(self.log, (event,))
+
+    def conversation_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ConversationMessage]:
+        """The structured history after the turn limit (R28-R29), its summarised part read
+        from ``log`` unless ``older`` is given."""
+        return super().conversation_view(self.log if older is None else older)
+
+
+def fold(events: Iterable[DomainEvent], state: FoldedState | None = None) -> FoldedState:
+    """Fold ``events`` into ``state`` (a fresh `FoldedState` by default) with `evolve`."""
+    current = FoldedState() if state is None else state
     for event in events:
-        evolve(current, as_event(event))
+        current.fold(event)
     return current
 
 
@@ -496,7 +522,7 @@ def _upto(events: Sequence[DomainEvent], position: int) -> Iterator[DomainEvent]
         yield event
 
 
-def state_at(events: Sequence[DomainEvent], position: int) -> SessionState:
+def state_at(events: Sequence[DomainEvent], position: int) -> FoldedState:
     """The session state after the event at ``position`` (0: before any event) (E4).
 
     Raises `InvalidPosition` outside ``0 .. last recorded version``.
@@ -571,10 +597,10 @@ def requests(events: Iterable[DomainEvent]) -> list[AuditedRequest]:
 
     One fold over the events: O(events + size of the requests), not one fold per request.
     """
-    state = SessionState()
+    state = FoldedState()
     audited: list[AuditedRequest] = []
     for event in events:
-        evolve(state, as_event(event))
+        state.fold(event)
         if isinstance(event, RequestPrepared):
             audited.append(audit_request(state, event))
     return audited
