@@ -31,6 +31,7 @@ from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    Event,
     HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
@@ -60,7 +61,7 @@ from turnledger.domain.window import (
     conversation_rows,
 )
 
-__all__ = ["EVERY_POSITION", "Loop", "SessionState", "collect_summarised"]
+__all__ = ["EVERY_POSITION", "Loop", "SessionState", "collect_summarised", "note_item"]
 
 
 class Loop(enum.Enum):
@@ -202,9 +203,14 @@ class SessionState:
         """The log positions the state summarises (its region, ADR-0030), in view or not."""
         return range(self.index.lo, self.index.base)
 
-    def chat_view(self) -> list[ChatMessage]:
-        """The provider-facing working history (R27a: equals the last prepared request)."""
-        return [m for item in self.index.render(self.chat) for m in chat_of(item)]
+    def chat_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ChatMessage]:
+        """The provider-facing working history (R27a: equals the last prepared request).
+
+        Held whole by every state its events could make; ``older`` (the log's items) serves
+        a log whose trims no decider made (a forged one, read by the audit)."""
+        return [m for item in self.index.render(self.chat, older) for m in chat_of(item)]
 
     def newest_turn_chat(self) -> list[ChatMessage]:
         """The chat view's newest turn (its whole body when it has no turn); O(that turn).
@@ -352,30 +358,37 @@ def collect_summarised(
 
     ``events`` are the store's or the decider's (`unchecked_events`); O(events)."""
     for event in unchecked_events(events):
-        match event:
-            case MessageAppended():
-                if event.position in span:
-                    older[event.position] = event.message
-            case MessagePopped():
-                if event.position in span:
-                    older[event.position] = None
-            case OrphansSwept():
-                older.update((p, None) for p in event.positions if p in span)
-                older.update((p, item) for p, item in event.rewritten if p in span)
-            case (
-                RequestPrepared()
-                | TrimDecided()
-                | BreadcrumbInserted()
-                | HistoryTrimmed()
-                | HistoryCleared()
-                | SessionStarted()
-                | RouteSelected()
-                | RequestRejected()
-                | OverflowReported()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
-                | SessionForgotten()
-            ):
-                pass  # the log's items stay as they are: a trim or a clear only moves the views
-            case _:
-                assert_never(event)
+        note_item(older, event, span)
+
+
+def note_item(
+    older: dict[int, ConversationMessage | None], event: Event, span: range = EVERY_POSITION
+) -> None:
+    """`collect_summarised` of one event: what a fold that keeps the log calls per event."""
+    match event:
+        case MessageAppended():
+            if event.position in span:
+                older[event.position] = event.message
+        case (
+            RequestPrepared()
+            | TrimDecided()
+            | BreadcrumbInserted()
+            | HistoryTrimmed()
+            | HistoryCleared()
+            | SessionStarted()
+            | RouteSelected()
+            | RequestRejected()
+            | OverflowReported()
+            | OverflowRecovered()
+            | OverflowUnrecoverable()
+            | SessionForgotten()
+        ):
+            pass  # the log's items stay as they are: a trim or a clear only moves the views
+        case MessagePopped():
+            if event.position in span:
+                older[event.position] = None
+        case OrphansSwept():
+            older.update((p, None) for p in event.positions if p in span)
+            older.update((p, item) for p, item in event.rewritten if p in span)
+        case _:
+            assert_never(event)

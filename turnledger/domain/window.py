@@ -681,10 +681,11 @@ class WindowIndex(Generic[T]):
         if not heads or heads[0] != base:
             heads.insert(0, base)
         changed = len(region.tokens) - 1 if extend else len(region.tokens)
+        sums, at = self._tokens, dead - base
         for index, first in enumerate(heads):
             last = heads[index + 1] if index + 1 < len(heads) else position
             segment = moved[first - base : last - base]
-            tokens = sum(map(self._item_tokens, segment))
+            tokens = sums[last + at] - sums[first + at]  # priced once, when appended
             real = sum(map(self._is_real, segment))
             if index == 0 and extend:
                 region.tokens[-1] += tokens

@@ -64,7 +64,7 @@ from turnledger.domain.messages import (
     ToolResults,
     to_chat_messages,
 )
-from turnledger.domain.state import collect_summarised
+from turnledger.domain.state import note_item
 from turnledger.projections.counters import Counters, fold_counters
 from turnledger.store.codec import MESSAGE_TAGS
 
@@ -491,8 +491,9 @@ class FoldedState(SessionState):
 
     def fold(self, event: DomainEvent) -> None:
         """`evolve` ``event`` and keep the log's items up to date; O(1) amortised."""
-        evolve(self, as_event(event), self.log)
-        collect_summarised(self.log, (event,))
+        checked = as_event(event)
+        evolve(self, checked, self.log)
+        note_item(self.log, checked)
 
     def conversation_view(
         self, older: Mapping[int, ConversationMessage | None] | None = None
@@ -500,6 +501,12 @@ class FoldedState(SessionState):
         """The structured history after the turn limit (R28-R29), its summarised part read
         from ``log`` unless ``older`` is given."""
         return super().conversation_view(self.log if older is None else older)
+
+    def chat_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ChatMessage]:
+        """The provider-facing working history (R27a), from ``log`` when it is summarised."""
+        return super().chat_view(self.log if older is None else older)
 
 
 def fold(events: Iterable[DomainEvent], state: FoldedState | None = None) -> FoldedState:
