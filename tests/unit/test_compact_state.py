@@ -12,8 +12,10 @@ same.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import pairwise
 from uuid import UUID
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +35,7 @@ from turnledger.domain.decider import (
     SweepOrphans,
     execute,
 )
-from turnledger.domain.events import DomainEvent
+from turnledger.domain.events import DomainEvent, MessagePopped
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
@@ -44,6 +46,8 @@ from turnledger.domain.messages import (
     ToolResults,
 )
 from turnledger.domain.state import collect_summarised
+from turnledger.domain.sweep import pairs_among_themselves, sweep_conversation_orphans
+from turnledger.domain.turns import is_turn_start_item
 from turnledger.replay.timeline import fold
 from turnledger.store.snapshots import compare_snapshot, decode_snapshot, encode_snapshot
 
@@ -193,3 +197,58 @@ def test_a_compact_state_holds_the_chat_window_only_with_the_turn_limit_off() ->
     assert whole.chat_view() == compact.chat_view()
     # The summary costs a few bytes per turn, the items of the window none more.
     assert sizes[1000] - sizes[100] < 8 * 900
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(conversation_histories(min_turns=1, max_turns=6))
+def test_i20_p1_the_quick_pairing_check_is_the_sweeps(history: list[ConversationMessage]) -> None:
+    """`pairs_among_themselves` answers as the orphan sweep does, for every turn and prefix
+    (what a compaction asks of each turn it summarises, R36)."""
+    starts = [i for i, item in enumerate(history) if is_turn_start_item(item)] + [len(history)]
+    pieces = [history, *(history[a:b] for a, b in pairwise(starts))]
+    pieces += [history[:k] for k in range(len(history))]
+    for piece in pieces:
+        swept = sweep_conversation_orphans(piece)
+        assert (not swept.removed_indices and not swept.rewritten) == pairs_among_themselves(
+            piece
+        )
+
+
+def test_i20_p1_a_pop_of_a_summarised_message_says_what_it_needs() -> None:
+    """Once every held item of the view is popped, the next pop needs the summarised items:
+    `pop_needs` names them, and a pop without them is refused before anything is decided."""
+    profile = RuntimeProfile(max_context_tokens=60, max_history_messages=10**9)
+    state = SessionState()
+    log = _start(profile, False, state)
+    for turn in range(6):
+        log += execute(state, _add(Chat(ChatMessage.user(f"question {turn} " + "x" * 80))))
+        log += execute(state, _add(Chat(ChatMessage.assistant("y" * 40))))
+        log += execute(state, PrepareRequest(0, 0, False, NOW))
+    assert state.index.lo < state.index.base
+    while not state.pop_needs():
+        log += execute(state, PopMessage(NOW))
+    needed = state.pop_needs()
+    assert needed == state.summarised
+    with pytest.raises(ValueError, match="summarised"):
+        execute(state, PopMessage(NOW))
+    events = execute(state, _given(PopMessage(NOW), state, log))
+    assert [needed.stop - 1] == [e.position for e in events if isinstance(e, MessagePopped)]
+
+
+def test_i20_p1_the_form_does_not_depend_on_when_it_was_built() -> None:
+    """Two states of the same events are equal however they came to be: live, folded again,
+    restored from a snapshot at any version (one form, no amortised laziness)."""
+    profile = RuntimeProfile(max_context_tokens=300, max_history_messages=8)
+    live = SessionState()
+    log = _start(profile, False, live)
+    for turn in range(40):
+        for item in (
+            Chat(ChatMessage.user(f"question {turn} " + "x" * (20 + 13 * (turn % 5)))),
+            AssistantToolCalls(None, (ToolCall(f"c{turn}", "shell", "{}"),)),
+            ToolResults((ToolResult(f"c{turn}", "y" * (30 + 7 * (turn % 3)), "shell"),)),
+        ):
+            log += execute(live, _add(item))
+        log += execute(live, PrepareRequest(0, 0, False, NOW))
+        payload = encode_snapshot(live, b"\0" * 32)
+        restored, _ = decode_snapshot(payload, session_id=SESSION, version=live.version)
+        assert _form(live) == _form(restored) == _form(fold(log))

@@ -39,7 +39,7 @@ from turnledger.domain.messages import (
     to_chat_messages,
 )
 from turnledger.domain.pricing import DEFAULT_PRICING, Pricing
-from turnledger.domain.sweep import sweep_conversation_orphans
+from turnledger.domain.sweep import pairs_among_themselves
 from turnledger.domain.turns import (
     is_breadcrumb_item,
     is_system_item,
@@ -128,13 +128,10 @@ def _conversation_rows(
         surcharge,
         sent,
         Chat(ChatMessage.breadcrumb()),
-        paired=_paired,
+        paired=pairs_among_themselves,
     )
 
 
-def _paired(items: Sequence[ConversationMessage]) -> bool:
-    result = sweep_conversation_orphans(items)
-    return not result.removed_indices and not result.rewritten
 
 
 CHAT_ROWS: Rows[ChatMessage] = Rows(
