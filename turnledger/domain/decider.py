@@ -94,8 +94,6 @@ __all__ = [
     "Batch",
     "ClearHistory",
     "Command",
-    "EnforceTokenBudget",
-    "EnforceTurnLimit",
     "Extend",
     "FitWindow",
     "ImportConversation",
@@ -107,13 +105,10 @@ __all__ = [
     "SessionState",
     "StartSession",
     "SweepOrphans",
-    "decide",
     "evolve",
     "execute",
     "request_digest",
-    "request_overhead_tokens",
     "run",
-    "unanswered_tool_calls",
 ]
 
 E = TypeVar("E", bound=DomainEvent)

@@ -25,7 +25,6 @@ from turnledger.domain.errors import InvalidMessage
 
 __all__ = [
     "BREADCRUMB_TEXT",
-    "ROLES",
     "TOOL_RESULTS_PREFIX",
     "AssistantToolCalls",
     "Chat",

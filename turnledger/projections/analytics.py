@@ -109,10 +109,8 @@ from turnledger.store.codec import describe_error
 
 __all__ = [
     "ROUTE_STATS_COLUMNS",
-    "SESSION_LIST_COLUMNS",
     "SESSION_STATS_COLUMNS",
     "Analytics",
-    "Listed",
     "count_before_erasure",
     "listed_sessions",
 ]

@@ -32,7 +32,7 @@ from uuid import UUID
 import attrs
 
 from turnledger.domain.decider import SessionState, evolve, request_digest
-from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.domain.errors import CorruptRecord, InvalidPosition, ReplayError
 from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
@@ -93,14 +93,6 @@ __all__ = [
 
 _STAMP_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
 _PREVIEW_CHARS = 40
-
-
-class ReplayError(TurnledgerError, ValueError):
-    """The events cannot be replayed as asked (not a session's stream, bad position)."""
-
-
-class InvalidPosition(ReplayError):
-    """An event position outside ``0 .. last recorded version`` (E4)."""
 
 
 # --- JSON (E12) -------------------------------------------------------------------------------

@@ -67,12 +67,8 @@ from turnledger.domain.providers import (
 from turnledger.replay.formats import AUTO, FORMATS
 
 __all__ = [
-    "AUTO",
-    "FORMATS",
-    "Conversation",
     "changes",
     "decode_lines",
-    "detect_format",
     "read_conversations",
     "record_of",
     "stream_lines",

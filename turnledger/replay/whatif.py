@@ -82,7 +82,7 @@ from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMes
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
 
-__all__ = ["WhatIfReport", "WhatIfRun", "replay_what_if", "what_if"]
+__all__ = ["WhatIfReport", "replay_what_if", "what_if"]
 
 
 @attrs.frozen

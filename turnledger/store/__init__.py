@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from turnledger.store.backend import EventStoreBackend
 
-__all__ = ["DEFAULT_STORE_URL", "ErasureHook", "before_erasure", "run_before_erasure"]
+__all__ = ["DEFAULT_STORE_URL", "before_erasure", "run_before_erasure"]
 
 DEFAULT_STORE_URL: Final = "sqlite:///./turnledger.db"
 """The store a command or `open_store` uses when none is named: ``./turnledger.db``. Here, in

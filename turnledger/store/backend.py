@@ -52,9 +52,7 @@ from turnledger.store.session_index import SessionIndex
 from turnledger.store.snapshot_table import SNAPSHOT_TOPIC, SnapshotTable
 
 __all__ = [
-    "RETRY_BASE_DELAY",
     "RETRY_BUDGET_SECONDS",
-    "RETRY_MAX_DELAY",
     "SNAPSHOT_TOPIC",
     "AnchorMismatch",
     "AppendInDoubt",
@@ -64,7 +62,6 @@ __all__ = [
     "StoreUnavailable",
     "drop_memory_store",
     "open_backend",
-    "redact_url",
     "retry_on_conflict",
 ]
 

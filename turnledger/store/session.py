@@ -64,16 +64,7 @@ from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_c
 from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import SNAPSHOT_INTERVAL, SNAPSHOT_MESSAGES, Pipeline, Position
 
-__all__ = [
-    "DEFAULT_STORE_URL",
-    "SNAPSHOT_INTERVAL",
-    "SNAPSHOT_MESSAGES",
-    "Session",
-    "SessionView",
-    "Store",
-    "open_store",
-    "parse_session_id",
-]
+__all__ = ["Session", "SessionView", "Store", "open_store", "parse_session_id"]
 
 log = logging.getLogger("turnledger")
 

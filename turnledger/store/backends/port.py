@@ -49,7 +49,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment
 
-from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.errors import InvalidStoreURL, StoreUnavailable, TurnledgerError
 from turnledger.domain.overflow import exception_chain
 from turnledger.store.codec import describe_error
 
@@ -72,17 +72,7 @@ __all__ = [
     "url_number",
     "url_options",
     "url_seconds",
-    "url_secrets",
 ]
-
-
-class InvalidStoreURL(TurnledgerError, ValueError):
-    """The store URL cannot be used: unknown scheme, bad option, or a path that cannot be
-    created. The message is one line with the reason (the CLI's exit 2)."""
-
-
-class StoreUnavailable(TurnledgerError):
-    """The database failed or cannot be reached (connection, lock timeout, closed backend)."""
 
 
 def database_errors() -> tuple[type[BaseException], ...]:

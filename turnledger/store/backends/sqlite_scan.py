@@ -38,14 +38,12 @@ from turnledger.store.backends.sqlite import (
 from turnledger.store.codec import describe_error
 
 __all__ = [
-    "PAGE",
     "STORE_WIDE",
     "Damage",
     "DamagedFile",
     "Damages",
     "damaged_key_sql",
     "damaged_sqlite_path",
-    "is_sqlite_file",
     "reading",
 ]
 
