@@ -1,6 +1,6 @@
 """turnledger: event-sourced conversation history for LLM agent runtimes.
 
-The public surface of API.md, re-exported (docs/api.md lists it). See README.md for a tour.
+The public surface, re-exported (docs/api.md lists it). See README.md for a tour.
 
 A name is imported from its module when it is first used (PEP 562): ``import turnledger`` and
 ``turnledger --help`` load no store, driver, audit or report code until a command or a call

@@ -133,3 +133,20 @@ def test_i20_p6_every_error_class_is_defined_in_the_errors_module() -> None:
                  for name in _error_classes(path, known)}
     public = {(path, name) for path, name in elsewhere if not name.startswith("_")}
     assert set() == public - INTERNAL_ERRORS  # a private one is a module's own control flow
+
+
+# --- documents the code cites --------------------------------------------------------------------
+
+OUTSIDE = re.compile(r"\b(?:SPEC|DESIGN|STYLE|DECISIONS)(?:\.md)?\b(?! ?_)|\bAPI\.md\b")
+
+
+def test_i20_p6_the_code_and_docs_cite_no_document_outside_the_repository() -> None:
+    """SPEC.md, API.md, DESIGN.md, STYLE.md and DECISIONS.md are the team's, not the
+    repository's: a reader of the code or the docs follows docs/behaviour.md, docs/api.md and
+    the ADRs instead."""
+    texts = [*PACKAGE.rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    cited = sorted(f"{path.relative_to(ROOT)}:{number}"
+                   for path in texts
+                   for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+                   if OUTSIDE.search(line.replace("SPEC_PRICING", "")))
+    assert [] == cited

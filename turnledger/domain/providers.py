@@ -689,7 +689,7 @@ def _anthropic_result_json(result: ToolResult) -> Json:
 def marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
     """The blocks a bare user message's loadable ``[IMAGE:ref]`` markers stand for (R21).
 
-    A message appended by a runtime in SPEC's vocabulary carries its images as markers: they
+    A message appended by a runtime in the rules' vocabulary carries its images as markers: they
     are sent as images. A message that came from a provider (not bare) is sent as it came.
     """
     if chat.role != "user" or chat.envelope is not None or chat.blocks:

@@ -1,7 +1,7 @@
 """The audit timeline, time travel and request replay of a recorded session (E4, E6, E12).
 
 Everything here is a fold over a session's events, in order, with the decider's own `evolve`
-(STYLE 2): nothing re-decides, so what is shown is exactly what was recorded.
+(ADR-0005): nothing re-decides, so what is shown is exactly what was recorded.
 
 - `timeline` gives one entry per event with a one-line human summary (why each trim happened,
   what each request held) and the event's data as JSON-ready values.

@@ -1,6 +1,6 @@
 """turnledger's store: the event store, its backends, sessions and the write path.
 
-The store sits below the projections and imports none of them (STYLE 1). What it must ask of
+The store sits below the projections and imports none of them (ADR-0001). What it must ask of
 them is registered here by the package's composition root (``turnledger/__init__.py``): the
 hooks that must see a session's events before `Store.forget` makes their content unreadable —
 the analytics counters, which a forgotten session keeps (ADR-0046, ADR-0072). Light on

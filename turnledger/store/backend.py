@@ -3,7 +3,7 @@
 `open_backend(url)` picks the backend of the URL's scheme from the registry
 (`turnledger.store.backends.BACKENDS`) and builds the same `EventStoreBackend` over whatever
 recorders it opens — backends differ only in that configuration and in what the port asks
-of them (STYLE 4, STYLE 18):
+of them (ADR-0007, ADR-0072):
 
 - ``memory://`` and ``memory://NAME`` — `turnledger.store.backends.memory`;
 - ``sqlite:///path/to/file.db`` — `turnledger.store.backends.sqlite`;

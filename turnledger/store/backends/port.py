@@ -1,8 +1,8 @@
-"""The backend port: what one kind of database must provide to the event store (STYLE 4).
+"""The backend port: what one kind of database must provide to the event store (ADR-0007).
 
 A backend is one `Database` subclass in one module of this package, registered by its URL
 scheme in ``turnledger.store.backends.BACKENDS``. It owns its driver, its SQL and its types
-(STYLE 18), and nothing else:
+(ADR-0072), and nothing else:
 
 - its URL: `Database.from_url` parses the part after ``scheme://`` and its query options,
   raising `InvalidStoreURL` (one line, password removed) for anything unusable;
