@@ -1,6 +1,6 @@
 """turnledger: event-sourced conversation history for LLM agent runtimes.
 
-The public surface of API.md, re-exported (docs/api.md lists it). See README.md for a tour.
+The public surface, re-exported (docs/api.md lists it). See README.md for a tour.
 
 A name is imported from its module when it is first used (PEP 562): ``import turnledger`` and
 ``turnledger --help`` load no store, driver, audit or report code until a command or a call
@@ -29,9 +29,11 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     "turnledger.domain.decider": ("PreparedRequest", "request_digest"),
     "turnledger.domain.errors": (
-        "ConcurrencyConflict", "ContextWindowExceeded", "CorruptRecord", "InvalidMessage",
-        "InvalidProfile", "SessionForgottenError", "SessionNotFound", "TurnledgerError",
-        "UnansweredToolCalls",
+        "AppendInDoubt", "AuditKeyRequired", "ConcurrencyConflict", "ContextWindowExceeded",
+        "CorruptRecord", "InvalidKey", "InvalidMessage", "InvalidProfile", "InvalidStoreURL",
+        "KeyRequired", "NotEncrypted", "SessionForgottenError", "SessionNotFound",
+        "StoreUnavailable", "TranscriptError", "TurnledgerError", "UnansweredToolCalls",
+        "UnkeyedChain", "WrongKey",
     ),
     "turnledger.domain.estimate": ("IMAGE_TOKEN_ESTIMATE", "estimate_history_tokens"),
     "turnledger.domain.findings": ("Finding", "Rule", "Violation"),
@@ -56,19 +58,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "turnledger.profiles": ("load_profile", "load_profile_document"),
     "turnledger.projections.analytics": ("Analytics",),
     "turnledger.providers": (
-        "TranscriptError", "from_anthropic", "from_openai_chat", "from_openai_responses",
+        "from_anthropic", "from_openai_chat", "from_openai_responses",
         "to_anthropic", "to_openai_chat", "to_openai_responses",
     ),
     "turnledger.replay.audit": ("VerifyReport", "verify"),
     "turnledger.replay.report": ("report",),
     "turnledger.replay.timeline": ("TimelineEntry", "timeline", "views_at"),
     "turnledger.replay.whatif": ("WhatIfReport", "what_if"),
-    "turnledger.store.backend": (
-        "AppendInDoubt", "InvalidStoreURL", "StoreUnavailable", "retry_on_conflict",
-    ),
-    "turnledger.store.keys": (
-        "AuditKeyRequired", "InvalidKey", "KeyRequired", "NotEncrypted", "UnkeyedChain", "WrongKey",
-    ),
+    "turnledger.store.backend": ("retry_on_conflict",),
     "turnledger.store.session": ("Session", "SessionView", "Store", "open_store"),
 }
 _HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for name in names}
@@ -125,15 +122,25 @@ if TYPE_CHECKING:
         request_digest,
     )
     from turnledger.domain.errors import (
+        AppendInDoubt,
+        AuditKeyRequired,
         ConcurrencyConflict,
         ContextWindowExceeded,
         CorruptRecord,
+        InvalidKey,
         InvalidMessage,
         InvalidProfile,
+        InvalidStoreURL,
+        KeyRequired,
+        NotEncrypted,
         SessionForgottenError,
         SessionNotFound,
+        StoreUnavailable,
+        TranscriptError,
         TurnledgerError,
         UnansweredToolCalls,
+        UnkeyedChain,
+        WrongKey,
     )
     from turnledger.domain.estimate import (
         IMAGE_TOKEN_ESTIMATE,
@@ -205,7 +212,6 @@ if TYPE_CHECKING:
         Analytics,
     )
     from turnledger.providers import (
-        TranscriptError,
         from_anthropic,
         from_openai_chat,
         from_openai_responses,
@@ -229,20 +235,7 @@ if TYPE_CHECKING:
         WhatIfReport,
         what_if,
     )
-    from turnledger.store.backend import (
-        AppendInDoubt,
-        InvalidStoreURL,
-        StoreUnavailable,
-        retry_on_conflict,
-    )
-    from turnledger.store.keys import (
-        AuditKeyRequired,
-        InvalidKey,
-        KeyRequired,
-        NotEncrypted,
-        UnkeyedChain,
-        WrongKey,
-    )
+    from turnledger.store.backend import retry_on_conflict
     from turnledger.store.session import (
         Session,
         SessionView,

@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 a check failed (verify found violations, a stored record is corrupt),
 2 bad usage or bad input (one-line reason on stderr; a rejected import line is bad input, the
-other lines are still imported: DECISIONS 10).
+other lines are still imported: README.md, Exit codes).
 """
 
 from __future__ import annotations

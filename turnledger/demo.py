@@ -30,7 +30,7 @@ from turnledger.domain.messages import (
 )
 from turnledger.store.session import Session, Store
 
-__all__ = ["DEMO_PROFILE", "DEMO_PROVIDERS", "run_demo"]
+__all__ = ["run_demo"]
 
 DEMO_PROFILE = RuntimeProfile(max_context_tokens=2_400, max_history_messages=4)
 DEMO_PROVIDERS = (

@@ -105,3 +105,48 @@ def test_i20_p6_every_rule_id_the_code_cites_is_a_heading_of_docs_behaviour() ->
              for path in PACKAGE.rglob("*.py")
              for rule in RULE_ID.findall(path.read_text(encoding="utf-8"))}
     assert [] == sorted((path, rule) for path, rule in cited if rule not in headings)
+
+
+# --- one errors module --------------------------------------------------------------------------
+
+ERRORS = PACKAGE / "domain" / "errors.py"
+BUILTIN_ERRORS = {"Exception", "ValueError", "TypeError", "RuntimeError", "LookupError",
+                  "KeyError", "OSError", "BaseException"}
+INTERNAL_ERRORS = {("turnledger/cli.py", "UsageError")}  # the CLI's exit 2, never raised out
+
+
+def _error_classes(path: Path, known: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+            and any(isinstance(base, ast.Name) and base.id in known for base in node.bases)]
+
+
+def test_i20_p6_every_error_class_is_defined_in_the_errors_module() -> None:
+    """One place to read what turnledger raises: `turnledger.domain.errors` (re-exported)."""
+    known = BUILTIN_ERRORS | set(_error_classes(ERRORS, BUILTIN_ERRORS | {"TurnledgerError",
+                                                                         "CorruptRecord",
+                                                                         "InvalidMessage",
+                                                                         "StoreUnavailable",
+                                                                         "ReplayError"}))
+    elsewhere = {(path.relative_to(ROOT).as_posix(), name)
+                 for path in PACKAGE.rglob("*.py") if path != ERRORS
+                 for name in _error_classes(path, known)}
+    public = {(path, name) for path, name in elsewhere if not name.startswith("_")}
+    assert set() == public - INTERNAL_ERRORS  # a private one is a module's own control flow
+
+
+# --- documents the code cites --------------------------------------------------------------------
+
+OUTSIDE = re.compile(r"\b(?:SPEC|DESIGN|STYLE|DECISIONS)(?:\.md)?\b(?! ?_)|\bAPI\.md\b")
+
+
+def test_i20_p6_the_code_and_docs_cite_no_document_outside_the_repository() -> None:
+    """SPEC.md, API.md, DESIGN.md, STYLE.md and DECISIONS.md are the team's, not the
+    repository's: a reader of the code or the docs follows docs/behaviour.md, docs/api.md and
+    the ADRs instead."""
+    texts = [*PACKAGE.rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    cited = sorted(f"{path.relative_to(ROOT)}:{number}"
+                   for path in texts
+                   for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+                   if OUTSIDE.search(line.replace("SPEC_PRICING", "")))
+    assert [] == cited

@@ -6,7 +6,7 @@ field of a block verbatim in ``extra``: the canonical JSON text of an object (so
 non-ASCII kept), ``""`` when there is none. A block of a type nobody knows yet is an
 `OpaqueBlock` holding its whole JSON: it never rejects a conversation.
 
-Each block has a `block_text`: what the token estimate and the SPEC rules see (R20-R23). Text
+Each block has a `block_text`: what the token estimate and the rules see (R20-R23). Text
 and thinking are text; an image is an ``[IMAGE:ref]`` marker (so a user image keeps the fixed
 1,600 cost of R21, and a tool result's images are its attachments, R22); a document, a server tool
 call or result and an opaque block count by their JSON bytes.
@@ -272,7 +272,7 @@ BLOCK_TAGS: Final[Mapping[type, str]] = {
 
 
 def block_text(block: ContentBlock) -> str:
-    """What the estimate and the SPEC rules see of one block (R20-R23)."""
+    """What the estimate and the rules see of one block (R20-R23)."""
     match block:
         case TextBlock(text=text):
             return text

@@ -1,6 +1,6 @@
 """Budget and route configuration: runtime/provider profiles, capacity and the token budget.
 
-This module is the one place where the token budget (SPEC R11-R17), the request safety window
+This module is the one place where the token budget (R11-R17), the request safety window
 (R18) and the capacity of a provider/model route (R19) are decided. Everything here is pure:
 `parse_profile_document` validates a profile file's parsed TOML; `turnledger.profiles` reads it.
 

@@ -1,6 +1,6 @@
 """The session decider: ``decide(state, command) -> events`` and ``evolve(state, event)``.
 
-The same code drives live sessions, restores and what-if replays (STYLE 2). The state
+The same code drives live sessions, restores and what-if replays (ADR-0005). The state
 (`turnledger.domain.state.SessionState`) keeps a session's facts and the index of its log; every
 trim is chosen by `turnledger.domain.trimming` and priced and counted by
 `turnledger.domain.window`, the same functions the pure trims call.
@@ -94,8 +94,6 @@ __all__ = [
     "Batch",
     "ClearHistory",
     "Command",
-    "EnforceTokenBudget",
-    "EnforceTurnLimit",
     "Extend",
     "FitWindow",
     "ImportConversation",
@@ -107,13 +105,10 @@ __all__ = [
     "SessionState",
     "StartSession",
     "SweepOrphans",
-    "decide",
     "evolve",
     "execute",
     "request_digest",
-    "request_overhead_tokens",
     "run",
-    "unanswered_tool_calls",
 ]
 
 E = TypeVar("E", bound=DomainEvent)
@@ -215,7 +210,7 @@ class Extend:
 @attrs.frozen
 class FitWindow:
     """Apply the trims a request would (turn limit, token budget, orphan sweep: R24, R27a,
-    DECISIONS 7) without preparing one: for a runtime that builds its request itself."""
+    R36) without preparing one: for a runtime that builds its request itself."""
 
     now: datetime
 
@@ -262,7 +257,7 @@ class SelectRoute:
 @attrs.frozen
 class SweepOrphans:
     """Sweep orphans (R36) from the conversation window (a restore), or from the chat window
-    just before a request is rendered (``view=View.CHAT``, DECISIONS 7): what a trim or an
+    just before a request is rendered (``view=View.CHAT``, R36): what a trim or an
     append out of order would leave unpaired in the request."""
 
     now: datetime
@@ -288,7 +283,7 @@ Command = (
 
 @attrs.frozen
 class PreparedRequest:
-    """What the runtime sends to the provider (API.md), after R18's capacity check.
+    """What the runtime sends to the provider (docs/api.md), after R18's capacity check.
 
     ``messages`` is the chat view the request was prepared from (its ``digest``); ``api`` the
     request API the route's provider names (None: not said), ``sent`` the messages as that API
@@ -648,7 +643,7 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         "estimated_tokens": estimated,
         "message_count": len(messages),
     }
-    if unanswered:  # DECISIONS 11: the provider would reject a call without its result
+    if unanswered:  # R18: the provider would reject a call without its result
         batch.add(
             RequestRejected,
             **fields,
@@ -752,7 +747,7 @@ def _decide_overflow(state: SessionState, command: RecoverFromOverflow, batch: B
 
 def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> None:
     if command.view is View.CHAT and unanswered_tool_calls(state.newest_turn_chat()):
-        return  # the request is refused next (DECISIONS 11): the calls wait for their results
+        return  # the request is refused next (R18): the calls wait for their results
     present = state.index.present_from(state.window(command.view).start)
     result = sweep_conversation_orphans([item for _, item in present])
     if not result.removed_indices and not result.rewritten:
@@ -868,7 +863,7 @@ def _steps(command: Command) -> list[Command]:
             return [
                 EnforceTurnLimit(TrimTrigger.PREPARE, command.now),  # R27a
                 EnforceTokenBudget(TrimTrigger.PREPARE, None, command.now),  # R24
-                SweepOrphans(command.now, view=View.CHAT),  # DECISIONS 7: no orphan is sent
+                SweepOrphans(command.now, view=View.CHAT),  # R36: no orphan is sent
                 command,
             ]
     return [command]

@@ -1,20 +1,46 @@
-"""The turnledger error family: every error a caller can see derives from `TurnledgerError`."""
+"""The turnledger error family: every error a caller can see derives from `TurnledgerError`.
+
+Every error class is defined here, whatever layer raises it (issue 20 point 6): the store's
+(`StoreUnavailable`, `AppendInDoubt`, the key errors), the replay's, the transcripts'. The
+modules that raise them import them from here (and keep the names importable for their
+callers); `turnledger` re-exports the public ones, and docs/api.md lists them.
+"""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 __all__ = [
-    "DETAIL_LIMIT",
+    "AlreadyKeyed",
+    "AnchorMismatch",
+    "AppendInDoubt",
+    "AuditKeyRequired",
     "ConcurrencyConflict",
     "ContextWindowExceeded",
     "CorruptRecord",
+    "InvalidAnchor",
+    "InvalidAppend",
+    "InvalidKey",
     "InvalidMessage",
+    "InvalidPosition",
     "InvalidProfile",
+    "InvalidStoreURL",
+    "KeyRequired",
+    "NotEncrypted",
+    "ReplayError",
     "SessionForgottenError",
     "SessionNotFound",
+    "SnapshotMismatch",
+    "StoreUnavailable",
+    "TranscriptError",
     "TurnledgerError",
     "UnansweredToolCalls",
+    "UndecodableRecord",
+    "UnkeyedChain",
+    "WrongKey",
     "bounded",
 ]
 
@@ -98,3 +124,116 @@ class CorruptRecord(TurnledgerError):
         super().__init__(message)
         self.session_id = session_id
         self.version = version
+
+
+class InvalidStoreURL(TurnledgerError, ValueError):
+    """The store URL cannot be used: unknown scheme, bad option, or a path that cannot be
+    created. The message is one line with the reason (the CLI's exit 2)."""
+
+
+class StoreUnavailable(TurnledgerError):
+    """The database failed or cannot be reached (connection, lock timeout, closed backend)."""
+
+
+class AppendInDoubt(StoreUnavailable):
+    """An append failed after its insert was sent and the database did not answer again in
+    time to tell whether the batch was stored (ADR-0064): the one `StoreUnavailable` of an
+    append that may have stored something.
+
+    ``session_id``, ``first`` and ``last`` (its versions) and ``head`` (the chain value its
+    last record has if it was stored) name the batch; `EventStoreBackend.resolve_in_doubt`
+    tells later whether it was. A `Session` remembers it: retrying the same command finds
+    the batch if it was stored and returns it instead of recording it twice.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: UUID, first: int, last: int, head: bytes
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.first = first
+        self.last = last
+        self.head = head
+
+
+class InvalidAppend(TurnledgerError, ValueError):
+    """The events of an append do not continue the session's stream (a caller bug: versions
+    that skip or repeat, another session's event, a chain head that is not the stored one)."""
+
+
+class AnchorMismatch(CorruptRecord):
+    """The record a checked read starts from is absent or does not carry the expected chain
+    (a snapshot ahead of the log or not taken from it); the caller reads from version 1."""
+
+
+class SnapshotMismatch(CorruptRecord):
+    """A snapshot that cannot be trusted (damaged, undigested, not the log's): replay instead."""
+
+
+class UndecodableRecord(CorruptRecord):
+    """A `CorruptRecord` raised by the store; ``cause`` is the one-line reason alone."""
+
+    def __init__(self, session_id: UUID | str, version: int, topic: str, cause: str) -> None:
+        super().__init__(
+            f"corrupt record: session {bounded(str(session_id), 80)} version {version} "
+            f"(topic {bounded(repr(topic), 120)}): {bounded(cause)}",
+            session_id=str(session_id),
+            version=version,
+        )
+        self.topic = topic
+        self.cause = bounded(cause)
+
+
+class InvalidKey(TurnledgerError, ValueError):
+    """A key that is not 32 bytes as base64 or hex (or a key file that cannot be read)."""
+
+
+class KeyRequired(TurnledgerError):
+    """The store is encrypted and no key was given."""
+
+
+class WrongKey(TurnledgerError):
+    """The key given is not the store's key (or the audit key not the store's audit key)."""
+
+
+class NotEncrypted(TurnledgerError):
+    """A key was given for a store that holds unencrypted events, or a key operation
+    (forget, rekey) was asked of a store that is not encrypted."""
+
+
+class AuditKeyRequired(TurnledgerError):
+    """The store's chain is keyed (HMAC-SHA256) and no audit key was given."""
+
+
+class UnkeyedChain(TurnledgerError):
+    """An audit key was given for a store whose chain is unkeyed; `turnledger rechain` moves
+    it to a keyed chain (ADR-0047)."""
+
+
+class AlreadyKeyed(TurnledgerError):
+    """The store's chain is keyed already."""
+
+
+class TranscriptError(InvalidMessage):
+    """A transcript cannot be converted (E11); the text names the line, message and field.
+
+    ``line`` is the 1-based JSONL line number when the error comes from reading a file, else
+    None. ``reason`` is the text without the line prefix.
+    """
+
+    def __init__(self, reason: str, *, line: int | None = None) -> None:
+        super().__init__(reason if line is None else f"line {line}: {reason}")
+        self.reason = reason
+        self.line = line
+
+
+class ReplayError(TurnledgerError, ValueError):
+    """The events cannot be replayed as asked (not a session's stream, bad position)."""
+
+
+class InvalidPosition(ReplayError):
+    """An event position outside ``0 .. last recorded version`` (E4)."""
+
+
+class InvalidAnchor(TurnledgerError, ValueError):
+    """An anchor file that cannot be read as one (bad usage: exit 2)."""

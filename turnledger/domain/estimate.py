@@ -44,7 +44,6 @@ __all__ = [
     "FRAMING_TOKENS",
     "IMAGE_MARKER_PREFIX",
     "IMAGE_TOKEN_ESTIMATE",
-    "ImageMarker",
     "base_message_tokens",
     "current_turn_start",
     "current_turn_surcharge",
@@ -55,7 +54,6 @@ __all__ = [
     "message_costs",
     "message_tokens",
     "text_tokens",
-    "utf8_len",
 ]
 
 FRAMING_TOKENS: Final = 4

@@ -98,7 +98,7 @@ class RejectionReason(enum.StrEnum):
     CAPACITY = "capacity"
     """It does not fit the model context window (R18)."""
     UNANSWERED_TOOL_CALLS = "unanswered_tool_calls"
-    """The newest turn has tool calls without their results (DECISIONS 11)."""
+    """The newest turn has tool calls without their results (R18)."""
 
 
 @attrs.frozen
@@ -237,7 +237,7 @@ class RequestPrepared(DomainEvent):
 
 @attrs.frozen
 class RequestRejected(DomainEvent):
-    """A request was refused and not sent: ``reason`` says why (R18, DECISIONS 11).
+    """A request was refused and not sent: ``reason`` says why (R18).
 
     ``tool_call_ids`` are the unanswered calls of an ``unanswered_tool_calls`` refusal.
     Version 2 added ``reason`` and ``tool_call_ids``; a version 1 record was a capacity refusal.
@@ -290,7 +290,7 @@ class OverflowUnrecoverable(DomainEvent):
 @attrs.frozen
 class OrphansSwept(DomainEvent):
     """The orphan sweep (R36) removed messages from the views on restore (E5), or from the
-    chat window before a request was rendered (DECISIONS 7).
+    chat window before a request was rendered (R36).
 
     The removed messages stay in the log; ``positions`` are their log positions.
     """

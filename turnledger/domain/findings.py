@@ -17,7 +17,7 @@ import attrs
 
 from turnledger.domain.errors import bounded
 
-__all__ = ["RULE_OF_KIND", "Finding", "ProblemKind", "Rule", "Violation"]
+__all__ = ["Finding", "ProblemKind", "Rule", "Violation"]
 
 
 class Rule(enum.StrEnum):

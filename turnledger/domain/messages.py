@@ -1,9 +1,9 @@
 """Message values: the provider-facing `ChatMessage` and the structured `ConversationMessage`.
 
-The vocabulary is SPEC.md's. An assistant message that calls tools carries the JSON envelope
-``{"content": text, "tool_calls": [{"id", "name", "arguments"}]}`` as its content; a tool message
-carries ``{"tool_call_id": id, "content": text}``. `to_chat_messages` turns the structured history
-into the flat one, `from_chat_messages` parses it back.
+The vocabulary is docs/behaviour.md's. An assistant message that calls tools carries the JSON
+envelope ``{"content": text, "tool_calls": [{"id", "name", "arguments"}]}`` as its content; a
+tool message carries ``{"tool_call_id": id, "content": text}``. `to_chat_messages` turns the
+structured history into the flat one, `from_chat_messages` parses it back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from turnledger.domain.errors import InvalidMessage
 
 __all__ = [
     "BREADCRUMB_TEXT",
-    "ROLES",
     "TOOL_RESULTS_PREFIX",
     "AssistantToolCalls",
     "Chat",
@@ -94,7 +93,7 @@ class ChatMessage:
 
     - ``blocks``: the typed content blocks when the provider sent a list of blocks (empty when
       the content was a string); ``content`` is then derived from them (`block_text` of each,
-      joined with line breaks), so every SPEC rule keeps reading ``content``;
+      joined with line breaks), so every rule keeps reading ``content``;
     - ``extra``: the provider fields of the message turnledger does not interpret (``name``,
       ``refusal``, ``annotations``, ...), as canonical JSON text (`canonical_json`);
     - ``envelope``: the recorded structure. ``True``: the content is the envelope of its role
@@ -186,14 +185,14 @@ class ChatMessage:
     def tool_calls_envelope(
         cls, text: str | None, tool_calls: Iterable[ToolCall]
     ) -> ChatMessage:
-        """The assistant message that calls ``tool_calls`` (the envelope form, SPEC)."""
+        """The assistant message that calls ``tool_calls`` (the envelope form, R1)."""
         return cls.of_item(AssistantToolCalls(text, tuple(tool_calls)))
 
     @classmethod
     def tool_result_envelope(
         cls, tool_call_id: str, content: str, attachments: Iterable[str] = ()
     ) -> ChatMessage:
-        """The tool message that answers ``tool_call_id`` (the envelope form, SPEC)."""
+        """The tool message that answers ``tool_call_id`` (the envelope form, R1)."""
         return cls.of_item(ToolResult(tool_call_id, content, "", tuple(attachments)))
 
     @classmethod
@@ -206,7 +205,7 @@ class ChatMessage:
 
     @classmethod
     def of_item(cls, item: AssistantToolCalls | ToolResult) -> ChatMessage:
-        """The provider-facing form of a tool-call item or of one tool result (SPEC envelopes)."""
+        """The provider-facing form of a tool-call item or of one tool result (R1's envelopes)."""
         if isinstance(item, AssistantToolCalls):
             return cls(
                 "assistant",
@@ -302,7 +301,7 @@ class ToolResult:
 
 
 def joined_text(blocks: Iterable[ContentBlock]) -> str:
-    """The text SPEC's rules see of a block sequence: each `block_text`, joined by line breaks."""
+    """The text the rules see of a block sequence: each `block_text`, joined by line breaks."""
     return "\n".join(block_text(b) for b in blocks)
 
 
@@ -544,7 +543,7 @@ def parse_tool_envelope(content: str) -> tuple[str, str] | None:
 # --- conversions ----------------------------------------------------------------------------
 
 def to_chat_messages(conversation: Iterable[ConversationMessage]) -> list[ChatMessage]:
-    """Structured history -> provider-facing messages, in SPEC vocabulary.
+    """Structured history -> provider-facing messages, in the vocabulary of docs/behaviour.md.
 
     `AssistantToolCalls` becomes one assistant message with the tool-call envelope (the
     reasoning content is not in its text); each `ToolResult` becomes one tool message with the

@@ -1,7 +1,7 @@
 """Recognise a provider's context-window overflow from its error (R26).
 
 A provider that rejects a request because it is too large says so in prose, and each one words it
-differently. `is_context_window_exceeded` matches the ten phrases SPEC R26 lists, plus the
+differently. `is_context_window_exceeded` matches the ten phrases R26 lists, plus the
 phrases below that providers actually send, ignoring case, so the runtime can start the reactive
 recovery of R25.
 

@@ -1,4 +1,4 @@
-"""Content priced by what it is (issue 21, DECISIONS 21): the rules beside R20-R23's text.
+"""Content priced by what it is (issue 21, K1-K8): the rules beside R20-R23's text.
 
 R20-R23 price text by its UTF-8 bytes and an image at a fixed 1,600 tokens. A provider bills
 other content by what it is, never by the bytes of its base64: a `Pricing` says how each kind is
@@ -70,7 +70,7 @@ class Pricing:
       were decided); True applies the rules below.
     - ``image_tokens``: one image (R21, R22), wherever a provider takes one: user images, the
       current turn's tool-result images, an assistant's image blocks and generated images.
-    - ``image_by_size``: opt-in (DECISIONS 21): an inline image whose header gives its size costs
+    - ``image_by_size``: opt-in (K1): an inline image whose header gives its size costs
       ``ceil(width × height / 750)`` after fitting 1,568 px on its long edge (Anthropic's rule);
       an image of unknown size (a URL) still costs ``image_tokens``.
     - ``document_page_tokens``: one page of a base64 PDF (pages counted in the file);

@@ -52,7 +52,7 @@ from turnledger.domain.blocks import (
     extra_fields,
     extra_text,
 )
-from turnledger.domain.errors import InvalidMessage
+from turnledger.domain.errors import InvalidMessage, TranscriptError
 from turnledger.domain.estimate import image_markers
 from turnledger.domain.messages import (
     AssistantToolCalls,
@@ -76,7 +76,6 @@ __all__ = [
     "from_openai_chat",
     "from_openai_responses",
     "from_openai_responses_item",
-    "image_of_ref",
     "marker_blocks",
     "plain",
     "structured_item",
@@ -88,19 +87,6 @@ __all__ = [
 Json = dict[str, Any]
 _T = TypeVar("_T")
 _RAW_ARGUMENTS_KEY: Final = "_raw"
-
-
-class TranscriptError(InvalidMessage):
-    """A transcript cannot be converted (E11); the text names the line, message and field.
-
-    ``line`` is the 1-based JSONL line number when the error comes from reading a file, else
-    None. ``reason`` is the text without the line prefix.
-    """
-
-    def __init__(self, reason: str, *, line: int | None = None) -> None:
-        super().__init__(reason if line is None else f"line {line}: {reason}")
-        self.reason = reason
-        self.line = line
 
 
 # --- shared ---------------------------------------------------------------------------------
@@ -703,7 +689,7 @@ def _anthropic_result_json(result: ToolResult) -> Json:
 def marker_blocks(chat: ChatMessage) -> tuple[ContentBlock, ...]:
     """The blocks a bare user message's loadable ``[IMAGE:ref]`` markers stand for (R21).
 
-    A message appended by a runtime in SPEC's vocabulary carries its images as markers: they
+    A message appended by a runtime in the rules' vocabulary carries its images as markers: they
     are sent as images. A message that came from a provider (not bare) is sent as it came.
     """
     if chat.role != "user" or chat.envelope is not None or chat.blocks:

@@ -217,7 +217,7 @@ class WindowIndex(Generic[T]):
     `compact_before` and `remove_summarised`. A fresh index over a whole history is
     `WindowIndex.of`.
 
-    Its form is a function of what was done to it, not of when (STYLE 16, ADR-0076): a forget
+    Its form is a function of what was done to it, not of when (ADR-0076): a forget
     or a compaction applies at once, so two indexes of the same log and the same windows are
     equal by `==` (which compares that form), however they were built or restored. What it
     forgets stays in its lists as a dead prefix, shed once it outweighs the live part: a trim

@@ -109,10 +109,8 @@ from turnledger.store.codec import describe_error
 
 __all__ = [
     "ROUTE_STATS_COLUMNS",
-    "SESSION_LIST_COLUMNS",
     "SESSION_STATS_COLUMNS",
     "Analytics",
-    "Listed",
     "count_before_erasure",
     "listed_sessions",
 ]
@@ -511,7 +509,7 @@ class Analytics:
 
     @contextmanager
     def _database(self, action: str) -> Iterator[_Database]:
-        """The connection (opened on first use), with driver errors translated (STYLE 5)."""
+        """The connection (opened on first use), with driver errors translated."""
         with self._lock:
             if self._closed:
                 raise StoreUnavailable(f"the analytics of {self.backend.url} are closed")

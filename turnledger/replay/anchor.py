@@ -19,19 +19,15 @@ from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
 
-from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.errors import InvalidAnchor
 from turnledger.domain.findings import Rule, Violation
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.keys import AuditKeyRequired, parse_key
 from turnledger.store.salvage import STORE_WIDE
 
-__all__ = ["ANCHOR_FORMAT", "InvalidAnchor", "check_anchor", "take_anchor"]
+__all__ = ["check_anchor", "take_anchor"]
 
 ANCHOR_FORMAT: Final = 1
-
-
-class InvalidAnchor(TurnledgerError, ValueError):
-    """An anchor file that cannot be read as one (bad usage: exit 2)."""
 
 
 def _canonical(body: dict[str, Any]) -> bytes:

@@ -76,7 +76,7 @@ from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
 from turnledger.store.session import parse_session_id
 from turnledger.store.snapshots import compare_snapshot
 
-__all__ = ["Finding", "Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
+__all__ = ["Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
 
 _INTEGRITY_LINES = 5  # lines of a database's own integrity check reported
 

@@ -75,14 +75,7 @@ from turnledger.projections.counters import Counters, fold_counters
 from turnledger.replay.timeline import ReplayError, item_tokens, printable, summarize
 from turnledger.replay.whatif import WhatIfReport, replay_what_if
 
-__all__ = [
-    "CELL_PX",
-    "LARGE_RESULT_TOKENS",
-    "MIN_TURN_PX",
-    "POINT_BUDGET",
-    "TIMELINE_FULL",
-    "report",
-]
+__all__ = ["POINT_BUDGET", "TIMELINE_FULL", "report"]
 
 POINT_BUDGET: Final = 400
 """Requests drawn one by one; more are drawn as that many buckets at most."""

@@ -1,7 +1,7 @@
 """The audit timeline, time travel and request replay of a recorded session (E4, E6, E12).
 
 Everything here is a fold over a session's events, in order, with the decider's own `evolve`
-(STYLE 2): nothing re-decides, so what is shown is exactly what was recorded.
+(ADR-0005): nothing re-decides, so what is shown is exactly what was recorded.
 
 - `timeline` gives one entry per event with a one-line human summary (why each trim happened,
   what each request held) and the event's data as JSON-ready values.
@@ -32,7 +32,7 @@ from uuid import UUID
 import attrs
 
 from turnledger.domain.decider import SessionState, evolve, request_digest
-from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.domain.errors import CorruptRecord, InvalidPosition, ReplayError
 from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
@@ -95,14 +95,6 @@ __all__ = [
 
 _STAMP_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
 _PREVIEW_CHARS = 40
-
-
-class ReplayError(TurnledgerError, ValueError):
-    """The events cannot be replayed as asked (not a session's stream, bad position)."""
-
-
-class InvalidPosition(ReplayError):
-    """An event position outside ``0 .. last recorded version`` (E4)."""
 
 
 # --- JSON (E12) -------------------------------------------------------------------------------

@@ -67,12 +67,8 @@ from turnledger.domain.providers import (
 from turnledger.replay.formats import AUTO, FORMATS
 
 __all__ = [
-    "AUTO",
-    "FORMATS",
-    "Conversation",
     "changes",
     "decode_lines",
-    "detect_format",
     "read_conversations",
     "record_of",
     "stream_lines",
@@ -373,8 +369,8 @@ _FORMAT_API: Final = {"openai": API_OPENAI_CHAT, "anthropic": API_ANTHROPIC,
 
 
 def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
-    """A session's record (issue 21, DECISIONS 20): every message appended, in log order, a
-    trailing tool call still waiting for its result included, except the messages popped
+    """A session's record (issue 21, E13): every message appended, in log order, a trailing
+    tool call still waiting for its result included, except the messages popped
     (`MessagePopped`: the runtime took its append back). Nothing else changes the record: a
     `HistoryCleared` only empties the views, trims and the breadcrumb are the views' (R31), an
     orphan sweep hides from the views what the log keeps (R36), and a tool result truncated when

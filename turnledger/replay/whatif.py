@@ -2,7 +2,7 @@
 
 `what_if` takes a session's recorded events and re-runs what the runtime *asked for* — the
 appends, the route selections, the request preparations and the overflow recoveries — through the
-same decider (`execute`, STYLE 2) on a fresh in-memory `SessionState` whose `SessionStarted`
+same decider (`execute`, ADR-0005) on a fresh in-memory `SessionState` whose `SessionStarted`
 carries the other profile. The decisions (trims, breadcrumbs, notices, requests, rejections) are
 made anew; the recorded ones only serve for the side-by-side report. Nothing is written anywhere.
 
@@ -82,7 +82,7 @@ from turnledger.domain.state import collect_summarised
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import FoldedState, ReplayError, dumps, to_jsonable
 
-__all__ = ["WhatIfReport", "WhatIfRun", "replay_what_if", "what_if"]
+__all__ = ["WhatIfReport", "replay_what_if", "what_if"]
 
 
 @attrs.frozen

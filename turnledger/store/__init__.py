@@ -1,6 +1,6 @@
 """turnledger's store: the event store, its backends, sessions and the write path.
 
-The store sits below the projections and imports none of them (STYLE 1). What it must ask of
+The store sits below the projections and imports none of them (ADR-0001). What it must ask of
 them is registered here by the package's composition root (``turnledger/__init__.py``): the
 hooks that must see a session's events before `Store.forget` makes their content unreadable —
 the analytics counters, which a forgotten session keeps (ADR-0046, ADR-0072). Light on
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from turnledger.store.backend import EventStoreBackend
 
-__all__ = ["DEFAULT_STORE_URL", "ErasureHook", "before_erasure", "run_before_erasure"]
+__all__ = ["DEFAULT_STORE_URL", "before_erasure", "run_before_erasure"]
 
 DEFAULT_STORE_URL: Final = "sqlite:///./turnledger.db"
 """The store a command or `open_store` uses when none is named: ``./turnledger.db``. Here, in

@@ -3,7 +3,7 @@
 `open_backend(url)` picks the backend of the URL's scheme from the registry
 (`turnledger.store.backends.BACKENDS`) and builds the same `EventStoreBackend` over whatever
 recorders it opens — backends differ only in that configuration and in what the port asks
-of them (STYLE 4, STYLE 18):
+of them (ADR-0007, ADR-0072):
 
 - ``memory://`` and ``memory://NAME`` — `turnledger.store.backends.memory`;
 - ``sqlite:///path/to/file.db`` — `turnledger.store.backends.sqlite`;
@@ -52,9 +52,7 @@ from turnledger.store.session_index import SessionIndex
 from turnledger.store.snapshot_table import SNAPSHOT_TOPIC, SnapshotTable
 
 __all__ = [
-    "RETRY_BASE_DELAY",
     "RETRY_BUDGET_SECONDS",
-    "RETRY_MAX_DELAY",
     "SNAPSHOT_TOPIC",
     "AnchorMismatch",
     "AppendInDoubt",
@@ -64,7 +62,6 @@ __all__ = [
     "StoreUnavailable",
     "drop_memory_store",
     "open_backend",
-    "redact_url",
     "retry_on_conflict",
 ]
 

@@ -5,7 +5,7 @@ from parts by responsibility: the session streams (`turnledger.store.event_strea
 snapshots (`turnledger.store.snapshot_table`) and the session index with the notification log
 (`turnledger.store.session_index`). `BackendCore` is what they share: the database, its
 recorders and the mapper, the lifecycle, and the one translation of library and driver
-errors into the `TurnledgerError` family (STYLE 5). Nothing here knows the backend: the
+errors into the `TurnledgerError` family. Nothing here knows the backend: the
 parts ask the port (`turnledger.store.backends.port.Database`) for what differs.
 """
 
@@ -114,7 +114,7 @@ class BackendCore:
     def _translate(
         self, action: str, session_id: UUID | None = None, version: int | None = None
     ) -> Iterator[None]:
-        """Library and driver errors -> the TurnledgerError family (STYLE 5)."""
+        """Library and driver errors -> the TurnledgerError family."""
         try:
             yield
         except TurnledgerError:

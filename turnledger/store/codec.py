@@ -46,7 +46,7 @@ from cattrs.strategies import configure_tagged_union
 
 from turnledger.domain.blocks import BLOCK_TAGS, ContentBlock
 from turnledger.domain.budget import AliasMap
-from turnledger.domain.errors import CorruptRecord, InvalidMessage, bounded
+from turnledger.domain.errors import InvalidMessage, UndecodableRecord, bounded
 from turnledger.domain.events import EVENT_TYPES, DomainEvent
 from turnledger.domain.messages import (
     AssistantBlock,
@@ -60,11 +60,7 @@ from turnledger.domain.messages import (
 from turnledger.store.fastdecode import EXACT_SCALARS, Decoder, TaggedUnion, build_decoder
 
 __all__ = [
-    "BLOCK_TAG_KEY",
-    "CLASS_VERSION_KEY",
     "MESSAGE_TAGS",
-    "MESSAGE_TAG_KEY",
-    "TOPIC_PREFIX",
     "EventCodec",
     "UndecodableRecord",
     "decode_event",
@@ -373,20 +369,6 @@ def describe_error(error: BaseException) -> str:
     else:
         text = _name_and_text(error)
     return bounded(" ".join(text.split()))
-
-
-class UndecodableRecord(CorruptRecord):
-    """A `CorruptRecord` raised by the store; ``cause`` is the one-line reason alone."""
-
-    def __init__(self, session_id: UUID | str, version: int, topic: str, cause: str) -> None:
-        super().__init__(
-            f"corrupt record: session {bounded(str(session_id), 80)} version {version} "
-            f"(topic {bounded(repr(topic), 120)}): {bounded(cause)}",
-            session_id=str(session_id),
-            version=version,
-        )
-        self.topic = topic
-        self.cause = bounded(cause)
 
 
 # --- codec ----------------------------------------------------------------------------------

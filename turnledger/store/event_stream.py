@@ -16,7 +16,13 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
-from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord, TurnledgerError
+from turnledger.domain.errors import (
+    AnchorMismatch,
+    AppendInDoubt,
+    ConcurrencyConflict,
+    InvalidAppend,
+    TurnledgerError,
+)
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.domain.findings import Finding
 from turnledger.store.backend_core import BackendCore, to_uuid
@@ -29,37 +35,6 @@ log = logging.getLogger("turnledger.store")
 
 _ANSWER_DELAY: Final = (0.02, 0.5)
 """First and largest pause (seconds) between two attempts to learn an in-doubt outcome."""
-
-
-class InvalidAppend(TurnledgerError, ValueError):
-    """The events of an append do not continue the session's stream (a caller bug: versions
-    that skip or repeat, another session's event, a chain head that is not the stored one)."""
-
-
-class AnchorMismatch(CorruptRecord):
-    """The record a checked read starts from is absent or does not carry the expected chain
-    (a snapshot ahead of the log or not taken from it); the caller reads from version 1."""
-
-
-class AppendInDoubt(StoreUnavailable):
-    """An append failed after its insert was sent and the database did not answer again in
-    time to tell whether the batch was stored (ADR-0064): the one `StoreUnavailable` of an
-    append that may have stored something.
-
-    ``session_id``, ``first`` and ``last`` (its versions) and ``head`` (the chain value its
-    last record has if it was stored) name the batch; `EventStoreBackend.resolve_in_doubt`
-    tells later whether it was. A `Session` remembers it: retrying the same command finds
-    the batch if it was stored and returns it instead of recording it twice.
-    """
-
-    def __init__(
-        self, message: str, *, session_id: UUID, first: int, last: int, head: bytes
-    ) -> None:
-        super().__init__(message)
-        self.session_id = session_id
-        self.first = first
-        self.last = last
-        self.head = head
 
 
 class EventStreams(BackendCore):

@@ -39,7 +39,14 @@ from uuid import UUID
 
 import attrs
 
-from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.errors import (
+    AuditKeyRequired,
+    InvalidKey,
+    KeyRequired,
+    NotEncrypted,
+    UnkeyedChain,
+    WrongKey,
+)
 from turnledger.store.backends.port import (
     SqlConnection,
     SqlDialect,
@@ -73,32 +80,6 @@ _WRAP_AAD: Final = b"turnledger data key:"
 
 
 # --- errors (all exit 2 in the CLI: bad usage, never "corrupt store") -----------------------
-
-class InvalidKey(TurnledgerError, ValueError):
-    """A key that is not 32 bytes as base64 or hex (or a key file that cannot be read)."""
-
-
-class KeyRequired(TurnledgerError):
-    """The store is encrypted and no key was given."""
-
-
-class WrongKey(TurnledgerError):
-    """The key given is not the store's key (or the audit key not the store's audit key)."""
-
-
-class NotEncrypted(TurnledgerError):
-    """A key was given for a store that holds unencrypted events, or a key operation
-    (forget, rekey) was asked of a store that is not encrypted."""
-
-
-class AuditKeyRequired(TurnledgerError):
-    """The store's chain is keyed (HMAC-SHA256) and no audit key was given."""
-
-
-class UnkeyedChain(TurnledgerError):
-    """An audit key was given for a store whose chain is unkeyed; `turnledger rechain` moves
-    it to a keyed chain (ADR-0047)."""
-
 
 # --- key material ---------------------------------------------------------------------------
 

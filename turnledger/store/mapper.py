@@ -46,10 +46,7 @@ from turnledger.store.codec import (
 from turnledger.store.packing import envelope_of, open_envelope
 
 __all__ = [
-    "CHAIN_SIZE",
-    "LINK_DETAIL",
     "ZERO_CHAIN",
-    "EnvelopeTranscoder",
     "Row",
     "TurnledgerMapper",
     "UndecodableRecord",

@@ -71,7 +71,7 @@ from turnledger.store.backend import (
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
 
-__all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "InDoubt", "Pipeline", "Position"]
+__all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "Pipeline", "Position"]
 
 log = logging.getLogger("turnledger")
 

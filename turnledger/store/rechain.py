@@ -12,18 +12,14 @@ from __future__ import annotations
 
 from eventsourcing.persistence import StoredEvent
 
-from turnledger.domain.errors import CorruptRecord, TurnledgerError
+from turnledger.domain.errors import AlreadyKeyed, CorruptRecord
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.backends.port import SqlStatement, StoreUnavailable, database_errors
 from turnledger.store.crypto import UNKEYED_CHAIN, keyed_chain_setting
 from turnledger.store.keys import parse_key
 from turnledger.store.mapper import ZERO_CHAIN, keyed_chain_digest, verify_chain
 
-__all__ = ["AlreadyKeyed", "chained_under", "rechain"]
-
-
-class AlreadyKeyed(TurnledgerError):
-    """The store's chain is keyed already."""
+__all__ = ["chained_under", "rechain"]
 
 
 def chained_under(backend: EventStoreBackend, audit_key: bytes | str) -> bool:

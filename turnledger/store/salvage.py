@@ -36,19 +36,10 @@ from turnledger.store.backends.sqlite_scan import (
     Damages,
     damaged_key_sql,
     damaged_sqlite_path,
-    is_sqlite_file,
     reading,
 )
 
-__all__ = [
-    "STORE_WIDE",
-    "Damage",
-    "Salvage",
-    "damaged_sqlite_path",
-    "is_damage",
-    "is_sqlite_file",
-    "salvage_sqlite",
-]
+__all__ = ["STORE_WIDE", "damaged_sqlite_path", "is_damage", "salvage_sqlite"]
 
 
 class Salvage:

@@ -1,4 +1,4 @@
-"""`Store` and `Session`: the event-sourced sessions of API.md.
+"""`Store` and `Session`: the event-sourced sessions (docs/api.md).
 
 A `Session` turns each public call into one command and hands it to the store's write
 pipeline (`turnledger.store.pipeline`: decide -> record in one transaction with the expected
@@ -69,16 +69,7 @@ from turnledger.store.pipeline import (
     log_items,
 )
 
-__all__ = [
-    "DEFAULT_STORE_URL",
-    "SNAPSHOT_INTERVAL",
-    "SNAPSHOT_MESSAGES",
-    "Session",
-    "SessionView",
-    "Store",
-    "open_store",
-    "parse_session_id",
-]
+__all__ = ["Session", "SessionView", "Store", "open_store", "parse_session_id"]
 
 log = logging.getLogger("turnledger")
 
@@ -170,7 +161,7 @@ class SessionView:
 
 
 class Session:
-    """One conversation's history, recorded event by event (API.md "Event-sourced sessions").
+    """One conversation's history, recorded event by event (docs/api.md).
 
     Not meant to be constructed directly: use `Store.start_session` or `Store.restore`. A
     session object is safe to share between threads; two session objects (or processes) on

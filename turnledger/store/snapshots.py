@@ -43,7 +43,7 @@ import msgpack
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState
-from turnledger.domain.errors import CorruptRecord
+from turnledger.domain.errors import CorruptRecord, SnapshotMismatch
 from turnledger.domain.messages import ConversationMessage
 from turnledger.domain.window import Region, Window
 from turnledger.store.codec import _FAST_OMITTED, _FAST_UNIONS, describe_error, make_converter
@@ -61,10 +61,6 @@ SNAPSHOT_FORMAT = 4
 _COMPACT_FORMAT = 3  # ADR-0030: format 4's fields, its integer columns as msgpack arrays
 _WINDOW_FORMAT = 2  # ADR-0023: the whole conversation window's items, digested
 _UNDIGESTED_FORMAT = 1  # before ADR-0023: the body alone, without a digest
-
-
-class SnapshotMismatch(CorruptRecord):
-    """A snapshot that cannot be trusted (damaged, undigested, not the log's): replay instead."""
 
 
 @attrs.frozen

@@ -36,12 +36,7 @@ from turnledger.store.backends.port import (
 )
 from turnledger.store.backends.sqlite import SQLITE_DIALECT
 
-__all__ = [
-    "MemoryDatabase",
-    "MemoryEventRecorder",
-    "MemorySnapshotRecorder",
-    "drop_memory_store",
-]
+__all__ = ["MemoryDatabase", "MemoryEventRecorder", "drop_memory_store"]
 
 class MemoryEventRecorder(POPOApplicationRecorder):
     """The library's in-memory event recorder, plus raw row access for tamper tests.

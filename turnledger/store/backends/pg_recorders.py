@@ -32,7 +32,6 @@ from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
     "bounded_factory",
-    "connection_lost",
     "connection_options",
     "delete_snapshots",
     "insert_with_keys",

@@ -1,8 +1,8 @@
-"""The backend port: what one kind of database must provide to the event store (STYLE 4).
+"""The backend port: what one kind of database must provide to the event store (ADR-0007).
 
 A backend is one `Database` subclass in one module of this package, registered by its URL
 scheme in ``turnledger.store.backends.BACKENDS``. It owns its driver, its SQL and its types
-(STYLE 18), and nothing else:
+(ADR-0072), and nothing else:
 
 - its URL: `Database.from_url` parses the part after ``scheme://`` and its query options,
   raising `InvalidStoreURL` (one line, password removed) for anything unusable;
@@ -49,7 +49,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment
 
-from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.errors import InvalidStoreURL, StoreUnavailable, TurnledgerError
 from turnledger.domain.overflow import exception_chain
 from turnledger.store.codec import describe_error
 
@@ -72,17 +72,7 @@ __all__ = [
     "url_number",
     "url_options",
     "url_seconds",
-    "url_secrets",
 ]
-
-
-class InvalidStoreURL(TurnledgerError, ValueError):
-    """The store URL cannot be used: unknown scheme, bad option, or a path that cannot be
-    created. The message is one line with the reason (the CLI's exit 2)."""
-
-
-class StoreUnavailable(TurnledgerError):
-    """The database failed or cannot be reached (connection, lock timeout, closed backend)."""
 
 
 def database_errors() -> tuple[type[BaseException], ...]:

@@ -47,7 +47,7 @@ from turnledger.store.backends.port import (
     url_seconds,
 )
 
-__all__ = ["POSTGRES_DIALECT", "PostgresDatabase"]
+__all__ = ["PostgresDatabase"]
 
 POSTGRES_DIALECT: Final = SqlDialect(
     name="postgresql",

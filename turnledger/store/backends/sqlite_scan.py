@@ -10,7 +10,7 @@ the scan grow: rowids only go up.
 The damaged file is read only through SQLite (`open_damaged`), never with a descriptor of this
 process: closing one would drop every POSIX lock the process holds on the file, SQLite's
 included, and let another process checkpoint and delete the WAL under a live connection
-(DESIGN, issue 19). Nothing is written to the damaged file.
+(ADR-0025, issue 19). Nothing is written to the damaged file.
 """
 
 from __future__ import annotations
@@ -38,14 +38,12 @@ from turnledger.store.backends.sqlite import (
 from turnledger.store.codec import describe_error
 
 __all__ = [
-    "PAGE",
     "STORE_WIDE",
     "Damage",
     "DamagedFile",
     "Damages",
     "damaged_key_sql",
     "damaged_sqlite_path",
-    "is_sqlite_file",
     "reading",
 ]
 
