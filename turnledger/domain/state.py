@@ -61,7 +61,7 @@ from turnledger.domain.window import (
     conversation_rows,
 )
 
-__all__ = ["EVERY_POSITION", "Loop", "SessionState", "collect_summarised", "note_item"]
+__all__ = ["Loop", "SessionState", "collect_summarised", "note_item"]
 
 
 class Loop(enum.Enum):
