@@ -485,7 +485,10 @@ class FoldedState(SessionState):
         """`evolve` ``event`` and keep the log's items up to date; O(1) amortised."""
         checked = as_event(event)
         evolve(self, checked, self.log)
-        note_item(self.log, checked)
+        if checked.__class__ is MessageAppended:  # most events: skip the match of `note_item`
+            self.log[checked.position] = checked.message
+        else:
+            note_item(self.log, checked)
 
     def conversation_view(
         self, older: Mapping[int, ConversationMessage | None] | None = None
