@@ -17,8 +17,11 @@ import msgpack
 import pytest
 
 from tests.backends import Target
-from tests.integration.test_scale_state import LIMIT_OFF, folded, run_turns, snapshot_versions
+from tests.integration.test_scale_state import LIMIT_OFF, run_turns, snapshot_versions
+from turnledger.domain.state import SessionState
 from turnledger.replay.audit import verify
+from turnledger.replay.timeline import fold
+from turnledger.store.backend import EventStoreBackend
 from turnledger.store.session import open_store
 from turnledger.store.snapshots import SNAPSHOT_FORMAT, _pack_ints, _unpack_ints, encode_snapshot
 
@@ -61,6 +64,11 @@ def test_the_store_writes_format_4_and_keeps_one_snapshot(target: Target) -> Non
         assert folded(store.backend, session.id).chat_view() == store.restore(
             session.id
         ).chat_view()
+
+
+def folded(backend: EventStoreBackend, session_id: str) -> SessionState:
+    """The session folded from every event, as `verify` folds it (one form, ADR-0076)."""
+    return fold(backend.read(UUID(session_id)))
 
 
 def test_a_format_3_snapshot_still_restores_without_a_replay(
