@@ -74,8 +74,14 @@ def _schemas(body: dict[str, Any]) -> list[str]:
             and f.get("type") not in (None, "text")]
 
 
-def _kind(text: str, body: dict[str, Any]) -> str:
-    """The content kind a request is filed under: the costliest kind it holds."""
+CONTENT = ("system", "messages", "input", "instructions")
+"""The body fields that carry the conversation; the others are settings, whose text (such as
+Responses' ``include: ["reasoning.encrypted_content"]``) names kinds the request need not hold."""
+
+
+def _kind(body: dict[str, Any]) -> str:
+    """The content kind a request is filed under: the costliest kind its conversation holds."""
+    text = json.dumps({k: body[k] for k in CONTENT if k in body})
     checks = {
         "audio": ("input_audio",),
         "document": ("application/pdf", '"type": "document"', '"input_file"', '"file_data"'),
@@ -134,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     detail = []
     for row in rows():
         row["server_tools"] = row["server_tools"] or _server_side_context(row["body"])
-        text = json.dumps(row["body"])
-        kind = _kind(text, row["body"])
+        kind = _kind(row["body"])
         estimated = estimate(row, pricing)
         ratio = estimated / row["billed_input_tokens"] if isinstance(estimated, int) else 0.0
         per_kind.setdefault((kind, row["server_tools"]), []).append(ratio)
