@@ -12,6 +12,7 @@ import json
 import math
 import struct
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -203,3 +204,37 @@ def test_i21_p2_anthropic_adds_its_tool_use_system_prompt() -> None:
             session.append(tl.ChatMessage.user("hi"))
             estimates.append(session.prepare_request(tools=[schema]).estimated_tokens)
     assert 346 == estimates[0] - estimates[1]
+
+
+ANTHROPIC_FILE_IMAGE = [
+    {"role": "user", "content": [{"type": "text", "text": "Get the file"}]},
+    {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "get_file", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}]},
+]
+RESPONSES_FILE_IMAGE = [
+    {"role": "user", "content": [{"type": "input_text", "text": "Look"},
+                                 {"type": "input_image", "file_id": "file-1", "detail": "auto"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "get_file", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": [
+        {"type": "input_image", "file_id": "file-2", "detail": "auto"}]},
+]
+
+
+@pytest.mark.parametrize(("api", "history", "images"), [
+    ("anthropic", lambda: tl.from_anthropic({"messages": ANTHROPIC_FILE_IMAGE}), 1),
+    ("openai_responses", lambda: tl.from_openai_responses(RESPONSES_FILE_IMAGE), 2),
+])
+def test_k7_an_image_given_by_file_id_is_sent_to_its_api_and_costs_an_image(
+    api: str, history: Any, images: int
+) -> None:
+    """An Anthropic ``image`` with a ``file`` source and a Responses ``input_image`` with a
+    ``file_id`` (in a user message or a tool result) go to their own API as recorded, and each
+    costs an image (K1), not its JSON text; nothing is left out."""
+    with tl.open_store("memory://") as store:
+        provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+        session = store.import_conversation(history(), providers=[provider])
+        request = session.prepare_request()
+    assert () == request.left_out
+    assert images * 1600 < request.estimated_tokens < images * 1600 + 100

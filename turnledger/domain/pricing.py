@@ -271,7 +271,7 @@ def _file_part(inner: dict[str, Any], pricing: Pricing) -> int:
     return pricing.document_tokens
 
 
-def _opaque(block: OpaqueBlock, pricing: Pricing) -> Priced:
+def _opaque(block: OpaqueBlock, role: str, pricing: Pricing) -> Priced:
     fields = extra_fields(block.json)
     kind = fields.get("type")
     size = len(block.json)
@@ -288,8 +288,16 @@ def _opaque(block: OpaqueBlock, pricing: Pricing) -> Priced:
         return Priced(len(result), _image_cost(result, pricing))
     if kind == "image" and isinstance(fields.get("source"), dict):  # an image kept whole
         data = fields["source"].get("data")
-        return Priced(size, _image_cost(data if isinstance(data, str) else "", pricing))
+        return _image_part(size, _image_cost(data if isinstance(data, str) else "", pricing),
+                           role)
+    if kind == "input_image":  # a Responses image given by its file_id: size unknown
+        return _image_part(size, pricing.image_tokens, role)
     return NOTHING
+
+
+def _image_part(size: int, tokens: int, role: str) -> Priced:
+    # A tool result's images cost in the current turn only, as its attachments do (R22).
+    return Priced(size, 0, tokens) if role == "tool" else Priced(size, tokens)
 
 
 def _ciphertext(data: str, pricing: Pricing) -> Priced:
@@ -321,7 +329,7 @@ def _block(block: ContentBlock, role: str, pricing: Pricing) -> Priced:
         case ServerToolResult():
             return _server_result(block, pricing)
         case OpaqueBlock():
-            return _opaque(block, pricing)
+            return _opaque(block, role, pricing)
     return NOTHING
 
 
