@@ -238,3 +238,16 @@ def test_k7_an_image_given_by_file_id_is_sent_to_its_api_and_costs_an_image(
         request = session.prepare_request()
     assert () == request.left_out
     assert images * 1600 < request.estimated_tokens < images * 1600 + 100
+
+
+def test_k4_a_compaction_item_costs_its_ciphertext_in_every_turn() -> None:
+    """A Responses ``compaction`` item (the encrypted context of earlier turns) costs its
+    decoded bytes / 16, not its base64 as text, and in every turn: it is the context the
+    provider reads in place of those turns, not reasoning it drops."""
+    secret = _b64(b"\x03" * 2_100)  # 2,800 base64 characters
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": secret}
+    (message,) = tl.to_chat_messages(tl.from_openai_responses([item]))
+    other = len(canonical_json(item)) - len(secret)
+    expected = FRAMING_TOKENS + math.ceil(other / 4) + math.ceil(2_100 / 16)
+    assert (expected, expected) == (message_tokens(message, current_turn=False),
+                                    message_tokens(message, current_turn=True))

@@ -290,6 +290,11 @@ def _opaque(block: OpaqueBlock, role: str, pricing: Pricing) -> Priced:
         data = fields["source"].get("data")
         return _image_part(size, _image_cost(data if isinstance(data, str) else "", pricing),
                            role)
+    if kind == "compaction" and isinstance(fields.get("encrypted_content"), str):
+        # The encrypted context of the turns it replaced: read in every request that carries
+        # it, so priced wherever it is (not K4's current turn only).
+        data = fields["encrypted_content"]
+        return Priced(len(data), _ciphertext_tokens(data, pricing))
     if kind == "input_image":  # a Responses image given by its file_id: size unknown
         return _image_part(size, pricing.image_tokens, role)
     return NOTHING
@@ -300,9 +305,12 @@ def _image_part(size: int, tokens: int, role: str) -> Priced:
     return Priced(size, 0, tokens) if role == "tool" else Priced(size, tokens)
 
 
+def _ciphertext_tokens(data: str, pricing: Pricing) -> int:
+    return math.ceil(_decoded_size(data) / pricing.ciphertext_bytes_per_token)
+
+
 def _ciphertext(data: str, pricing: Pricing) -> Priced:
-    tokens = math.ceil(_decoded_size(data) / pricing.ciphertext_bytes_per_token)
-    return Priced(len(data), 0, tokens)
+    return Priced(len(data), 0, _ciphertext_tokens(data, pricing))
 
 
 def _server_result(block: ServerToolResult, pricing: Pricing) -> Priced:
