@@ -57,10 +57,15 @@ def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
 
 def _server_side_context(body: dict[str, Any]) -> bool:
     """Whether the provider adds or edits context the request does not show: an earlier
-    response it holds (``previous_response_id``, ``conversation``) or a context edit it runs
-    (Anthropic ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    response it holds (``previous_response_id``, ``conversation``), an item given by its id
+    alone (an ``item_reference``, or an item of only ``id`` and ``type``: the provider reads the
+    stored item, a generated image say) or a context edit it runs (Anthropic
+    ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    by_reference = any(isinstance(i, dict) and i.get("type") != "message" and (
+        i.get("type") == "item_reference" or set(i) <= {"id", "type"}) for i in items)
     return bool(body.get("previous_response_id") or body.get("conversation")
-                or body.get("context_management"))
+                or body.get("context_management") or by_reference)
 
 
 def _schemas(body: dict[str, Any]) -> list[str]:
