@@ -251,3 +251,34 @@ def test_k4_a_compaction_item_costs_its_ciphertext_in_every_turn() -> None:
     expected = FRAMING_TOKENS + math.ceil(other / 4) + math.ceil(2_100 / 16)
     assert (expected, expected) == (message_tokens(message, current_turn=False),
                                     message_tokens(message, current_turn=True))
+
+
+def test_k5_only_the_encrypted_part_of_a_server_tool_result_costs_more_than_text() -> None:
+    """A web fetch result holding a plain-text page costs its text (R20's rate), not 300 %:
+    K5's 300 % is for the encrypted page contents a result carries (a web search result's
+    ``encrypted_content``), whose bill is the text they hold; a fetched PDF costs its pages
+    (K2), not its base64."""
+    page = "Pydantic AI is a Python agent framework. " * 100
+    secret = "Zm9v" * 500
+    pdf = _pdf(2, padding=20_000)
+    fetched = tl.ServerToolResult("web_fetch_tool_result", "srv_1", canonical_json({
+        "type": "web_fetch_result", "url": "https://x", "content": {
+            "type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                           "data": page}}}))
+    searched = tl.ServerToolResult("web_search_tool_result", "srv_2", canonical_json([
+        {"type": "web_search_result", "url": "https://y", "title": "Y",
+         "encrypted_content": secret}]))
+    fetched_pdf = tl.ServerToolResult("web_fetch_tool_result", "srv_3", canonical_json({
+        "type": "web_fetch_result", "url": "https://z", "content": {
+            "type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                           "data": pdf}}}))
+
+    def cost(block: tl.ServerToolResult) -> int:
+        return message_tokens(_assistant(block), current_turn=False)
+
+    assert FRAMING_TOKENS + text_tokens(fetched.content) == cost(fetched)
+    rest = len(searched.content) - len(secret)
+    assert FRAMING_TOKENS + math.ceil(rest / 4) + text_tokens(secret) * 3 == cost(searched)
+    source = {"type": "base64", "media_type": "application/pdf", "data": pdf}
+    rest = len(fetched_pdf.content) - len(canonical_json(source))  # K2 prices the source
+    assert FRAMING_TOKENS + math.ceil(rest / 4) + 2 * 1500 == cost(fetched_pdf)

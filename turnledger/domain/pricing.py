@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 import struct
@@ -29,6 +30,7 @@ from turnledger.domain.blocks import (
     ServerToolResult,
     ThinkingBlock,
     block_text,
+    canonical_json,
     extra_fields,
 )
 from turnledger.domain.errors import InvalidProfile
@@ -80,9 +82,10 @@ class Pricing:
       ``encrypted_content``, Anthropic ``redacted_thinking``), by its decoded bytes, in the
       current turn only: both providers drop the reasoning of earlier turns. A thinking
       signature is no content and costs nothing.
-    - ``server_result_percent``: a server tool's result (Anthropic web search, fetch, code
-      execution, MCP results) costs this share of its text's estimate: its encrypted page
-      contents are billed as the text they hold.
+    - ``server_result_percent``: the encrypted page contents (``encrypted_content``) of a
+      server tool's result (Anthropic web search, fetch, code execution, MCP results) cost
+      this share of their text's estimate: they are billed as the text they hold. The rest of
+      a result is text, a document in it a document.
     - ``tool_use_system_tokens``: what Anthropic adds to a request with tools (its tool-use
       system prompt), charged when the route's API is Anthropic and the request has tools.
 
@@ -314,9 +317,40 @@ def _ciphertext(data: str, pricing: Pricing) -> Priced:
 
 
 def _server_result(block: ServerToolResult, pricing: Pricing) -> Priced:
-    text_tokens = (len(block.content.encode("utf-8")) + 3) // 4
-    return Priced(len(block.content.encode("utf-8")),
-                  text_tokens * pricing.server_result_percent // 100)
+    """K5: the encrypted page contents of a server tool's result cost ``server_result_percent``
+    of their text estimate (they are billed as the text they hold); a document in it costs as
+    a document (K2); the rest of it is text."""
+    try:
+        content = json.loads(block.content)
+    except ValueError:
+        return NOTHING
+    encrypted, documents = _server_parts(content, pricing)
+    tokens = (encrypted + 3) // 4 * pricing.server_result_percent // 100
+    return Priced(encrypted, tokens) + documents if encrypted else documents
+
+
+def _server_parts(value: object, pricing: Pricing) -> tuple[int, Priced]:
+    """(bytes of the ``encrypted_content`` strings, the documents) of a server result."""
+    encrypted, documents = 0, NOTHING
+    if isinstance(value, list):
+        for item in value:
+            more, docs = _server_parts(item, pricing)
+            encrypted, documents = encrypted + more, documents + docs
+    elif isinstance(value, dict):
+        if value.get("type") == "document" and isinstance(value.get("source"), dict):
+            source = value["source"]
+            if source.get("type") != "text":
+                block = DocumentBlock(canonical_json(source))
+                priced = _document(block, pricing)
+                # The source's bytes as they stand in the result's JSON text.
+                return 0, Priced(len(canonical_json(source)), priced.tokens)
+        for key, item in value.items():
+            if key == "encrypted_content" and isinstance(item, str):
+                encrypted += len(item.encode("utf-8"))
+            else:
+                more, docs = _server_parts(item, pricing)
+                encrypted, documents = encrypted + more, documents + docs
+    return encrypted, documents
 
 
 def _block(block: ContentBlock, role: str, pricing: Pricing) -> Priced:
