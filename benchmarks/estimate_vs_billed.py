@@ -11,7 +11,7 @@ include the provider's own server-side passes, which no client can see: server t
 that response, or context it holds or edits itself (``previous_response_id``, ``conversation``,
 Anthropic ``context_management``).
 
-    python -m benchmarks.estimate_vs_billed [--pricing default|spec|by-size]
+    python -m benchmarks.estimate_vs_billed [--pricing default|spec|by-size|openai-tools|opt-in]
 """
 
 from __future__ import annotations
@@ -116,12 +116,13 @@ def estimate(row: dict[str, Any], pricing: Any) -> int | str:
         return f"{type(error).__name__}: {str(error)[:120]}"
 
 
-def _pricing(name: str) -> Any:
-    if name == "default":
-        return tl.Pricing()
-    if name == "spec":
-        return tl.Pricing.spec()
-    return tl.Pricing(image_by_size=True)
+PRICINGS = {
+    "default": tl.Pricing(),
+    "spec": tl.Pricing.spec(),  # R20-R23 alone
+    "by-size": tl.Pricing(image_by_size=True),
+    "openai-tools": tl.Pricing(openai_tool_counting=True),
+    "opt-in": tl.Pricing(image_by_size=True, openai_tool_counting=True),  # every opt-in
+}
 
 
 def summary(ratios: list[float]) -> dict[str, Any]:
@@ -138,9 +139,9 @@ def summary(ratios: list[float]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pricing", choices=("default", "spec", "by-size"), default="default")
+    parser.add_argument("--pricing", choices=tuple(PRICINGS), default="default")
     args = parser.parse_args(argv)
-    pricing = _pricing(args.pricing)
+    pricing = PRICINGS[args.pricing]
     per_kind: dict[tuple[str, bool], list[float]] = {}
     detail = []
     for row in rows():

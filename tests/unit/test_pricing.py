@@ -282,3 +282,45 @@ def test_k5_only_the_encrypted_part_of_a_server_tool_result_costs_more_than_text
     source = {"type": "base64", "media_type": "application/pdf", "data": pdf}
     rest = len(fetched_pdf.content) - len(canonical_json(source))  # K2 prices the source
     assert FRAMING_TOKENS + math.ceil(rest / 4) + 2 * 1500 == cost(fetched_pdf)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"type": "string", "description": "A city."},
+                                  "unit": {"type": "string", "enum": ["c", "f"]}}},
+    "strict": True}}
+
+
+def test_k6_openai_tool_counting_is_opt_in_and_follows_openais_count() -> None:
+    """With ``openai_tool_counting`` a function tool sent to an OpenAI API costs what OpenAI's
+    cookbook counts (7 a function, its name and description, 3 for its properties, 3 and
+    name:type:description a property, an enum's items, 12 at the end), the text at four
+    bytes a token; by default, and to Anthropic, it costs its JSON text (DECISIONS 6). A
+    Responses function tool counts the same; a hosted tool stays JSON text."""
+    responses_form = {"type": "function", **WEATHER["function"]}
+    hosted = {"type": "web_search"}
+    counted = (7 + text_tokens("get_weather:Get the weather") + 3
+               + 3 + text_tokens("city:string:A city")
+               + 3 + text_tokens("unit:string:") - 3 + 3 + text_tokens("c") + 3
+               + text_tokens("f") + 12)
+    on = tl.Pricing(openai_tool_counting=True)
+    estimates = {}
+    for api, pricing, tool in (("openai_chat", on, WEATHER), ("openai_chat", None, WEATHER),
+                               ("openai_responses", on, responses_form),
+                               ("openai_responses", on, hosted),
+                               ("anthropic", on, WEATHER)):
+        with tl.open_store("memory://") as store:
+            provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+            profile = tl.RuntimeProfile(pricing=pricing or tl.Pricing())
+            session = store.start_session(profile=profile, providers=[provider])
+            session.append(tl.ChatMessage.user("hi"))
+            bare = session.prepare_request().estimated_tokens
+            with_tool = session.prepare_request(tools=[tool]).estimated_tokens
+            estimates[api, pricing is not None, tool["type"]] = with_tool - bare
+    schema = json.dumps(WEATHER, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert {("openai_chat", True, "function"): counted,
+            ("openai_chat", False, "function"): text_tokens(schema),
+            ("openai_responses", True, "function"): counted,
+            ("openai_responses", True, "web_search"): text_tokens('{"type":"web_search"}'),
+            ("anthropic", True, "function"): text_tokens(schema) + 346} == estimates

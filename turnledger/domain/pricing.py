@@ -45,6 +45,7 @@ __all__ = [
     "Pricing",
     "image_ref_tokens",
     "image_tokens_by_size",
+    "openai_tool_tokens",
     "priced_parts",
 ]
 
@@ -88,6 +89,9 @@ class Pricing:
       a result is text, a document in it a document.
     - ``tool_use_system_tokens``: what Anthropic adds to a request with tools (its tool-use
       system prompt), charged when the route's API is Anthropic and the request has tools.
+    - ``openai_tool_counting``: opt-in: on a route whose API is OpenAI's (Chat or Responses),
+      a function tool costs what OpenAI's cookbook counts for it (`openai_tool_tokens`)
+      instead of its JSON text (DECISIONS 6, the default).
 
     Raises `InvalidProfile` naming the field for a negative or non-integer count.
     """
@@ -101,9 +105,10 @@ class Pricing:
     ciphertext_bytes_per_token: int = 16
     server_result_percent: int = 300
     tool_use_system_tokens: int = 346
+    openai_tool_counting: bool = False
 
     def __attrs_post_init__(self) -> None:
-        for key in ("by_kind", "image_by_size"):
+        for key in ("by_kind", "image_by_size", "openai_tool_counting"):
             if not isinstance(getattr(self, key), bool):
                 raise InvalidProfile(f"pricing.{key}: must be true or false, "
                                      f"got {getattr(self, key)!r}")
@@ -393,3 +398,79 @@ def priced_parts(role: str, blocks: Iterable[Any], pricing: Pricing) -> Priced:
 
 def _content_blocks(blocks: Iterable[Any]) -> Iterator[ContentBlock]:
     return (b for b in blocks if not isinstance(b, ToolCall))
+
+
+# --- tool schemas ----------------------------------------------------------------------------
+
+_FUNCTION_START: Final = 7
+_PROPERTIES_START: Final = 3
+_PROPERTY: Final = 3
+_ENUM_START: Final = -3
+_ENUM_ITEM: Final = 3
+_FUNCTIONS_END: Final = 12
+
+
+def _quarter(text: str) -> int:
+    return (len(text.encode("utf-8", "surrogatepass")) + 3) // 4
+
+
+def openai_tool_tokens(schemas: Iterable[str]) -> int:
+    """The tokens of a request's tool schemas as OpenAI's cookbook counts them (opt-in,
+    `Pricing.openai_tool_counting`).
+
+    OpenAI renders function tools compactly, not as their JSON: "How to count tokens with
+    tiktoken" (OpenAI Cookbook, tool calls) counts 7 tokens a function plus its
+    ``name:description``, 3 for its properties, 3 a property plus its
+    ``name:type:description``, an enum's items (3 each plus the item, less 3), and 12 at the
+    end; a trailing period of a description is not counted. The texts cost R20's four bytes a
+    token here, as everywhere. A function tool in Chat's (``{"type": "function", "function":
+    {...}}``) or Responses' form (``{"type": "function", "name": ...}``); any other tool (a
+    hosted tool) or a text that is not such JSON costs its JSON text (DECISIONS 6).
+    """
+    total, functions = 0, 0
+    for schema in schemas:
+        function = _function_of(schema)
+        if function is None:
+            total += _quarter(schema)
+            continue
+        functions += 1
+        total += _function_tokens(function)
+    return total + (_FUNCTIONS_END if functions else 0)
+
+
+def _function_of(schema: str) -> dict[str, Any] | None:
+    try:
+        tool = json.loads(schema)
+    except ValueError:
+        return None
+    if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        return None
+    function = tool.get("function", tool)
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return None
+    return function
+
+
+def _text_of(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _function_tokens(function: dict[str, Any]) -> int:
+    description = _text_of(function.get("description")).removesuffix(".")
+    tokens = _FUNCTION_START + _quarter(f"{function['name']}:{description}")
+    parameters = function.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(properties, dict) or not properties:
+        return tokens
+    tokens += _PROPERTIES_START
+    for key, spec in properties.items():
+        spec = spec if isinstance(spec, dict) else {}
+        tokens += _PROPERTY
+        enum = spec.get("enum")
+        if isinstance(enum, list):
+            tokens += _ENUM_START + sum(_ENUM_ITEM + _quarter(_text_of(item)) for item in enum)
+        kind = _text_of(spec.get("type"))
+        tokens += _quarter(f"{key}:{kind}:{_text_of(spec.get('description')).removesuffix('.')}")
+    return tokens
