@@ -324,3 +324,18 @@ def test_k6_openai_tool_counting_is_opt_in_and_follows_openais_count() -> None:
             ("openai_responses", True, "function"): counted,
             ("openai_responses", True, "web_search"): text_tokens('{"type":"web_search"}'),
             ("anthropic", True, "function"): text_tokens(schema) + 346} == estimates
+
+
+def test_k6_openai_chat_adds_the_three_tokens_that_prime_the_reply() -> None:
+    """A request to a provider whose API is OpenAI Chat costs the 3 tokens OpenAI documents
+    for priming every reply (``<|start|>assistant<|message|>``); R20-R23 alone add none."""
+    estimates = []
+    for api, pricing in (("openai_chat", tl.Pricing()), (None, tl.Pricing()),
+                         ("openai_chat", tl.Pricing.spec())):
+        with tl.open_store("memory://") as store:
+            provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+            session = store.start_session(profile=tl.RuntimeProfile(pricing=pricing),
+                                          providers=[provider])
+            session.append(tl.ChatMessage.user("hi"))
+            estimates.append(session.prepare_request().estimated_tokens)
+    assert [3, 0] == [estimates[0] - estimates[1], estimates[2] - estimates[1]]

@@ -673,10 +673,15 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
 
 
 def _api_overhead(api: str | None, tool_tokens: int, pricing: Pricing) -> int:
-    """What the API itself adds to a request: Anthropic's tool-use system prompt when the
-    request has tools (issue 21, `Pricing.tool_use_system_tokens`)."""
-    if api == API_ANTHROPIC and tool_tokens and pricing.by_kind:
+    """What the API itself adds to a request (K6): Anthropic's tool-use system prompt when the
+    request has tools (`Pricing.tool_use_system_tokens`), the tokens OpenAI Chat primes every
+    reply with (`Pricing.openai_reply_tokens`)."""
+    if not pricing.by_kind:
+        return 0
+    if api == API_ANTHROPIC and tool_tokens:
         return pricing.tool_use_system_tokens
+    if api == API_OPENAI_CHAT:
+        return pricing.openai_reply_tokens
     return 0
 
 

@@ -89,6 +89,9 @@ class Pricing:
       a result is text, a document in it a document.
     - ``tool_use_system_tokens``: what Anthropic adds to a request with tools (its tool-use
       system prompt), charged when the route's API is Anthropic and the request has tools.
+    - ``openai_reply_tokens``: what OpenAI Chat adds to every request, the tokens that prime
+      the reply (``<|start|>assistant<|message|>``), charged when the route's API is OpenAI
+      Chat.
     - ``openai_tool_counting``: opt-in: on a route whose API is OpenAI's (Chat or Responses),
       a function tool costs what OpenAI's cookbook counts for it (`openai_tool_tokens`)
       instead of its JSON text (DECISIONS 6, the default).
@@ -105,6 +108,7 @@ class Pricing:
     ciphertext_bytes_per_token: int = 16
     server_result_percent: int = 300
     tool_use_system_tokens: int = 346
+    openai_reply_tokens: int = 3
     openai_tool_counting: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -114,7 +118,7 @@ class Pricing:
                                      f"got {getattr(self, key)!r}")
         for key in ("image_tokens", "document_page_tokens", "document_tokens",
                     "audio_tokens_per_second", "server_result_percent",
-                    "tool_use_system_tokens"):
+                    "tool_use_system_tokens", "openai_reply_tokens"):
             _check_count(key, getattr(self, key))
         _check_positive("ciphertext_bytes_per_token", self.ciphertext_bytes_per_token)
 
