@@ -89,7 +89,8 @@ def _kind(body: dict[str, Any]) -> str:
     text = json.dumps({k: body[k] for k in CONTENT if k in body})
     checks = {
         "audio": ("input_audio",),
-        "document": ("application/pdf", '"type": "document"', '"input_file"', '"file_data"'),
+        "document": ("application/pdf", '"type": "document"', '"input_file"', '"file_data"',
+                     '"file": {'),  # an OpenAI Chat file part, a file_id one too
         "image": ('"image"', "image_url", "input_image", "image_generation_call"),
         "server tool results": ("_tool_result", "web_search_call", "code_interpreter_call",
                                 "mcp_call", "file_search_call", "mcp_list_tools"),
