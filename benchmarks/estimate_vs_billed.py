@@ -11,7 +11,7 @@ include the provider's own server-side passes, which no client can see: server t
 that response, or context it holds or edits itself (``previous_response_id``, ``conversation``,
 Anthropic ``context_management``).
 
-    python -m benchmarks.estimate_vs_billed [--pricing default|spec|by-size]
+    python -m benchmarks.estimate_vs_billed [--pricing default|spec|by-size|openai-tools|opt-in]
 """
 
 from __future__ import annotations
@@ -57,10 +57,15 @@ def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
 
 def _server_side_context(body: dict[str, Any]) -> bool:
     """Whether the provider adds or edits context the request does not show: an earlier
-    response it holds (``previous_response_id``, ``conversation``) or a context edit it runs
-    (Anthropic ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    response it holds (``previous_response_id``, ``conversation``), an item given by its id
+    alone (an ``item_reference``, or an item of only ``id`` and ``type``: the provider reads the
+    stored item, a generated image say) or a context edit it runs (Anthropic
+    ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    by_reference = any(isinstance(i, dict) and i.get("type") != "message" and (
+        i.get("type") == "item_reference" or set(i) <= {"id", "type"}) for i in items)
     return bool(body.get("previous_response_id") or body.get("conversation")
-                or body.get("context_management"))
+                or body.get("context_management") or by_reference)
 
 
 def _schemas(body: dict[str, Any]) -> list[str]:
@@ -74,11 +79,18 @@ def _schemas(body: dict[str, Any]) -> list[str]:
             and f.get("type") not in (None, "text")]
 
 
-def _kind(text: str, body: dict[str, Any]) -> str:
-    """The content kind a request is filed under: the costliest kind it holds."""
+CONTENT = ("system", "messages", "input", "instructions")
+"""The body fields that carry the conversation; the others are settings, whose text (such as
+Responses' ``include: ["reasoning.encrypted_content"]``) names kinds the request need not hold."""
+
+
+def _kind(body: dict[str, Any]) -> str:
+    """The content kind a request is filed under: the costliest kind its conversation holds."""
+    text = json.dumps({k: body[k] for k in CONTENT if k in body})
     checks = {
         "audio": ("input_audio",),
-        "document": ("application/pdf", '"type": "document"', '"input_file"', '"file_data"'),
+        "document": ("application/pdf", '"type": "document"', '"input_file"', '"file_data"',
+                     '"file": {'),  # an OpenAI Chat file part, a file_id one too
         "image": ('"image"', "image_url", "input_image", "image_generation_call"),
         "server tool results": ("_tool_result", "web_search_call", "code_interpreter_call",
                                 "mcp_call", "file_search_call", "mcp_list_tools"),
@@ -105,12 +117,13 @@ def estimate(row: dict[str, Any], pricing: Any) -> int | str:
         return f"{type(error).__name__}: {str(error)[:120]}"
 
 
-def _pricing(name: str) -> Any:
-    if name == "default":
-        return tl.Pricing()
-    if name == "spec":
-        return tl.Pricing.spec()
-    return tl.Pricing(image_by_size=True)
+PRICINGS = {
+    "default": tl.Pricing(),
+    "spec": tl.Pricing.spec(),  # R20-R23 alone
+    "by-size": tl.Pricing(image_by_size=True),
+    "openai-tools": tl.Pricing(openai_tool_counting=True),
+    "opt-in": tl.Pricing(image_by_size=True, openai_tool_counting=True),  # every opt-in
+}
 
 
 def summary(ratios: list[float]) -> dict[str, Any]:
@@ -127,15 +140,14 @@ def summary(ratios: list[float]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pricing", choices=("default", "spec", "by-size"), default="default")
+    parser.add_argument("--pricing", choices=tuple(PRICINGS), default="default")
     args = parser.parse_args(argv)
-    pricing = _pricing(args.pricing)
+    pricing = PRICINGS[args.pricing]
     per_kind: dict[tuple[str, bool], list[float]] = {}
     detail = []
     for row in rows():
         row["server_tools"] = row["server_tools"] or _server_side_context(row["body"])
-        text = json.dumps(row["body"])
-        kind = _kind(text, row["body"])
+        kind = _kind(row["body"])
         estimated = estimate(row, pricing)
         ratio = estimated / row["billed_input_tokens"] if isinstance(estimated, int) else 0.0
         per_kind.setdefault((kind, row["server_tools"]), []).append(ratio)

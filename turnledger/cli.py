@@ -526,6 +526,8 @@ def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     else:
         for v in report.violations:
             print(f"VIOLATION {printable(str(v))}", file=out)
+        for note in report.notes:
+            print(f"NOTE {printable(str(note))}", file=out)
         if report.violations:
             rules = sorted({v.rule.requirement for v in report.violations})
             links = ", ".join(f"{RULES_DOC}#{r.lower()}" for r in rules)

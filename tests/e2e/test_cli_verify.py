@@ -270,3 +270,39 @@ def test_e11_a_truncated_file_is_corrupt_not_a_bad_url_and_is_salvaged(sqlite_cl
     assert [] == _no_traceback_exit_1(results), [describe(r) for r in results.values()]
     assert any("truncated" in v["detail"] for v in report["violations"])
     assert (report["sessions_checked"] > 0, report["events_checked"] > 0) == (True, True)
+
+
+def test_i20_p2_an_old_format_snapshot_is_a_note_and_verify_exits_0(cli: Cli) -> None:
+    """A session whose snapshot is of format 3 (written before ADR-0074): ``verify`` exits 0,
+    prints a NOTE naming the session, the snapshot's version and "old format, not compared",
+    and ``--json`` carries it under ``notes`` beside the keys it always had."""
+    import turnledger as tl
+    from tests.old_snapshots import in_old_format
+
+    with tl.open_store(cli.target.url, snapshot_interval=5) as store:
+        session = store.start_session()
+        for index in range(4):
+            session.append(tl.ChatMessage.user(f"question {index}"))
+            session.append(tl.ChatMessage.assistant(f"answer {index}"))
+        uuid = UUID(session.id)
+        found = store.backend.load_snapshot(uuid)
+        assert found is not None
+        version, payload = found
+        store.backend.prune_snapshots(uuid, before_version=version + 1)
+        store.backend.save_snapshot(uuid, version, in_old_format(payload, 3))
+
+    result = cli.run("verify")
+    report = cli.json("verify", "--json")
+
+    assert 0 == result.returncode, describe(result)
+    notes = [line for line in result.stdout.splitlines() if line.startswith("NOTE ")]
+    assert 1 == len(notes), describe(result)
+    assert f"session {session.id} position {version}: [E5-snapshot]" in notes[0]
+    assert "old format, not compared" in notes[0]
+    assert result.stdout.rstrip().endswith(": OK"), result.stdout
+    assert {"ok", "sessions_checked", "events_checked", "seconds", "violations"} < set(report)
+    assert (True, [], [(session.id, version, "E5-snapshot", True)]) == (
+        report["ok"], report["violations"],
+        [(n["session_id"], n["position"], n["rule"], "old format, not compared" in n["detail"])
+         for n in report["notes"]],
+    )

@@ -8,8 +8,10 @@ records and snapshots are damaged with sqlite3 behind the store's back.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -18,6 +20,7 @@ import msgpack
 import pytest
 
 from tests.integration.test_replay import open_sqlite, record_agent
+from tests.old_snapshots import in_old_format
 from turnledger.domain.decider import SessionState, evolve
 from turnledger.domain.errors import CorruptRecord
 from turnledger.replay.audit import Rule, verify
@@ -174,27 +177,30 @@ def test_e5_an_undecodable_snapshot_is_replayed_with_a_warning(
     )
 
 
-def test_e5_a_format_1_snapshot_is_replayed_on_restore_and_checked_by_verify(
+def test_i20_p2_a_format_1_snapshot_is_a_miss_on_restore_and_noted_by_verify(
     recorded: tuple[Path, UUID], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An intact snapshot of the undigested format 1: restore replays and warns; verify passes."""
+    """An intact snapshot of the undigested format 1: restore replays it as a miss (logged at
+    INFO, no warning: no damage); verify passes and notes it as not compared."""
     path, session_id = recorded
     version, _ = snapshot_row(path, session_id)
     with open_sqlite(path) as store:
         folded, folded_chain = replayed(store.backend, session_id, upto_version=version)
-    _, _, body = msgpack.unpackb(encode_snapshot(folded, folded_chain, snapshot_format=2))
-    old = msgpack.unpackb(body, timestamp=3)
-    old["format"] = 1
-    set_snapshot(path, session_id, version, msgpack.packb(old, datetime=True))
-    with open_sqlite(path) as store, caplog.at_level(logging.WARNING, "turnledger"):
+    old = in_old_format(encode_snapshot(folded, folded_chain), 1)
+    set_snapshot(path, session_id, version, old)
+    with open_sqlite(path) as store, caplog.at_level(logging.INFO, "turnledger"):
         state, chain = replayed(store.backend, session_id)
         position = load(store.backend, session_id)
         report = verify(store.backend)
-    assert ([], True, ()) == (
-        differences(position, state, chain),
-        any("format 1" in r.getMessage() for r in caplog.records),
+    levels = {r.levelname for r in caplog.records if "format 1" in r.getMessage()}
+    assert ([], 0, {"INFO"}, ()) == (
+        differences(position, state, chain), position.snapshot_version, levels,
         report.violations,
     )
+    assert [(str(session_id), version, Rule.SNAPSHOT, True)] == [
+        (n.session_id, n.position, n.rule, "old format, not compared" in n.detail)
+        for n in report.notes
+    ]
 
 
 def test_e5_verify_names_the_snapshot_field_that_differs_from_the_log(
@@ -205,11 +211,11 @@ def test_e5_verify_names_the_snapshot_field_that_differs_from_the_log(
     version, _ = snapshot_row(path, session_id)
     with open_sqlite(path) as store:
         folded, folded_chain = replayed(store.backend, session_id, upto_version=version)
-    _, _, body = msgpack.unpackb(encode_snapshot(folded, folded_chain, snapshot_format=2))
-    old = msgpack.unpackb(body, timestamp=3)
-    old["format"] = 1
-    old["profile"]["max_context_tokens"] = 1456
-    set_snapshot(path, session_id, version, msgpack.packb(old, datetime=True))
+    _, _, z = msgpack.unpackb(encode_snapshot(folded, folded_chain))
+    body = msgpack.unpackb(zlib.decompress(z), timestamp=3)
+    body["profile"]["max_context_tokens"] = 1456
+    z = zlib.compress(msgpack.packb(body, datetime=True))
+    set_snapshot(path, session_id, version, msgpack.packb([4, hashlib.sha256(z).digest(), z]))
     with open_sqlite(path) as store:
         report = verify(store.backend)
     details = [v.detail for v in report.violations if v.rule is Rule.SNAPSHOT]

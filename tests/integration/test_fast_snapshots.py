@@ -1,9 +1,10 @@
 """Snapshots on the write path and on restore after ADR-0060, on every backend.
 
 A snapshot replaces the older ones in one transaction (`EventStoreBackend.replace_snapshot`);
-the store writes format 4; a store holding a format 3 snapshot (written before) restores from
-it without replaying and verifies; a format 4 snapshot rewritten with a matching digest is
-named by verify, by field.
+the store writes format 4; a store holding a format 3 snapshot (written before) misses it: the
+restore replays, verify notes it as not compared, and the next command past a due point
+replaces it (ADR-0074); a format 4 snapshot rewritten with a matching digest is named by
+verify, by field.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ import pytest
 
 from tests.backends import Target
 from tests.integration.test_scale_state import LIMIT_OFF, run_turns, snapshot_versions
+from tests.old_snapshots import in_old_format
 from turnledger.domain.state import SessionState
 from turnledger.replay.audit import verify
 from turnledger.replay.timeline import fold
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.session import open_store
-from turnledger.store.snapshots import SNAPSHOT_FORMAT, _pack_ints, _unpack_ints, encode_snapshot
+from turnledger.store.snapshots import (
+    SNAPSHOT_FORMAT,
+    _pack_ints,
+    _unpack_ints,
+    encode_snapshot,
+    snapshot_format,
+)
 
 
 def test_replace_snapshot_keeps_the_new_snapshot_only(target: Target) -> None:
@@ -71,28 +79,47 @@ def folded(backend: EventStoreBackend, session_id: str) -> SessionState:
     return fold(backend.read(UUID(session_id)))
 
 
-def test_a_format_3_snapshot_still_restores_without_a_replay(
+def test_i20_p2_a_format_3_snapshot_is_a_miss_replayed_then_replaced(
     target: Target, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A store holding a format 3 snapshot (before ADR-0060): the restore starts from it (no
-    warning), shows what the live session shows, verifies, and goes on appending."""
-    with open_store(target.url, snapshot_interval=10**6, snapshot_messages=10**6) as store:
+    """A store holding a format 3 snapshot of the session (written before ADR-0074): the
+    restore replays every event without a warning and shows what the live session shows;
+    verify passes with a note; the next append (past the due point) writes a format 4
+    snapshot in its place, which the next restore starts from and verify compares."""
+    with open_store(target.url, snapshot_interval=50, snapshot_messages=10**6) as store:
         session = store.start_session(profile=LIMIT_OFF)
         run_turns(session, 0, 30)
+        uuid = UUID(session.id)
         whole = folded(store.backend, session.id)
-        head = store.backend.read_with_chain(UUID(session.id))[-1][1]
-        old = encode_snapshot(whole, head, snapshot_format=3)
-        assert 3 == msgpack.unpackb(old)[0]
-        store.backend.save_snapshot(UUID(session.id), session.version, old)
-        with caplog.at_level(logging.WARNING, "turnledger"):
+        head = store.backend.read_with_chain(uuid)[-1][1]
+        old = in_old_format(encode_snapshot(whole, head), 3)
+        store.backend.prune_snapshots(uuid, before_version=session.version + 1)
+        store.backend.save_snapshot(uuid, session.version, old)
+        with caplog.at_level(logging.INFO, "turnledger"):
             restored = store.restore(session.id)
-        assert [] == [r.getMessage() for r in caplog.records if "snapshot" in r.getMessage()]
+        assert [("INFO", True)] == [
+            (r.levelname, "a miss" in r.getMessage())
+            for r in caplog.records if "snapshot" in r.getMessage()
+        ]
         assert (session.conversation_view(), session.chat_view()) == (
             restored.conversation_view(), restored.chat_view()
         )
-        assert () == verify(store.backend).violations
-        run_turns(restored, 30, 2)
-        assert folded(store.backend, session.id).chat_view() == restored.chat_view()
+        report = verify(store.backend)
+        assert ((), ["old format, not compared"]) == (
+            report.violations,
+            [n.detail.split(": ")[1].split(" (")[0] for n in report.notes],
+        )
+        run_turns(restored, 30, 1)
+        found = store.backend.load_snapshot(uuid)
+        assert found is not None
+        assert (session.version + 1, SNAPSHOT_FORMAT) == (found[0], snapshot_format(found[1]))
+        assert [found[0]] == snapshot_versions(store, session.id)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, "turnledger"):
+            again = store.restore(session.id)
+        assert [] == [r.getMessage() for r in caplog.records if "snapshot" in r.getMessage()]
+        assert restored.chat_view() == again.chat_view()
+        assert ((), ()) == (verify(store.backend).violations, verify(store.backend).notes)
 
 
 def test_a_rewritten_format_4_snapshot_is_named_by_verify(target: Target) -> None:

@@ -49,11 +49,13 @@ def test_i21_p1_the_routes_api_builds_the_body_and_the_record_says_what_was_left
 
 
 def test_i21_p1_the_estimate_prices_what_is_sent() -> None:
-    """What is left out costs nothing: the estimate is that of the messages sent."""
+    """What is left out costs nothing: the estimate is that of the messages sent (plus the
+    tokens OpenAI Chat primes the reply with, K6)."""
     with tl.open_store("memory://") as store:
         _, to_openai = _prepared(store, "openai_chat")
         _, to_anthropic = _prepared(store, "anthropic")
-    assert tl.estimate_history_tokens(to_openai.sent) == to_openai.estimated_tokens
+    assert tl.estimate_history_tokens(to_openai.sent) + tl.Pricing().openai_reply_tokens == (
+        to_openai.estimated_tokens)
     assert to_openai.estimated_tokens < to_anthropic.estimated_tokens
     assert () == to_anthropic.left_out
 

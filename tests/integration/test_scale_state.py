@@ -2,8 +2,9 @@
 
 Only the newest snapshot is kept; with the turn limit off a session's snapshot holds its chat
 window, not its history; the full views read from the log in pages equal those of a state
-folded from every event; old (format 2) snapshots and uncompressed records still load; large
-payloads are stored compressed and still verify, and an edit inside one is still found.
+folded from every event; an old (format 2) snapshot is a miss the session restores the same
+without, and uncompressed records still load; large payloads are stored compressed and still
+verify, and an edit inside one is still found.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from tests.backends import Target
 from tests.integration.conftest import RecordEditor
+from tests.old_snapshots import in_old_format
 from tests.reference import WholeState
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import SessionState, evolve
@@ -30,6 +32,7 @@ from turnledger.domain.messages import (
 )
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.packing import ZLIB, open_envelope
+from turnledger.store.pipeline import Pipeline
 from turnledger.store.session import Session, Store, open_store
 from turnledger.store.snapshots import encode_snapshot
 
@@ -118,18 +121,22 @@ def test_paged_full_views_equal_those_folded_from_every_event(target: Target) ->
         assert {25} == {len(page) for page in pages[:-1]}
 
 
-def test_a_format_2_snapshot_still_restores_the_session(target: Target) -> None:
-    """A snapshot written in the format before ADR-0030 is read: the restore uses it (no
-    warning, no full replay) and equals the live session."""
+def test_i20_p2_a_format_2_snapshot_is_a_miss_and_the_session_restores_the_same(
+    target: Target,
+) -> None:
+    """A snapshot written in the format before ADR-0030 is a miss (ADR-0074): the restore
+    replays every event (its position counts from no snapshot) and equals the live session."""
     with open_store(target.url, snapshot_interval=1000) as store:
         session = store.start_session(profile=LIMIT_OFF)
         run_turns(session, 0, 10)
         whole = folded(store.backend, session.id)
         head = store.backend.read_with_chain(UUID(session.id))[-1][1]
-        old = encode_snapshot(whole, head, snapshot_format=2)
+        old = in_old_format(encode_snapshot(whole, head), 2)
         assert 2 == msgpack.unpackb(old)[0]
         store.backend.save_snapshot(UUID(session.id), session.version, old)
         restored = store.restore(session.id)
+        loaded = Pipeline(store.backend, publish=lambda _: None).load(UUID(session.id))
+        assert 0 == loaded.snapshot_version
         assert (session.conversation_view(), session.chat_view()) == (
             restored.conversation_view(), restored.chat_view()
         )

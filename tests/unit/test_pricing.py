@@ -1,4 +1,4 @@
-"""Issue 21 point 2: content priced by what it is, never base64 as text (DECISIONS 21).
+"""Issue 21 point 2: content priced by what it is, never base64 as text (docs/behaviour.md K1-K8).
 
 Each rule of `turnledger.domain.pricing` against the number it must give, the default profile
 unchanged on what SPEC covers (R20-R23), the opt-in size-aware image rule, and the pricing
@@ -12,6 +12,7 @@ import json
 import math
 import struct
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -203,3 +204,138 @@ def test_i21_p2_anthropic_adds_its_tool_use_system_prompt() -> None:
             session.append(tl.ChatMessage.user("hi"))
             estimates.append(session.prepare_request(tools=[schema]).estimated_tokens)
     assert 346 == estimates[0] - estimates[1]
+
+
+ANTHROPIC_FILE_IMAGE = [
+    {"role": "user", "content": [{"type": "text", "text": "Get the file"}]},
+    {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "get_file", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}]},
+]
+RESPONSES_FILE_IMAGE = [
+    {"role": "user", "content": [{"type": "input_text", "text": "Look"},
+                                 {"type": "input_image", "file_id": "file-1", "detail": "auto"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "get_file", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": [
+        {"type": "input_image", "file_id": "file-2", "detail": "auto"}]},
+]
+
+
+@pytest.mark.parametrize(("api", "history", "images"), [
+    ("anthropic", lambda: tl.from_anthropic({"messages": ANTHROPIC_FILE_IMAGE}), 1),
+    ("openai_responses", lambda: tl.from_openai_responses(RESPONSES_FILE_IMAGE), 2),
+])
+def test_k7_an_image_given_by_file_id_is_sent_to_its_api_and_costs_an_image(
+    api: str, history: Any, images: int
+) -> None:
+    """An Anthropic ``image`` with a ``file`` source and a Responses ``input_image`` with a
+    ``file_id`` (in a user message or a tool result) go to their own API as recorded, and each
+    costs an image (K1), not its JSON text; nothing is left out."""
+    with tl.open_store("memory://") as store:
+        provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+        session = store.import_conversation(history(), providers=[provider])
+        request = session.prepare_request()
+    assert () == request.left_out
+    assert images * 1600 < request.estimated_tokens < images * 1600 + 100
+
+
+def test_k4_a_compaction_item_costs_its_ciphertext_in_every_turn() -> None:
+    """A Responses ``compaction`` item (the encrypted context of earlier turns) costs its
+    decoded bytes / 16, not its base64 as text, and in every turn: it is the context the
+    provider reads in place of those turns, not reasoning it drops."""
+    secret = _b64(b"\x03" * 2_100)  # 2,800 base64 characters
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": secret}
+    (message,) = tl.to_chat_messages(tl.from_openai_responses([item]))
+    other = len(canonical_json(item)) - len(secret)
+    expected = FRAMING_TOKENS + math.ceil(other / 4) + math.ceil(2_100 / 16)
+    assert (expected, expected) == (message_tokens(message, current_turn=False),
+                                    message_tokens(message, current_turn=True))
+
+
+def test_k5_only_the_encrypted_part_of_a_server_tool_result_costs_more_than_text() -> None:
+    """A web fetch result holding a plain-text page costs its text (R20's rate), not 300 %:
+    K5's 300 % is for the encrypted page contents a result carries (a web search result's
+    ``encrypted_content``), whose bill is the text they hold; a fetched PDF costs its pages
+    (K2), not its base64."""
+    page = "Pydantic AI is a Python agent framework. " * 100
+    secret = "Zm9v" * 500
+    pdf = _pdf(2, padding=20_000)
+    fetched = tl.ServerToolResult("web_fetch_tool_result", "srv_1", canonical_json({
+        "type": "web_fetch_result", "url": "https://x", "content": {
+            "type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                           "data": page}}}))
+    searched = tl.ServerToolResult("web_search_tool_result", "srv_2", canonical_json([
+        {"type": "web_search_result", "url": "https://y", "title": "Y",
+         "encrypted_content": secret}]))
+    fetched_pdf = tl.ServerToolResult("web_fetch_tool_result", "srv_3", canonical_json({
+        "type": "web_fetch_result", "url": "https://z", "content": {
+            "type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                           "data": pdf}}}))
+
+    def cost(block: tl.ServerToolResult) -> int:
+        return message_tokens(_assistant(block), current_turn=False)
+
+    assert FRAMING_TOKENS + text_tokens(fetched.content) == cost(fetched)
+    rest = len(searched.content) - len(secret)
+    assert FRAMING_TOKENS + math.ceil(rest / 4) + text_tokens(secret) * 3 == cost(searched)
+    source = {"type": "base64", "media_type": "application/pdf", "data": pdf}
+    rest = len(fetched_pdf.content) - len(canonical_json(source))  # K2 prices the source
+    assert FRAMING_TOKENS + math.ceil(rest / 4) + 2 * 1500 == cost(fetched_pdf)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"type": "string", "description": "A city."},
+                                  "unit": {"type": "string", "enum": ["c", "f"]}}},
+    "strict": True}}
+
+
+def test_k6_openai_tool_counting_is_opt_in_and_follows_openais_count() -> None:
+    """With ``openai_tool_counting`` a function tool sent to an OpenAI API costs what OpenAI's
+    cookbook counts (7 a function, its name and description, 3 for its properties, 3 and
+    name:type:description a property, an enum's items, 12 at the end), the text at four
+    bytes a token; by default, and to Anthropic, it costs its JSON text (R18). A
+    Responses function tool counts the same; a hosted tool stays JSON text."""
+    responses_form = {"type": "function", **WEATHER["function"]}
+    hosted = {"type": "web_search"}
+    counted = (7 + text_tokens("get_weather:Get the weather") + 3
+               + 3 + text_tokens("city:string:A city")
+               + 3 + text_tokens("unit:string:") - 3 + 3 + text_tokens("c") + 3
+               + text_tokens("f") + 12)
+    on = tl.Pricing(openai_tool_counting=True)
+    estimates = {}
+    for api, pricing, tool in (("openai_chat", on, WEATHER), ("openai_chat", None, WEATHER),
+                               ("openai_responses", on, responses_form),
+                               ("openai_responses", on, hosted),
+                               ("anthropic", on, WEATHER)):
+        with tl.open_store("memory://") as store:
+            provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+            profile = tl.RuntimeProfile(pricing=pricing or tl.Pricing())
+            session = store.start_session(profile=profile, providers=[provider])
+            session.append(tl.ChatMessage.user("hi"))
+            bare = session.prepare_request().estimated_tokens
+            with_tool = session.prepare_request(tools=[tool]).estimated_tokens
+            estimates[api, pricing is not None, tool["type"]] = with_tool - bare
+    schema = json.dumps(WEATHER, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert {("openai_chat", True, "function"): counted,
+            ("openai_chat", False, "function"): text_tokens(schema),
+            ("openai_responses", True, "function"): counted,
+            ("openai_responses", True, "web_search"): text_tokens('{"type":"web_search"}'),
+            ("anthropic", True, "function"): text_tokens(schema) + 346} == estimates
+
+
+def test_k6_openai_chat_adds_the_three_tokens_that_prime_the_reply() -> None:
+    """A request to a provider whose API is OpenAI Chat costs the 3 tokens OpenAI documents
+    for priming every reply (``<|start|>assistant<|message|>``); R20-R23 alone add none."""
+    estimates = []
+    for api, pricing in (("openai_chat", tl.Pricing()), (None, tl.Pricing()),
+                         ("openai_chat", tl.Pricing.spec())):
+        with tl.open_store("memory://") as store:
+            provider = tl.ProviderProfile("p", "m", 200_000, api=api)
+            session = store.start_session(profile=tl.RuntimeProfile(pricing=pricing),
+                                          providers=[provider])
+            session.append(tl.ChatMessage.user("hi"))
+            estimates.append(session.prepare_request().estimated_tokens)
+    assert [3, 0] == [estimates[0] - estimates[1], estimates[2] - estimates[1]]

@@ -1,16 +1,19 @@
-"""Snapshot format 4 (ADR-0060): a cache that is cheaper to decode, not looser.
+"""Snapshot format 4 (ADR-0060, ADR-0074): a cache that is cheaper to decode, not looser.
 
 Encoding reads a state and never changes it. Format 4 packs the region's integer
 columns as arrays and structures its body through a generated function: every snapshot round
-trips, the generated function and the converter agree on every body they both accept, and a
-body that is wrong (a column of an unknown type, a torn column, columns of different lengths,
-a wrong type, an unknown key) is refused even with a matching digest. Format 3 still reads.
+trips, the generated function accepts no body the converter refuses, and a body that is wrong
+(a column of an unknown type, a torn column, columns of different lengths, a wrong type, an
+unknown key) is refused even with a matching digest. The format 4 bytes main wrote still read
+to the same state; a snapshot of formats 1-3 is a miss, noted by `verify` as not compared.
 """
 
 from __future__ import annotations
 
 import hashlib
+import traceback
 import zlib
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -19,6 +22,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fixtures.snapshots import make_snapshots
+from tests.old_snapshots import in_old_format
 from tests.unit.test_compact_state import NOW, SESSION, _start
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import (
@@ -38,17 +43,21 @@ from turnledger.domain.messages import (
     ToolResults,
 )
 from turnledger.store.snapshots import (
+    OLD_FORMATS,
     SNAPSHOT_FORMAT,
     SnapshotMismatch,
     _converter,
-    _fast_packed,
+    _decoder,
     _pack_ints,
-    _Packed,
+    _Snapshot,
     _unpack_ints,
     compare_snapshot,
     decode_snapshot,
     encode_snapshot,
+    snapshot_format,
 )
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "snapshots"
 
 CHAIN = b"\1" * 32
 LIMIT_OFF = RuntimeProfile(max_context_tokens=300, max_history_messages=10**9)
@@ -161,18 +170,73 @@ def test_format_4_holds_the_region_in_fewer_bytes_than_format_3() -> None:
     """With the turn limit off, 200 turns: format 4 is no larger than format 3."""
     state = _long_state(200)
     assert len(state.index.region.turns) > 150
-    assert len(encode_snapshot(state, CHAIN)) <= len(encode_snapshot(state, CHAIN,
-                                                                     snapshot_format=3))
+    assert len(encode_snapshot(state, CHAIN)) <= len(in_old_format(encode_snapshot(state, CHAIN),
+                                                                  3))
 
 
-def test_a_format_3_snapshot_still_decodes_and_compares() -> None:
-    """A snapshot of the format before ADR-0060 restores the same state and verifies."""
-    live = _long_state(80)
-    old = encode_snapshot(live, CHAIN, snapshot_format=3)
-    assert 3 == msgpack.unpackb(old)[0]
-    restored, chain = decode_snapshot(old, session_id=SESSION, version=live.version)
-    assert encode_snapshot(live, CHAIN) == encode_snapshot(restored, chain)
-    assert [] == compare_snapshot(old, live, CHAIN)
+@pytest.mark.parametrize(
+    ("name", "state"), [("format4", "limit_off"), ("format4_systems", "systems")]
+)
+def test_i20_p2_format_4_bytes_main_wrote_read_to_the_same_state(name: str, state: str) -> None:
+    """The format 4 fixtures (commit 153a0a6's bytes): decoded, they compare equal to the state
+    they were taken of, re-encode to the bytes that state encodes to today (the profile has
+    gained `Pricing` fields since, with their defaults), and the state decides the same."""
+    payload = (FIXTURES / f"{name}.msgpack").read_bytes()
+    live = make_snapshots.STATES[state]()
+    decoded = decode_snapshot(payload, session_id=SESSION, version=live.version)
+    assert decoded is not None
+    restored, chain = decoded
+    assert (CHAIN, encode_snapshot(live, CHAIN)) == (chain, encode_snapshot(restored, chain))
+    assert [] == compare_snapshot(payload, live, CHAIN)
+    for index in range(60, 63):
+        for item in _turn(index):
+            assert execute(live, AppendMessage(item, NOW)) == execute(
+                restored, AppendMessage(item, NOW)
+            )
+
+
+@pytest.mark.parametrize("form", sorted(OLD_FORMATS))
+def test_i20_p2_a_snapshot_of_an_old_format_is_a_miss_not_compared(form: int) -> None:
+    """The fixtures of formats 1-3 (intact, of the very state): decode gives None (a miss, no
+    `SnapshotMismatch`), compare gives None (not compared, no `CorruptRecord`)."""
+    payload = (FIXTURES / f"format{form}.msgpack").read_bytes()
+    live = make_snapshots.STATES["limit_off"]()
+    assert form == snapshot_format(payload)
+    assert (None, None) == (
+        decode_snapshot(payload, session_id=SESSION, version=live.version),
+        compare_snapshot(payload, live, CHAIN),
+    )
+
+
+@pytest.mark.parametrize("form", [0, 5, 6, 12, 20, 36, 68, 2**40])
+def test_i20_p2_a_format_no_version_wrote_is_a_miss_on_restore_and_a_finding_of_verify(
+    form: int,
+) -> None:
+    """Any other format number (the flips of one bit of 4 among them): restore misses it;
+    verify refuses it, naming the format, since only damage or a newer writer makes it."""
+    state = _long_state(10)
+    _, digest, z = msgpack.unpackb(encode_snapshot(state, CHAIN))
+    payload = msgpack.packb([form, digest, z])
+    assert None is decode_snapshot(payload, session_id=SESSION, version=state.version)
+    with pytest.raises(CorruptRecord, match=f"format {form} is none"):
+        compare_snapshot(payload, state, CHAIN)
+
+
+def test_i20_p2_bytes_of_no_format_are_damage_not_a_miss() -> None:
+    """Bytes that are not msgpack, or neither shape a format ever had: `SnapshotMismatch`."""
+    for payload in (b"\xc1 not msgpack", msgpack.packb([4, b"x"]), msgpack.packb({"f": 1}),
+                    msgpack.packb(["4", b"", b""]), msgpack.packb({"format": "1"})):
+        assert None is snapshot_format(payload)
+        with pytest.raises(SnapshotMismatch, match="cannot be trusted"):
+            decode_snapshot(payload, session_id=SESSION, version=1)
+
+
+def test_i20_p2_the_old_format_helper_writes_the_bytes_the_old_encoder_wrote() -> None:
+    """`tests.old_snapshots.in_old_format` of the format 4 fixture gives the fixtures of
+    formats 1-3 byte for byte: the integration tests' old snapshots are the real layout."""
+    four = (FIXTURES / "format4.msgpack").read_bytes()
+    for form in sorted(OLD_FORMATS):
+        assert (FIXTURES / f"format{form}.msgpack").read_bytes() == in_old_format(four, form)
 
 
 def _edits(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -192,16 +256,31 @@ def test_the_generated_body_decoder_agrees_with_the_converter_on_every_edited_bo
     """For each body edited in one place: when the generated function accepts it, the
     converter returns an equal value (the one-sided contract of ADR-0052)."""
     body = _body(encode_snapshot(_long_state(40), CHAIN))
-    assert _fast_packed()(body) == _converter().structure(body, _Packed)
+    assert _decoder()(body) == _converter().structure(body, _Snapshot)
     accepted = 0
     for _, edited in _edits(body):
         try:
-            fast = _fast_packed()(edited)
-        except Exception:  # refused: the converter decides
+            fast = _decoder()(edited)
+        except Exception:  # refused: refused (the converter only explains, ADR-0074)
             continue
         accepted += 1
-        assert _converter().structure(edited, _Packed) == fast
+        assert _converter().structure(edited, _Snapshot) == fast
     assert accepted < len(_edits(body))
+
+
+def test_i20_p2_a_refusal_names_the_field_and_its_traceback_shows_the_generated_line() -> None:
+    """A body with a wrong type: the error says which field (the converter's path), and its
+    cause, raised by the generated decoder, shows the generated source line that refused."""
+    state = _long_state(10)
+    body = _body(encode_snapshot(state, CHAIN))
+    with pytest.raises(SnapshotMismatch, match=r"chat_cursor") as raised:
+        decode_snapshot(_wrap({**body, "chat_cursor": "7"}), session_id=SESSION,
+                        version=state.version)
+    refusal = raised.value.__cause__.__cause__  # SnapshotMismatch <- converter <- decoder
+    assert refusal is not None
+    frames = traceback.extract_tb(refusal.__traceback__)
+    generated = [f for f in frames if f.filename.startswith("<turnledger generated")]
+    assert ["raise _Reject('_Snapshot.chat_cursor')"] == [f.line for f in generated]
 
 
 def test_a_wrong_format_4_body_is_refused_despite_a_matching_digest() -> None:

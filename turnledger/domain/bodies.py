@@ -152,6 +152,12 @@ _OPAQUE_TYPES: Final[dict[str, frozenset[str]]] = {
 }
 """Block types turnledger keeps whole (`OpaqueBlock`) that each API takes."""
 
+_OPAQUE_IMAGES: Final[dict[str, str]] = {API_ANTHROPIC: "image",
+                                         API_OPENAI_RESPONSES: "input_image"}
+"""An image turnledger keeps whole because its source is not inline or a URL (an Anthropic
+``file`` source, a Responses ``file_id``): its own API takes it in a user message or a tool
+result, as it takes any other image there."""
+
 _CHAT_ROLE_PARTS: Final = {"user": frozenset({"text", "image", "input_audio", "file"}),
                            "assistant": frozenset({"text", "refusal"}),
                            "system": frozenset({"text"}), "tool": frozenset({"text"})}
@@ -228,7 +234,8 @@ def _fit_opaque(block: OpaqueBlock, api: str, role: str, notes: _Notes) -> Any:
     translated = _translate_file(fields, api, role)
     if translated is not None:
         return translated
-    allowed = kind in _OPAQUE_TYPES[api]
+    allowed = kind in _OPAQUE_TYPES[api] or (
+        kind == _OPAQUE_IMAGES.get(api) and role in ("user", "tool"))
     if api == API_OPENAI_CHAT:
         allowed = allowed and kind in _CHAT_ROLE_PARTS.get(role, frozenset())
     if allowed:

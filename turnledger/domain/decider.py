@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, assert_never
+from typing import Any, Final, TypeVar, assert_never
 from uuid import UUID
 
 import attrs
@@ -80,7 +80,7 @@ from turnledger.domain.messages import (
     classify_appended,
     parse_tool_envelope,
 )
-from turnledger.domain.pricing import DEFAULT_PRICING, Pricing
+from turnledger.domain.pricing import DEFAULT_PRICING, Pricing, openai_tool_tokens
 from turnledger.domain.providers import block_json
 from turnledger.domain.state import SessionState
 from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
@@ -158,6 +158,9 @@ class EnforceTokenBudget:
     now: datetime
 
 
+_OPENAI_APIS: Final = (API_OPENAI_CHAT, API_OPENAI_RESPONSES)
+
+
 @attrs.frozen
 class PrepareRequest:
     """Prepare a request whose tool schemas and hook texts cost the given tokens (R18).
@@ -173,9 +176,14 @@ class PrepareRequest:
 
     @classmethod
     def from_texts(
-        cls, tools: Sequence[str], hooks: Sequence[str], final_summary: bool, now: datetime
+        cls, tools: Sequence[str], hooks: Sequence[str], final_summary: bool, now: datetime,
+        *, api: str | None = None, pricing: Pricing = DEFAULT_PRICING,
     ) -> PrepareRequest:
+        """Count the texts: tool schemas as their JSON text (R18), or, when
+        ``pricing`` opts in and ``api`` is OpenAI's, as OpenAI counts them (K6)."""
         tool_tokens, hook_tokens = request_overhead_tokens(tools, hooks)
+        if pricing.by_kind and pricing.openai_tool_counting and api in _OPENAI_APIS:
+            tool_tokens = openai_tool_tokens(tools)
         return cls(tool_tokens, hook_tokens, final_summary, now)
 
 
@@ -683,10 +691,15 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
 
 
 def _api_overhead(api: str | None, tool_tokens: int, pricing: Pricing) -> int:
-    """What the API itself adds to a request: Anthropic's tool-use system prompt when the
-    request has tools (issue 21, `Pricing.tool_use_system_tokens`)."""
-    if api == API_ANTHROPIC and tool_tokens and pricing.by_kind:
+    """What the API itself adds to a request (K6): Anthropic's tool-use system prompt when the
+    request has tools (`Pricing.tool_use_system_tokens`), the tokens OpenAI Chat primes every
+    reply with (`Pricing.openai_reply_tokens`)."""
+    if not pricing.by_kind:
+        return 0
+    if api == API_ANTHROPIC and tool_tokens:
         return pricing.tool_use_system_tokens
+    if api == API_OPENAI_CHAT:
+        return pricing.openai_reply_tokens
     return 0
 
 

@@ -167,7 +167,7 @@ class AnchorMismatch(CorruptRecord):
 
 
 class SnapshotMismatch(CorruptRecord):
-    """A snapshot that cannot be trusted (damaged, undigested, not the log's): replay instead."""
+    """A snapshot that cannot be trusted (damaged, not the log's): replay instead."""
 
 
 class UndecodableRecord(CorruptRecord):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 import struct
@@ -29,6 +30,7 @@ from turnledger.domain.blocks import (
     ServerToolResult,
     ThinkingBlock,
     block_text,
+    canonical_json,
     extra_fields,
 )
 from turnledger.domain.errors import InvalidProfile
@@ -43,6 +45,7 @@ __all__ = [
     "Pricing",
     "image_ref_tokens",
     "image_tokens_by_size",
+    "openai_tool_tokens",
     "priced_parts",
 ]
 
@@ -80,11 +83,18 @@ class Pricing:
       ``encrypted_content``, Anthropic ``redacted_thinking``), by its decoded bytes, in the
       current turn only: both providers drop the reasoning of earlier turns. A thinking
       signature is no content and costs nothing.
-    - ``server_result_percent``: a server tool's result (Anthropic web search, fetch, code
-      execution, MCP results) costs this share of its text's estimate: its encrypted page
-      contents are billed as the text they hold.
+    - ``server_result_percent``: the encrypted page contents (``encrypted_content``) of a
+      server tool's result (Anthropic web search, fetch, code execution, MCP results) cost
+      this share of their text's estimate: they are billed as the text they hold. The rest of
+      a result is text, a document in it a document.
     - ``tool_use_system_tokens``: what Anthropic adds to a request with tools (its tool-use
       system prompt), charged when the route's API is Anthropic and the request has tools.
+    - ``openai_reply_tokens``: what OpenAI Chat adds to every request, the tokens that prime
+      the reply (``<|start|>assistant<|message|>``), charged when the route's API is OpenAI
+      Chat.
+    - ``openai_tool_counting``: opt-in: on a route whose API is OpenAI's (Chat or Responses),
+      a function tool costs what OpenAI's cookbook counts for it (`openai_tool_tokens`)
+      instead of its JSON text (R18, the default).
 
     Raises `InvalidProfile` naming the field for a negative or non-integer count.
     """
@@ -98,15 +108,17 @@ class Pricing:
     ciphertext_bytes_per_token: int = 16
     server_result_percent: int = 300
     tool_use_system_tokens: int = 346
+    openai_reply_tokens: int = 3
+    openai_tool_counting: bool = False
 
     def __attrs_post_init__(self) -> None:
-        for key in ("by_kind", "image_by_size"):
+        for key in ("by_kind", "image_by_size", "openai_tool_counting"):
             if not isinstance(getattr(self, key), bool):
                 raise InvalidProfile(f"pricing.{key}: must be true or false, "
                                      f"got {getattr(self, key)!r}")
         for key in ("image_tokens", "document_page_tokens", "document_tokens",
                     "audio_tokens_per_second", "server_result_percent",
-                    "tool_use_system_tokens"):
+                    "tool_use_system_tokens", "openai_reply_tokens"):
             _check_count(key, getattr(self, key))
         _check_positive("ciphertext_bytes_per_token", self.ciphertext_bytes_per_token)
 
@@ -271,7 +283,7 @@ def _file_part(inner: dict[str, Any], pricing: Pricing) -> int:
     return pricing.document_tokens
 
 
-def _opaque(block: OpaqueBlock, pricing: Pricing) -> Priced:
+def _opaque(block: OpaqueBlock, role: str, pricing: Pricing) -> Priced:
     fields = extra_fields(block.json)
     kind = fields.get("type")
     size = len(block.json)
@@ -288,19 +300,66 @@ def _opaque(block: OpaqueBlock, pricing: Pricing) -> Priced:
         return Priced(len(result), _image_cost(result, pricing))
     if kind == "image" and isinstance(fields.get("source"), dict):  # an image kept whole
         data = fields["source"].get("data")
-        return Priced(size, _image_cost(data if isinstance(data, str) else "", pricing))
+        return _image_part(size, _image_cost(data if isinstance(data, str) else "", pricing),
+                           role)
+    if kind == "compaction" and isinstance(fields.get("encrypted_content"), str):
+        # The encrypted context of the turns it replaced: read in every request that carries
+        # it, so priced wherever it is (not K4's current turn only).
+        data = fields["encrypted_content"]
+        return Priced(len(data), _ciphertext_tokens(data, pricing))
+    if kind == "input_image":  # a Responses image given by its file_id: size unknown
+        return _image_part(size, pricing.image_tokens, role)
     return NOTHING
 
 
+def _image_part(size: int, tokens: int, role: str) -> Priced:
+    # A tool result's images cost in the current turn only, as its attachments do (R22).
+    return Priced(size, 0, tokens) if role == "tool" else Priced(size, tokens)
+
+
+def _ciphertext_tokens(data: str, pricing: Pricing) -> int:
+    return math.ceil(_decoded_size(data) / pricing.ciphertext_bytes_per_token)
+
+
 def _ciphertext(data: str, pricing: Pricing) -> Priced:
-    tokens = math.ceil(_decoded_size(data) / pricing.ciphertext_bytes_per_token)
-    return Priced(len(data), 0, tokens)
+    return Priced(len(data), 0, _ciphertext_tokens(data, pricing))
 
 
 def _server_result(block: ServerToolResult, pricing: Pricing) -> Priced:
-    text_tokens = (len(block.content.encode("utf-8")) + 3) // 4
-    return Priced(len(block.content.encode("utf-8")),
-                  text_tokens * pricing.server_result_percent // 100)
+    """K5: the encrypted page contents of a server tool's result cost ``server_result_percent``
+    of their text estimate (they are billed as the text they hold); a document in it costs as
+    a document (K2); the rest of it is text."""
+    try:
+        content = json.loads(block.content)
+    except ValueError:
+        return NOTHING
+    encrypted, documents = _server_parts(content, pricing)
+    tokens = (encrypted + 3) // 4 * pricing.server_result_percent // 100
+    return Priced(encrypted, tokens) + documents if encrypted else documents
+
+
+def _server_parts(value: object, pricing: Pricing) -> tuple[int, Priced]:
+    """(bytes of the ``encrypted_content`` strings, the documents) of a server result."""
+    encrypted, documents = 0, NOTHING
+    if isinstance(value, list):
+        for item in value:
+            more, docs = _server_parts(item, pricing)
+            encrypted, documents = encrypted + more, documents + docs
+    elif isinstance(value, dict):
+        if value.get("type") == "document" and isinstance(value.get("source"), dict):
+            source = value["source"]
+            if source.get("type") != "text":
+                block = DocumentBlock(canonical_json(source))
+                priced = _document(block, pricing)
+                # The source's bytes as they stand in the result's JSON text.
+                return 0, Priced(len(canonical_json(source)), priced.tokens)
+        for key, item in value.items():
+            if key == "encrypted_content" and isinstance(item, str):
+                encrypted += len(item.encode("utf-8"))
+            else:
+                more, docs = _server_parts(item, pricing)
+                encrypted, documents = encrypted + more, documents + docs
+    return encrypted, documents
 
 
 def _block(block: ContentBlock, role: str, pricing: Pricing) -> Priced:
@@ -321,7 +380,7 @@ def _block(block: ContentBlock, role: str, pricing: Pricing) -> Priced:
         case ServerToolResult():
             return _server_result(block, pricing)
         case OpaqueBlock():
-            return _opaque(block, pricing)
+            return _opaque(block, role, pricing)
     return NOTHING
 
 
@@ -343,3 +402,79 @@ def priced_parts(role: str, blocks: Iterable[Any], pricing: Pricing) -> Priced:
 
 def _content_blocks(blocks: Iterable[Any]) -> Iterator[ContentBlock]:
     return (b for b in blocks if not isinstance(b, ToolCall))
+
+
+# --- tool schemas ----------------------------------------------------------------------------
+
+_FUNCTION_START: Final = 7
+_PROPERTIES_START: Final = 3
+_PROPERTY: Final = 3
+_ENUM_START: Final = -3
+_ENUM_ITEM: Final = 3
+_FUNCTIONS_END: Final = 12
+
+
+def _quarter(text: str) -> int:
+    return (len(text.encode("utf-8", "surrogatepass")) + 3) // 4
+
+
+def openai_tool_tokens(schemas: Iterable[str]) -> int:
+    """The tokens of a request's tool schemas as OpenAI's cookbook counts them (opt-in,
+    `Pricing.openai_tool_counting`).
+
+    OpenAI renders function tools compactly, not as their JSON: "How to count tokens with
+    tiktoken" (OpenAI Cookbook, tool calls) counts 7 tokens a function plus its
+    ``name:description``, 3 for its properties, 3 a property plus its
+    ``name:type:description``, an enum's items (3 each plus the item, less 3), and 12 at the
+    end; a trailing period of a description is not counted. The texts cost R20's four bytes a
+    token here, as everywhere. A function tool in Chat's (``{"type": "function", "function":
+    {...}}``) or Responses' form (``{"type": "function", "name": ...}``); any other tool (a
+    hosted tool) or a text that is not such JSON costs its JSON text (R18).
+    """
+    total, functions = 0, 0
+    for schema in schemas:
+        function = _function_of(schema)
+        if function is None:
+            total += _quarter(schema)
+            continue
+        functions += 1
+        total += _function_tokens(function)
+    return total + (_FUNCTIONS_END if functions else 0)
+
+
+def _function_of(schema: str) -> dict[str, Any] | None:
+    try:
+        tool = json.loads(schema)
+    except ValueError:
+        return None
+    if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        return None
+    function = tool.get("function", tool)
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return None
+    return function
+
+
+def _text_of(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _function_tokens(function: dict[str, Any]) -> int:
+    description = _text_of(function.get("description")).removesuffix(".")
+    tokens = _FUNCTION_START + _quarter(f"{function['name']}:{description}")
+    parameters = function.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(properties, dict) or not properties:
+        return tokens
+    tokens += _PROPERTIES_START
+    for key, spec in properties.items():
+        spec = spec if isinstance(spec, dict) else {}
+        tokens += _PROPERTY
+        enum = spec.get("enum")
+        if isinstance(enum, list):
+            tokens += _ENUM_START + sum(_ENUM_ITEM + _quarter(_text_of(item)) for item in enum)
+        kind = _text_of(spec.get("type"))
+        tokens += _quarter(f"{key}:{kind}:{_text_of(spec.get('description')).removesuffix('.')}")
+    return tokens

@@ -20,12 +20,14 @@ For each session, from its raw records (E2, E4, E6, E11, R18, R31-R34, R37):
    newest records were deleted: the chain alone cannot show that), its chain value is the
    record's, and its whole state (profile, providers, route, legacy flag, window) equals the
    state folded from the records at its version (ADR-0023; a restore
-   starts from it, E5);
+   starts from it, E5) — a snapshot of a format older versions wrote is a miss a restore does
+   not read, noted as not compared (ADR-0074);
 7. the final views hold at most one breadcrumb, right after the system messages (R31).
 
-Each finding is a `Violation` naming the session, the event position and the rule, its detail
-bounded (`turnledger.domain.errors.bounded`). The whole store is checked by the database first
-(SQLite's integrity check) and, when damaged, audited from a salvage (`verify`).
+Each finding is a `Finding` naming the session, the event position and the rule, its detail
+bounded (`turnledger.domain.errors.bounded`); what was not checked, and why, is a finding too,
+in the report's ``notes``, which do not fail the audit. The whole store is checked by the
+database first (SQLite's integrity check) and, when damaged, audited from a salvage (`verify`).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ from turnledger.store.codec import describe_error
 from turnledger.store.mapper import paused_gc, verify_chain
 from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
 from turnledger.store.session import parse_session_id
-from turnledger.store.snapshots import compare_snapshot
+from turnledger.store.snapshots import compare_snapshot, snapshot_format
 
 __all__ = ["Rule", "VerifyReport", "Violation", "verify", "verify_salvaged"]
 
@@ -86,14 +88,21 @@ Progress = Callable[[int, int | None], None]
 
 
 
+def _jsonable(finding: Finding) -> dict[str, Any]:
+    return {"session_id": finding.session_id, "position": finding.position,
+            "rule": finding.rule.value, "detail": finding.detail}
+
+
 @attrs.frozen
 class VerifyReport:
-    """What `verify` checked and found; ``ok`` when nothing was found."""
+    """What `verify` checked and found; ``ok`` when nothing was found. ``notes``: what it did
+    not check and why (an old-format snapshot, ADR-0074), whatever ``ok`` says."""
 
     sessions_checked: int
     events_checked: int
     violations: tuple[Finding, ...]
     seconds: float
+    notes: tuple[Finding, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -105,11 +114,8 @@ class VerifyReport:
             "sessions_checked": self.sessions_checked,
             "events_checked": self.events_checked,
             "seconds": round(self.seconds, 3),
-            "violations": [
-                {"session_id": v.session_id, "position": v.position, "rule": v.rule.value,
-                 "detail": v.detail}
-                for v in self.violations
-            ],
+            "violations": [_jsonable(v) for v in self.violations],
+            "notes": [_jsonable(n) for n in self.notes],
         }
 
     def to_json(self) -> str:
@@ -203,6 +209,7 @@ def _verify(
     salvaged: bool = False,
 ) -> VerifyReport:
     violations: list[Finding] = []
+    notes: list[Finding] = []
     if session_ids is None:
         ids = list(backend.session_ids())
         total: int | None = backend.max_notification_id()
@@ -229,11 +236,12 @@ def _verify(
         ))
     done = 0
     for session_id in ids:
-        found, count = _audit_session(
+        audit = _audit_session(
             backend, session_id, asked=session_ids is not None, salvaged=salvaged
         )
-        violations.extend(found)
-        done += count
+        violations.extend(audit.violations)
+        notes.extend(audit.notes)
+        done += len(audit.records)
         if progress is not None:
             progress(done, total)
     return VerifyReport(
@@ -241,21 +249,23 @@ def _verify(
         events_checked=done,
         violations=tuple(violations),
         seconds=time.perf_counter() - began,
+        notes=tuple(notes),
     )
 
 
 def _audit_session(
     backend: EventStoreBackend, session_id: UUID, *, asked: bool, salvaged: bool
-) -> tuple[list[Finding], int]:
-    """The findings on one session and how many records it has. In a salvaged copy, whatever
-    stops the audit (a damaged keys table, a record no check foresaw) is one more finding."""
+) -> _SessionVerifier:
+    """The audit of one session, run: its findings, notes and records. In a salvaged copy,
+    whatever stops the audit (a damaged keys table, a record no check foresaw) is one more
+    finding."""
     records = backend.read_records(session_id)
+    audit = _SessionVerifier(backend, session_id, records)
     if not records and asked:
         if not salvaged:
             raise SessionNotFound(f"no session {session_id} in this store")
-        return [Finding(str(session_id), 0, Rule.CORRUPT_RECORD,
-                          "no record of this session could be salvaged")], 0
-    audit = _SessionVerifier(backend, session_id, records)
+        audit.report(0, Rule.CORRUPT_RECORD, "no record of this session could be salvaged")
+        return audit
     try:
         with paused_gc():  # the fold keeps what it builds: collecting would free nothing
             audit.run()
@@ -264,7 +274,7 @@ def _audit_session(
             raise
         audit.report(0, Rule.CORRUPT_RECORD, f"the audit of this session stops: "
                                              f"{describe_error(error)}")
-    return audit.violations, len(records)
+    return audit
 
 
 def _describe_orphans(messages: Sequence[ChatMessage], swept: SweepResult[ChatMessage]) -> str:
@@ -314,6 +324,7 @@ class _SessionVerifier:
         self.session_id = session_id
         self.records = records
         self.violations: list[Finding] = []
+        self.notes: list[Finding] = []
         self._seen: set[tuple[int, Rule]] = set()
 
     def report(self, position: int, rule: Rule, detail: str) -> None:
@@ -633,12 +644,20 @@ class _SessionVerifier:
 
     def _check_snapshot(self, state: SessionState, chain: bytes, payload: bytes) -> None:
         """The snapshot's whole state (profile, providers, route, legacy flag, chain, window)
-        must equal the state folded from the records at its version (ADR-0023)."""
+        must equal the state folded from the records at its version (ADR-0023); one of an
+        old format is a miss no restore reads: noted, not compared (ADR-0074)."""
         position = state.version
         try:
             differing = compare_snapshot(payload, state, chain)
         except CorruptRecord as error:
             self.report(position, Rule.SNAPSHOT, str(error))
+            return
+        if differing is None:
+            self.notes.append(Finding(
+                str(self.session_id), position, Rule.SNAPSHOT,
+                f"the snapshot is in format {snapshot_format(payload)}: old format, not "
+                "compared (a restore replays the events instead; the next snapshot replaces it)",
+            ))
             return
         if differing:
             self.report(

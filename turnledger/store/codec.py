@@ -57,7 +57,13 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
 )
-from turnledger.store.fastdecode import EXACT_SCALARS, Decoder, TaggedUnion, build_decoder
+from turnledger.store.fastdecode import (
+    EXACT_SCALARS,
+    Decoder,
+    TaggedUnion,
+    build_decoder,
+    build_hook,
+)
 
 __all__ = [
     "MESSAGE_TAGS",
@@ -67,6 +73,7 @@ __all__ = [
     "default_codec",
     "describe_error",
     "encode_event",
+    "generated_decoder",
     "make_converter",
     "topic_for",
 ]
@@ -271,6 +278,17 @@ _FAST_UNIONS: Final[Mapping[object, TaggedUnion]] = types.MappingProxyType({
 _FAST_OMITTED: Final[Mapping[type, frozenset[str]]] = types.MappingProxyType(
     {ChatMessage: frozenset({"item"})}
 )
+
+
+def generated_decoder(type_: object, converter: cattrs.Converter) -> Callable[[Any], Any]:
+    """The function generated to structure a value of ``type_`` that is not an event (a
+    snapshot's body, ADR-0060, ADR-0074), like the events' decoders (ADR-0052).
+
+    ``converter`` is one `make_converter` built, maybe with hooks of its own added for types
+    this module does not configure; the function calls its hooks for the types it does not
+    check inline. It raises on anything it does not vouch for, naming the field when it can.
+    """
+    return build_hook(type_, converter, unions=_FAST_UNIONS, omitted=_FAST_OMITTED)
 
 
 def _is_optional_message(type_: object) -> bool:

@@ -12,11 +12,16 @@ have returned an equal one, field for field (``eq=False`` fields included); when
 looks unusual it raises, and the codec falls back to the converter, which decides and explains
 (E11). A type it does not know is handed to the converter's own hook for that type, so a new
 field type is correct before it is fast.
+
+The source of each generated function is registered with `linecache` under a file name of its
+own, as cattrs does for the code it generates: a traceback through one shows its lines
+, and each refusal names the field it refused.
 """
 
 from __future__ import annotations
 
 import enum
+import linecache
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -135,7 +140,8 @@ class _Builder:
     def generate(self, cls: type, skip: str | None, event: bool) -> Hook:
         attrs.resolve_types(cls)
         names: dict[str, Any] = {"_cls": cls, "_Reject": _Reject, "_dict": dict}
-        lines = ["  if o.__class__ is not _dict:", "    raise _Reject", "  kw = {}"]
+        lines = ["  if o.__class__ is not _dict:", f"    raise _Reject({cls.__name__!r})",
+                 "  kw = {}"]
         required = 0 if skip is None else 1  # the tag is a key of the map, not a field
         lines.append("  n = 0")
         omitted = self.omitted.get(cls, frozenset())
@@ -147,7 +153,7 @@ class _Builder:
                 lines.append(f"  kw[{name!r}] = {name}")
                 continue
             names[f"_h{index}"] = self.hook(field.type)
-            convert = self.inline(field.type, index, names)
+            convert = self.inline(field.type, index, names, f"{cls.__name__}.{name}")
             if field.default is attrs.NOTHING:
                 required += 1
                 lines.append(f"  v = o[{name!r}]")
@@ -160,34 +166,54 @@ class _Builder:
                 lines.append(f"    kw[{name!r}] = v")
                 lines.append("    n += 1")
         lines.append(f"  if len(o) != n + {required}:")
-        lines.append("    raise _Reject")  # an unknown key (the converter forbids them)
+        # an unknown key (the converter forbids them)
+        lines.append(f"    raise _Reject({cls.__name__ + ': unknown key'!r})")
         lines.append("  return _cls(**kw)")
         params = "o, originator_id, originator_version" if event else "o"
-        source = f"def decode_{cls.__name__}({params}):\n" + "\n".join(lines) + "\n"
-        code = compile(source, f"<turnledger fast decoder {cls.__qualname__}>", "exec")
+        function = f"decode_{cls.__name__}"
+        source = f"def {function}({params}):\n" + "\n".join(lines) + "\n"
+        code = compile(source, _source_file(cls, function, source), "exec")
         exec(code, names)  # our own source, generated from the attrs fields
-        decoder: Hook = names[f"decode_{cls.__name__}"]
+        decoder: Hook = names[function]
         return decoder
 
-    def inline(self, type_: object, index: int, names: dict[str, Any]) -> list[str]:
+    def inline(self, type_: object, index: int, names: dict[str, Any], field: str) -> list[str]:
         """The statements that check (and convert) ``v`` of ``type_`` in place: the checks of
         the commonest types written out (a call per field is most of the cost), the others
-        through the type's hook."""
+        through the type's hook. A refusal names ``field``."""
+        refuse = f"  raise _Reject({field!r})"
         optional = _optional_scalar(type_)
         if optional is not None and type_ not in self.unions:
             names[f"_t{index}"] = optional
-            return [f"if v is not None and v.__class__ is not _t{index}:", "  raise _Reject"]
+            return [f"if v is not None and v.__class__ is not _t{index}:", refuse]
         if type_ in EXACT_SCALARS:
             names[f"_t{index}"] = type_
-            return [f"if v.__class__ is not _t{index}:", "  raise _Reject"]
+            return [f"if v.__class__ is not _t{index}:", refuse]
         if type_ is datetime:
             names["_datetime"] = datetime
-            return ["if v.__class__ is not _datetime or v.tzinfo is None:", "  raise _Reject"]
+            return ["if v.__class__ is not _datetime or v.tzinfo is None:", refuse]
         if isinstance(type_, type) and issubclass(type_, enum.StrEnum | enum.IntEnum):
             names[f"_t{index}"] = str if issubclass(type_, str) else int
             names[f"_m{index}"] = {member.value: member for member in type_}
-            return [f"if v.__class__ is not _t{index}:", "  raise _Reject", f"v = _m{index}[v]"]
+            return [f"if v.__class__ is not _t{index}:", refuse, f"v = _m{index}[v]"]
         return [f"v = _h{index}(v)"]
+
+
+def _source_file(cls: type, function: str, source: str) -> str:
+    """The file name under which `linecache` holds ``source``, the generated ``function`` of
+    ``cls``: a name of its own, unless the same source already holds one (the decoders of a
+    class are generated again by each codec; the cache keeps one copy of each source).
+
+    An entry without a modification time is one `linecache.checkcache` never drops."""
+    lines = source.splitlines(keepends=True)
+    base = f"<turnledger generated {function} {cls.__module__}.{cls.__qualname__}"
+    name, count = base + ">", 1
+    while True:
+        entry = (len(source), None, lines, name)
+        if linecache.cache.setdefault(name, entry) == entry:
+            return name
+        count += 1
+        name = f"{base} #{count}>"
 
 
 def _optional_scalar(type_: object) -> type | None:

@@ -69,7 +69,13 @@ from turnledger.store.backend import (
     StoreUnavailable,
 )
 from turnledger.store.mapper import ZERO_CHAIN
-from turnledger.store.snapshots import SnapshotMismatch, decode_snapshot, encode_snapshot
+from turnledger.store.snapshots import (
+    SNAPSHOT_FORMAT,
+    SnapshotMismatch,
+    decode_snapshot,
+    encode_snapshot,
+    snapshot_format,
+)
 
 __all__ = ["SNAPSHOT_INTERVAL", "SNAPSHOT_MESSAGES", "Pipeline", "Position"]
 
@@ -190,8 +196,11 @@ class Pipeline:
 
         The snapshot is used only when its digest holds and the record at its version carries
         its chain value (ADR-0023); otherwise a warning is logged and the session is replayed
-        from its first event — a snapshot is a cache, nothing is lost. Every record read is
-        checked (ADR-0024). Raises `SessionNotFound`, `CorruptRecord` (a damaged record).
+        from its first event — a snapshot is a cache, nothing is lost. A snapshot of another
+        format is a miss, not damage (ADR-0074): replayed likewise, logged at INFO; the
+        position then counts from version 0, so the next command past a due point replaces
+        it. Every record read is checked (ADR-0024). Raises `SessionNotFound`,
+        `CorruptRecord` (a damaged record).
         """
         try:
             position = self._load_from_snapshot(session_id)
@@ -207,7 +216,8 @@ class Pipeline:
         return position
 
     def _load_from_snapshot(self, session_id: UUID) -> Position | None:
-        """The position from the latest snapshot and the events after it; None: no snapshot."""
+        """The position from the latest snapshot and the events after it; None: no snapshot,
+        or one of another format (a miss)."""
         try:
             snapshot = self.backend.load_snapshot(session_id)
         except CorruptRecord as error:  # unsealing failed: the snapshot bytes are damaged
@@ -215,7 +225,13 @@ class Pipeline:
         if snapshot is None:
             return None
         version, payload = snapshot
-        state, chain = decode_snapshot(payload, session_id=session_id, version=version)
+        decoded = decode_snapshot(payload, session_id=session_id, version=version)
+        if decoded is None:
+            log.info("session %s: the snapshot at version %d is in format %s, not %d (a miss): "
+                     "replaying every event; the next snapshot due replaces it", session_id,
+                     version, snapshot_format(payload), SNAPSHOT_FORMAT)
+            return None
+        state, chain = decoded
         position = Position(state, chain, version, state.next_position)
         self._catch_up(position, session_id, chain)
         return position

@@ -318,9 +318,10 @@ class Session:
             if not isinstance(hook, str):
                 raise InvalidMessage(f"hooks[{i}] must be a str, got {type(hook).__name__}")
         with self._lock:
-            batch = self._run(
-                PrepareRequest.from_texts(schemas, hook_texts, bool(final_summary), _now())
-            )
+            state = self._stored_state()  # how this session prices its tool schemas (K6)
+            batch = self._run(PrepareRequest.from_texts(
+                schemas, hook_texts, bool(final_summary), _now(), api=state.route.api,
+                pricing=state.pricing))
             last = batch.events[-1]
             unanswered = RejectionReason.UNANSWERED_TOOL_CALLS
             if isinstance(last, RequestRejected) and last.reason is unanswered:

@@ -1,27 +1,26 @@
-"""Snapshots of a session's *compact* state, so a restore costs O(window) (ADR-0002).
+"""Snapshots of a session's compact state, so a restore costs O(window) (ADR-0002, ADR-0030).
 
-A snapshot holds what cannot be derived cheaply: the leading and retained system messages, the
-window of the log from the earliest cursor (with swept positions as gaps), the cursors and
-breadcrumb flags, the profile/providers/route, the version and the hash-chain head. Estimates,
-prefix sums and turn starts are recomputed from the window on load (O(window)), so they can
-never disagree with the items. Snapshots are caches: a missing or unreadable one only costs a
-longer replay; an unreadable one is reported as `CorruptRecord`, never silently ignored.
+A snapshot is a cache. It holds what cannot be derived cheaply: the leading and retained system
+messages, the chat window's items, the summary of the rest of the conversation window
+(`Region`: turn starts as gaps, per-turn token and message sums, system items, sweep
+suspects), the cursors and breadcrumb flags, the profile/providers/route, the version and the
+hash-chain head. Estimates, prefix sums and turn starts are recomputed from it on load
+(O(window)), so they can never disagree with the items.
 
-Format 2 (ADR-0023) wraps the body in ``msgpack([2, sha256(body), body])``: a snapshot whose
-bytes changed is refused by its digest before anything in it is believed. Format 1 (no digest)
-still decodes, for `verify`, but `decode_snapshot` refuses it unless ``trust_undigested``.
+One format is written and read (ADR-0074): ``msgpack([4, sha256(z), z])``, ``z`` the zlib'd
+msgpack map of `_Snapshot`, the state's one canonical compact form, its integer columns packed
+(`IntColumn`, ADR-0060). The digest refuses changed bytes before anything in them is believed.
 
-Format 3 (ADR-0030) is O(window) whatever the turn limit: ``msgpack([3, sha256(z), z])`` with
-``z`` the zlib-compressed body, which holds the chat window's items and the *summary* of the
-rest of the conversation window (`Region`: turn starts as gaps, per-turn token and message
-sums, system items, sweep suspects), in one canonical form: region ``[conversation start,
-chat start)``, items from the chat start. A format 2 snapshot is still read (its items become
-the held window of a compact state) and compared by `verify` against the state as folded.
+- A snapshot of **another format** is a miss, not damage: `decode_snapshot` returns None, the
+  restore replays every event, and the next snapshot due replaces it. `verify` notes one of
+  the formats older versions wrote (`OLD_FORMATS`) as not compared, and reports any other
+  number (no version wrote it: one flipped bit turns 4 into 0, 5, 6, … never into 1-3).
+- A format 4 snapshot that fails its digest or any check after it is `SnapshotMismatch` on
+  restore (a warning, then the replay) and `CorruptRecord` for `verify`.
 
-Format 4 (ADR-0060) is format 3 with the region's three integer columns (a number per turn of
-the conversation window) packed as little-endian arrays of the narrowest width instead of
-msgpack arrays, and its body structured by a generated function (ADR-0052), the converter
-deciding whatever that one refuses. Format 3 snapshots are still read and compared as before.
+The body is structured by one function generated from `_Snapshot`'s fields
+(`codec.generated_decoder`, ADR-0052), which decides: what it refuses is refused. A converter
+with detailed validation is built to explain a refusal (the path of the field), nothing else.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from itertools import accumulate
 from operator import sub
-from typing import Any
+from typing import Any, NewType
 from uuid import UUID
 
 import attrs
@@ -46,48 +45,38 @@ from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord, SnapshotMismatch
 from turnledger.domain.messages import ConversationMessage
 from turnledger.domain.window import Region, Window
-from turnledger.store.codec import _FAST_OMITTED, _FAST_UNIONS, describe_error, make_converter
-from turnledger.store.fastdecode import build_hook
+from turnledger.store.codec import describe_error, generated_decoder, make_converter
 
 __all__ = [
+    "OLD_FORMATS",
     "SNAPSHOT_FORMAT",
     "SnapshotMismatch",
     "compare_snapshot",
     "decode_snapshot",
     "encode_snapshot",
+    "snapshot_format",
 ]
 
 SNAPSHOT_FORMAT = 4
-_COMPACT_FORMAT = 3  # ADR-0030: format 4's fields, its integer columns as msgpack arrays
-_WINDOW_FORMAT = 2  # ADR-0023: the whole conversation window's items, digested
-_UNDIGESTED_FORMAT = 1  # before ADR-0023: the body alone, without a digest
+"""The one format written and read (ADR-0060, ADR-0074)."""
+OLD_FORMATS = frozenset({1, 2, 3})
+"""The formats older versions wrote (1: undigested; 2: ADR-0023; 3: ADR-0030): misses now."""
+
+
+IntColumn = NewType("IntColumn", list[int])
+"""A column of the region (a number per turn of the conversation window), stored as one type
+code byte and a little-endian array (`_pack_ints`): msgpack arrays cost a decode and a type
+check per integer (ADR-0060). The converter's hooks for this type pack and unpack it.
+
+A list, not a tuple: a restore hands the columns it decoded to the state's `Region` as they
+are, where a tuple would cost a copy of each (20,000 numbers at 10,000 turns with the turn
+limit off, 1 % of the restore, ADR-0074)."""
 
 
 @attrs.frozen
 class _Snapshot:
-    format: int
-    session_id: UUID
-    version: int
-    chain: bytes
-    profile: RuntimeProfile
-    providers: tuple[ProviderProfile, ...]
-    legacy: bool
-    route: Route
-    leading: tuple[ConversationMessage, ...]
-    retained: tuple[ConversationMessage, ...]
-    base: int
-    items: tuple[ConversationMessage | None, ...]
-    conv_cursor: int
-    chat_cursor: int
-    conv_breadcrumb: bool
-    chat_breadcrumb: bool
-
-
-@attrs.frozen
-class _Compact:
-    """Formats 3 and 4: the chat window held, the rest of the conversation window summarised.
-
-    What `verify` compares field by field, whichever of the two formats the bytes are in."""
+    """A snapshot: the canonical compact form of a state (`_snapshot_of`), in the order its
+    bytes hold the fields; what a restore rebuilds from and `verify` compares field by field."""
 
     format: int
     session_id: UUID
@@ -102,10 +91,10 @@ class _Compact:
     lo: int
     base: int
     items: tuple[ConversationMessage | None, ...]
-    turn_gaps: tuple[int, ...]
+    turn_gaps: IntColumn
     """The region's turn starts as gaps from ``lo`` (then from the previous one)."""
-    segment_tokens: tuple[int, ...]
-    segment_real: tuple[int, ...]
+    segment_tokens: IntColumn
+    segment_real: IntColumn
     systems: tuple[tuple[int, ConversationMessage], ...]
     suspects: tuple[tuple[int, ConversationMessage], ...]
     conv_cursor: int
@@ -113,38 +102,6 @@ class _Compact:
     conv_breadcrumb: bool
     chat_breadcrumb: bool
 
-
-@attrs.frozen
-class _Packed:
-    """Format 4 as stored: `_Compact`'s fields, its three integer columns packed (`_pack_ints`)
-    instead of msgpack arrays, which cost a decode and a type check per integer (ADR-0060)."""
-
-    format: int
-    session_id: UUID
-    version: int
-    chain: bytes
-    profile: RuntimeProfile
-    providers: tuple[ProviderProfile, ...]
-    legacy: bool
-    route: Route
-    leading: tuple[ConversationMessage, ...]
-    retained: tuple[ConversationMessage, ...]
-    lo: int
-    base: int
-    items: tuple[ConversationMessage | None, ...]
-    turn_gaps: bytes
-    segment_tokens: bytes
-    segment_real: bytes
-    systems: tuple[tuple[int, ConversationMessage], ...]
-    suspects: tuple[tuple[int, ConversationMessage], ...]
-    conv_cursor: int
-    chat_cursor: int
-    conv_breadcrumb: bool
-    chat_breadcrumb: bool
-
-
-_COLUMNS = ("turn_gaps", "segment_tokens", "segment_real")
-"""`_Compact`'s integer columns: one number per turn of the conversation window (ADR-0030)."""
 
 _LEVEL = 1
 """zlib level of a snapshot body: a snapshot is written on the append path, and level 1
@@ -190,55 +147,57 @@ def _unpack_ints(data: bytes) -> list[int]:
     return values.tolist()
 
 
+def _structure_column(value: object, _: object) -> IntColumn:
+    if not isinstance(value, bytes):
+        raise TypeError(f"expected a packed integer column, got {type(value).__name__}")
+    return IntColumn(_unpack_ints(value))
+
+
+def _with_columns(converter: cattrs.Converter) -> cattrs.Converter:
+    converter.register_unstructure_hook(IntColumn, _pack_ints)
+    converter.register_structure_hook(IntColumn, _structure_column)
+    return converter
+
+
 @cache
 def _converter() -> cattrs.Converter:
-    return make_converter()
+    """The converter that encodes snapshots, and whose hooks `_decoder` calls for the types
+    it does not check inline."""
+    return _with_columns(make_converter())
 
 
 @cache
-def _fast_packed() -> Callable[[Any], Any]:
-    """The generated structuring function of `_Packed` (ADR-0052, ADR-0060)."""
-    return build_hook(_Packed, _converter(), unions=_FAST_UNIONS, omitted=_FAST_OMITTED)
+def _explainer() -> cattrs.Converter:
+    """The converter that explains a body `_decoder` refused, with the path of the field:
+    built on the first refusal only (detailed validation costs 3.5 ms more to build, on the
+    first restore of every process)."""
+    return _with_columns(make_converter(detailed_validation=True))
 
 
-def encode_snapshot(
-    state: SessionState, chain: bytes, *, snapshot_format: int = SNAPSHOT_FORMAT
-) -> bytes:
+@cache
+def _decoder() -> Callable[[Any], _Snapshot]:
+    """The generated function that structures a snapshot's body: the one decoder."""
+    return generated_decoder(_Snapshot, _converter())
+
+
+def encode_snapshot(state: SessionState, chain: bytes) -> bytes:
     """The snapshot bytes of ``state`` whose last record has chain value ``chain``.
 
-    ``snapshot_format=3`` or ``2`` writes an older format (ADR-0030; before it: the whole held
-    window's items), for tests and tools that need an old snapshot; ``ValueError`` for any
-    other format. Reads ``state`` only.
+    Reads ``state`` only: a state not in the canonical form is encoded from a copy.
     """
-    if snapshot_format == SNAPSHOT_FORMAT:
-        compact = _compact_of(state, chain)
-        fields = {name: getattr(compact, name) for name in _PACKED_FIELDS}
-        fields.update((name, _pack_ints(getattr(compact, name))) for name in _COLUMNS)
-        packed = msgpack.packb(_converter().unstructure(_Packed(**fields)), datetime=True)
-        body = zlib.compress(packed, _LEVEL)
-    elif snapshot_format == _COMPACT_FORMAT:
-        compact = attrs.evolve(_compact_of(state, chain), format=_COMPACT_FORMAT)
-        body = zlib.compress(
-            msgpack.packb(_converter().unstructure(compact), datetime=True), _LEVEL
-        )
-    elif snapshot_format == _WINDOW_FORMAT:
-        body = msgpack.packb(_converter().unstructure(_snapshot_of(state, chain)), datetime=True)
-    else:
-        raise ValueError(f"cannot write snapshot format {snapshot_format}")
-    wrapped: bytes = msgpack.packb([snapshot_format, hashlib.sha256(body).digest(), body])
+    packed = msgpack.packb(_converter().unstructure(_snapshot_of(state, chain)), datetime=True)
+    body = zlib.compress(packed, _LEVEL)
+    wrapped: bytes = msgpack.packb([SNAPSHOT_FORMAT, hashlib.sha256(body).digest(), body])
     return wrapped
 
 
-_PACKED_FIELDS = tuple(f.name for f in attrs.fields(_Packed) if f.name not in _COLUMNS)
-
-
-def _compact_of(state: SessionState, chain: bytes) -> _Compact:
+def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
     """``state`` as it is: its one form is the snapshot's (ADR-0076)."""
     assert state.session_id is not None
     chat, index = state.chat, state.index
     region = index.region
     turns = region.turns
-    return _Compact(
+    return _Snapshot(
         format=SNAPSHOT_FORMAT,
         session_id=state.session_id,
         version=state.version,
@@ -252,9 +211,9 @@ def _compact_of(state: SessionState, chain: bytes) -> _Compact:
         lo=index.lo,
         base=index.base,
         items=tuple(index.items),
-        turn_gaps=tuple(map(sub, turns, [index.lo, *turns])),
-        segment_tokens=tuple(region.tokens),
-        segment_real=tuple(region.real),
+        turn_gaps=IntColumn(list(map(sub, turns, [index.lo, *turns]))),
+        segment_tokens=IntColumn(list(region.tokens)),
+        segment_real=IntColumn(list(region.real)),
         systems=tuple(region.systems),
         suspects=tuple(region.suspects),
         conv_cursor=state.conversation.start,
@@ -264,112 +223,72 @@ def _compact_of(state: SessionState, chain: bytes) -> _Compact:
     )
 
 
-def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
-    assert state.session_id is not None
-    return _Snapshot(
-        format=_WINDOW_FORMAT,
-        session_id=state.session_id,
-        version=state.version,
-        chain=chain,
-        profile=state.profile,
-        providers=state.providers,
-        legacy=state.legacy,
-        route=state.route.route,
-        leading=tuple(state.index.leading),
-        retained=tuple(state.index.retained),
-        base=state.index.base,
-        items=tuple(state.index.items),
-        conv_cursor=state.conversation.start,
-        chat_cursor=state.chat.start,
-        conv_breadcrumb=state.conversation.breadcrumb,
-        chat_breadcrumb=state.chat.breadcrumb,
-    )
-
-
-_DIGESTED = (SNAPSHOT_FORMAT, _COMPACT_FORMAT, _WINDOW_FORMAT)
-
-
-def _unwrap(payload: bytes, trust_undigested: bool) -> _Snapshot | _Compact | _Columns:
-    """The snapshot in ``payload``; ``ValueError`` (or a msgpack/cattrs error) if untrusted."""
-    raw = msgpack.unpackb(payload, timestamp=3)
-    if isinstance(raw, list) and len(raw) == 3 and raw[0] in _DIGESTED:
-        form, digest, body = raw
-        if not isinstance(body, bytes) or hashlib.sha256(body).digest() != digest:
-            raise ValueError("its digest does not match its bytes")
-        snapshot: _Snapshot | _Compact | _Columns
-        if form == SNAPSHOT_FORMAT:
-            snapshot = _columns(msgpack.unpackb(zlib.decompress(body), timestamp=3))
-        elif form == _COMPACT_FORMAT:
-            unpacked = msgpack.unpackb(zlib.decompress(body), timestamp=3)
-            snapshot = _converter().structure(unpacked, _Compact)
-        else:
-            snapshot = _converter().structure(msgpack.unpackb(body, timestamp=3), _Snapshot)
-        if snapshot.format != form:
-            raise ValueError(f"the body says format {snapshot.format}")
-        return snapshot
-    if isinstance(raw, dict) and raw.get("format") == _UNDIGESTED_FORMAT:
-        if not trust_undigested:
-            raise ValueError("format 1 carries no digest (written before ADR-0023)")
-        return _converter().structure(raw, _Snapshot)
-    raise ValueError("unknown snapshot format")
-
-
-@attrs.frozen
-class _Columns:
-    """A format 4 snapshot read: its `_Packed` fields, and its integer columns unpacked."""
-
-    packed: _Packed
-    turn_gaps: list[int]
-    segment_tokens: list[int]
-    segment_real: list[int]
-
-    @property
-    def format(self) -> int:
-        return self.packed.format
-
-    @property
-    def session_id(self) -> UUID:
-        return self.packed.session_id
-
-    @property
-    def version(self) -> int:
-        return self.packed.version
-
-    @property
-    def chain(self) -> bytes:
-        return self.packed.chain
-
-    def compact(self) -> _Compact:
-        """The same snapshot as `verify` compares it (`_compact_of`)."""
-        fields: dict[str, Any] = {name: getattr(self.packed, name) for name in _PACKED_FIELDS}
-        fields.update((name, tuple(getattr(self, name))) for name in _COLUMNS)
-        return _Compact(**fields)
-
-
-def _columns(raw: object) -> _Columns:
-    """A format 4 body, structured by its generated function, or by the converter when that
-    one refuses (the converter decides, and explains a failure, ADR-0052)."""
+def snapshot_format(payload: bytes) -> int | None:
+    """The format number the snapshot bytes ``payload`` say they are in; None when they are
+    no snapshot of any format (not msgpack, or neither of the two shapes formats ever had)."""
     try:
-        packed: _Packed = _fast_packed()(raw)
-    except Exception:  # anything unusual: the converter decides
-        packed = _converter().structure(raw, _Packed)
-    tokens, real = _unpack_ints(packed.segment_tokens), _unpack_ints(packed.segment_real)
-    if len(tokens) != len(real):
+        return _format_of(msgpack.unpackb(payload, timestamp=3))
+    except Exception:  # damaged bytes: no format
+        return None
+
+
+def _format_of(raw: object) -> int:
+    """The format number of the unpacked snapshot ``raw``; ``ValueError`` for no snapshot."""
+    if isinstance(raw, list) and len(raw) == 3 and raw[0].__class__ is int:
+        form: int = raw[0]  # formats 2 on: [format, digest, body]
+        return form
+    if isinstance(raw, dict) and raw.get("format").__class__ is int:
+        undigested: int = raw["format"]  # format 1: the body alone
+        return undigested
+    raise ValueError("not a snapshot of any format")
+
+
+def _read(payload: bytes) -> _Snapshot | int:
+    """The snapshot in ``payload``, or the number of the other format it is in (a miss);
+    raises (``ValueError``, a msgpack, zlib or cattrs error) when its bytes cannot be trusted."""
+    raw = msgpack.unpackb(payload, timestamp=3)
+    form = _format_of(raw)
+    if form != SNAPSHOT_FORMAT:
+        return form
+    _, digest, body = raw
+    if not isinstance(body, bytes) or hashlib.sha256(body).digest() != digest:
+        raise ValueError("its digest does not match its bytes")
+    snapshot = _structure(msgpack.unpackb(zlib.decompress(body), timestamp=3))
+    if snapshot.format != SNAPSHOT_FORMAT:
+        raise ValueError(f"the body says format {snapshot.format}")
+    if len(snapshot.segment_tokens) != len(snapshot.segment_real):
         raise ValueError("the region's token and message columns differ in length")
-    return _Columns(packed, _unpack_ints(packed.turn_gaps), tokens, real)
+    return snapshot
 
 
-def compare_snapshot(payload: bytes, state: SessionState, chain: bytes) -> list[str]:
-    """The fields of the snapshot ``payload`` that differ from ``state`` and its ``chain``.
+def _structure(raw: object) -> _Snapshot:
+    """The body ``raw`` as `_decoder` structures it. What it refuses is refused: the error
+    raised is the converter's, which names the path of the field, caused by the decoder's,
+    whose traceback shows the generated line that refused (ADR-0074)."""
+    try:
+        return _decoder()(raw)
+    except Exception as refusal:
+        try:
+            _explainer().structure(raw, _Snapshot)
+        except Exception as explained:
+            raise explained from refusal
+        # Stricter than the converter (no encoder writes such a body): its own words.
+        raise ValueError(f"a body no encoder writes ({describe_error(refusal)})") from refusal
+
+
+def compare_snapshot(payload: bytes, state: SessionState, chain: bytes) -> list[str] | None:
+    """The fields of the snapshot ``payload`` that differ from ``state`` and its ``chain``;
+    None when ``payload`` is in one of the `OLD_FORMATS`: not compared (ADR-0074).
 
     Every field is compared: profile, providers, route, legacy flag, chain, and the window
-    (leading, retained, base, items, cursors, breadcrumbs; the region's summary for formats 3
-    and 4). Undigested (format 1) snapshots are compared too. Raises `CorruptRecord` when the
-    payload cannot be decoded.
+    (leading, retained, base, items, cursors, breadcrumbs, the region's summary). Raises
+    `CorruptRecord` when the payload cannot be decoded, or says a format no version wrote.
     """
     assert state.session_id is not None
     try:
-        unwrapped = _unwrap(payload, trust_undigested=True)
+        stored = _read(payload)
+        if isinstance(stored, int) and stored not in OLD_FORMATS:
+            raise ValueError(f"format {stored} is none that turnledger writes or wrote")
     except Exception as error:
         raise CorruptRecord(
             f"session {state.session_id}: snapshot at version {state.version} cannot be "
@@ -377,29 +296,31 @@ def compare_snapshot(payload: bytes, state: SessionState, chain: bytes) -> list[
             session_id=str(state.session_id),
             version=state.version,
         ) from error
-    stored = unwrapped.compact() if isinstance(unwrapped, _Columns) else unwrapped
-    replayed: _Snapshot | _Compact = (
-        _compact_of(state, chain) if isinstance(stored, _Compact) else _snapshot_of(state, chain)
-    )
+    if isinstance(stored, int):
+        return None
+    replayed = _snapshot_of(state, chain)
     return [
         field.name
-        for field in attrs.fields(type(stored))
-        if field.name != "format" and getattr(stored, field.name) != getattr(replayed, field.name)
+        for field in attrs.fields(_Snapshot)
+        if getattr(stored, field.name) != getattr(replayed, field.name)
     ]
 
 
 def decode_snapshot(
-    payload: bytes, *, session_id: UUID, version: int, trust_undigested: bool = False
-) -> tuple[SessionState, bytes]:
-    """Rebuild (state, chain head) from snapshot bytes.
+    payload: bytes, *, session_id: UUID, version: int
+) -> tuple[SessionState, bytes] | None:
+    """Rebuild (state, chain head) from snapshot bytes; None for a snapshot of another format
+    (a miss: replay, ADR-0074).
 
-    Raises `SnapshotMismatch` (a `CorruptRecord`) when the bytes are unreadable, fail their
-    digest, belong to another session or version, or (unless ``trust_undigested``) are of the
-    undigested format 1. The chain head is checked against the log by the caller.
+    Raises `SnapshotMismatch` (a `CorruptRecord`) when the bytes are no snapshot, or a format 4
+    one that is unreadable, fails its digest or belongs to another session or version. The
+    chain head is checked against the log by the caller.
     """
     try:
-        snapshot = _unwrap(payload, trust_undigested)
-        if snapshot.session_id != session_id or snapshot.version != version:
+        snapshot = _read(payload)
+        if isinstance(snapshot, _Snapshot) and (
+            snapshot.session_id != session_id or snapshot.version != version
+        ):
             raise ValueError("snapshot belongs to another session or version")
     except Exception as error:
         raise SnapshotMismatch(
@@ -408,34 +329,33 @@ def decode_snapshot(
             session_id=str(session_id),
             version=version,
         ) from error
+    if isinstance(snapshot, int):
+        return None
     return _state_of(snapshot), snapshot.chain
 
 
-def _state_of(snapshot: _Snapshot | _Compact | _Columns) -> SessionState:
-    body = snapshot.packed if isinstance(snapshot, _Columns) else snapshot
-    lo, region = None, None
-    if isinstance(snapshot, _Compact | _Columns):
-        assert not isinstance(body, _Snapshot)
-        lo = body.lo
-        starts = accumulate(snapshot.turn_gaps, initial=lo)
-        next(starts)  # lo itself
-        region = Region(
-            list(starts), list(snapshot.segment_tokens), list(snapshot.segment_real),
-            list(body.systems), list(body.suspects),
-        )
+def _state_of(snapshot: _Snapshot) -> SessionState:
+    """The state of a snapshot just decoded, which it then owns: its columns become the
+    region's lists without a copy (`IntColumn`), so nothing else may keep the snapshot."""
+    starts = accumulate(snapshot.turn_gaps, initial=snapshot.lo)
+    next(starts)  # lo itself
+    region = Region(
+        list(starts), snapshot.segment_tokens, snapshot.segment_real,
+        list(snapshot.systems), list(snapshot.suspects),
+    )
     return SessionState.restored(
-        session_id=body.session_id,
-        version=body.version,
-        profile=body.profile,
-        providers=body.providers,
-        legacy=body.legacy,
-        route=body.route,
-        conversation=Window(body.conv_cursor, body.conv_breadcrumb),
-        chat=Window(body.chat_cursor, body.chat_breadcrumb),
-        leading=body.leading,
-        retained=body.retained,
-        base=body.base,
-        items=body.items,
-        lo=lo,
+        session_id=snapshot.session_id,
+        version=snapshot.version,
+        profile=snapshot.profile,
+        providers=snapshot.providers,
+        legacy=snapshot.legacy,
+        route=snapshot.route,
+        conversation=Window(snapshot.conv_cursor, snapshot.conv_breadcrumb),
+        chat=Window(snapshot.chat_cursor, snapshot.chat_breadcrumb),
+        leading=snapshot.leading,
+        retained=snapshot.retained,
+        base=snapshot.base,
+        items=snapshot.items,
+        lo=snapshot.lo,
         region=region,
     )
