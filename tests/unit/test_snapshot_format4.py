@@ -223,9 +223,16 @@ def test_i20_p2_a_format_no_version_wrote_is_a_miss_on_restore_and_a_finding_of_
 
 
 def test_i20_p2_bytes_of_no_format_are_damage_not_a_miss() -> None:
-    """Bytes that are not msgpack, or neither shape a format ever had: `SnapshotMismatch`."""
+    """Bytes that are not msgpack, neither shape a format ever had, an old format's shape
+    whose digest fails, or a map saying format 1 without format 1's keys: `SnapshotMismatch`."""
+    three = (FIXTURES / "format3.msgpack").read_bytes()
+    _, digest, z = msgpack.unpackb(three)
+    one = msgpack.unpackb((FIXTURES / "format1.msgpack").read_bytes(), timestamp=3)
+    del one["chain"]
     for payload in (b"\xc1 not msgpack", msgpack.packb([4, b"x"]), msgpack.packb({"f": 1}),
-                    msgpack.packb(["4", b"", b""]), msgpack.packb({"format": "1"})):
+                    msgpack.packb(["4", b"", b""]), msgpack.packb({"format": "1"}),
+                    msgpack.packb({"format": 1}), msgpack.packb([3, digest, z + b"\0"]),
+                    msgpack.packb([7, b"\0" * 32, z]), msgpack.packb(one, datetime=True)):
         assert None is snapshot_format(payload)
         with pytest.raises(SnapshotMismatch, match="cannot be trusted"):
             decode_snapshot(payload, session_id=SESSION, version=1)

@@ -11,10 +11,11 @@ One format is written and read (ADR-0074): ``msgpack([4, sha256(z), z])``, ``z``
 msgpack map of `_Snapshot`, the state's one canonical compact form, its integer columns packed
 (`IntColumn`, ADR-0060). The digest refuses changed bytes before anything in them is believed.
 
-- A snapshot of **another format** is a miss, not damage: `decode_snapshot` returns None, the
-  restore replays every event, and the next snapshot due replaces it. `verify` notes one of
-  the formats older versions wrote (`OLD_FORMATS`) as not compared, and reports any other
-  number (no version wrote it: one flipped bit turns 4 into 0, 5, 6, … never into 1-3).
+- An intact snapshot of **another format** (its digest holds; format 1, which has none: its
+  keys) is a miss, not damage: `decode_snapshot` returns None, the restore replays every
+  event, and the next snapshot due replaces it. `verify` notes one of the formats older
+  versions wrote (`OLD_FORMATS`) as not compared, and reports any other number (no version
+  wrote it: one flipped bit turns 4 into 0, 5, 6, … never into 1-3).
 - A format 4 snapshot that fails its digest or any check after it is `SnapshotMismatch` on
   restore (a warning, then the replay) and `CorruptRecord` for `verify`.
 
@@ -61,6 +62,13 @@ SNAPSHOT_FORMAT = 4
 """The one format written and read (ADR-0060, ADR-0074)."""
 OLD_FORMATS = frozenset({1, 2, 3})
 """The formats older versions wrote (1: undigested; 2: ADR-0023; 3: ADR-0030): misses now."""
+_UNDIGESTED_KEYS = frozenset({
+    "format", "session_id", "version", "chain", "profile", "providers", "legacy", "route",
+    "leading", "retained", "base", "items", "conv_cursor", "chat_cursor", "conv_breadcrumb",
+    "chat_breadcrumb",
+})
+"""The keys of a format 1 snapshot, which has no digest: what tells one from a map that only
+says ``format: 1`` (damage, or an edit)."""
 
 
 IntColumn = NewType("IntColumn", list[int])
@@ -224,8 +232,8 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
 
 
 def snapshot_format(payload: bytes) -> int | None:
-    """The format number the snapshot bytes ``payload`` say they are in; None when they are
-    no snapshot of any format (not msgpack, or neither of the two shapes formats ever had)."""
+    """The format number of the snapshot bytes ``payload``; None when they are no intact
+    snapshot of any format (`_format_of`)."""
     try:
         return _format_of(msgpack.unpackb(payload, timestamp=3))
     except Exception:  # damaged bytes: no format
@@ -233,13 +241,17 @@ def snapshot_format(payload: bytes) -> int | None:
 
 
 def _format_of(raw: object) -> int:
-    """The format number of the unpacked snapshot ``raw``; ``ValueError`` for no snapshot."""
+    """The format number of the unpacked snapshot ``raw`` when it is intact in its format's
+    own terms: ``[format, digest, body]`` whose digest holds (formats 2 on), or format 1's map
+    of its keys; ``ValueError`` otherwise. Only an intact snapshot of another format is a
+    miss: anything else is damage, which a restore warns of and `verify` reports."""
     if isinstance(raw, list) and len(raw) == 3 and raw[0].__class__ is int:
-        form: int = raw[0]  # formats 2 on: [format, digest, body]
-        return form
-    if isinstance(raw, dict) and raw.get("format").__class__ is int:
-        undigested: int = raw["format"]  # format 1: the body alone
-        return undigested
+        form, digest, body = raw
+        if not isinstance(body, bytes) or hashlib.sha256(body).digest() != digest:
+            raise ValueError("its digest does not match its bytes")
+        return int(form)
+    if isinstance(raw, dict) and raw.get("format") == 1 and raw.keys() == _UNDIGESTED_KEYS:
+        return 1
     raise ValueError("not a snapshot of any format")
 
 
@@ -250,10 +262,7 @@ def _read(payload: bytes) -> _Snapshot | int:
     form = _format_of(raw)
     if form != SNAPSHOT_FORMAT:
         return form
-    _, digest, body = raw
-    if not isinstance(body, bytes) or hashlib.sha256(body).digest() != digest:
-        raise ValueError("its digest does not match its bytes")
-    snapshot = _structure(msgpack.unpackb(zlib.decompress(body), timestamp=3))
+    snapshot = _structure(msgpack.unpackb(zlib.decompress(raw[2]), timestamp=3))
     if snapshot.format != SNAPSHOT_FORMAT:
         raise ValueError(f"the body says format {snapshot.format}")
     if len(snapshot.segment_tokens) != len(snapshot.segment_real):
