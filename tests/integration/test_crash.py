@@ -38,7 +38,6 @@ import pytest
 
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.integration.crash_child import message_seq
-from turnledger.domain.decider import SessionState, evolve
 from turnledger.domain.errors import SessionNotFound
 from turnledger.domain.events import (
     BreadcrumbInserted,
@@ -49,6 +48,7 @@ from turnledger.domain.events import (
     TrimReason,
 )
 from turnledger.domain.sweep import sweep_orphans
+from turnledger.replay.timeline import FoldedState
 from turnledger.store.session import Session, open_store
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -137,8 +137,8 @@ def assert_session_consistent(
     why: str,
     *,
     checked: int = 0,
-    fold: SessionState | None = None,
-) -> SessionState:
+    fold: FoldedState | None = None,
+) -> FoldedState:
     """The invariants every recorded session keeps, whoever wrote it and however it stopped.
 
     ``events`` are the session's recorded events and ``session`` its restored object: versions
@@ -176,9 +176,9 @@ def assert_session_consistent(
                 f"{event.originator_version} {why}"
             )
 
-    fresh = SessionState() if fold is None else fold
+    fresh = FoldedState() if fold is None else fold  # with the log: its full views read it
     for event in events[checked:]:
-        evolve(fresh, event)
+        fresh.fold(event)
     assert fresh.chat_view() == session.chat_view(), why
     assert fresh.conversation_view() == session.conversation_view(), why
     assert 0 == sweep_orphans(session.chat_view()).removed, why
@@ -190,7 +190,7 @@ class _Checked:
     """What the kills so far proved: the events checked and their fold (E4)."""
 
     events: list[DomainEvent] = attrs.Factory(list)
-    fold: SessionState = attrs.Factory(SessionState)
+    fold: FoldedState = attrs.Factory(FoldedState)
 
 
 FULL_CHECK_EVERY = 20

@@ -18,9 +18,12 @@ import msgpack
 import pytest
 
 from tests.backends import Target
-from tests.integration.test_scale_state import LIMIT_OFF, folded, run_turns, snapshot_versions
+from tests.integration.test_scale_state import LIMIT_OFF, run_turns, snapshot_versions
 from tests.old_snapshots import in_old_format
+from turnledger.domain.state import SessionState
 from turnledger.replay.audit import verify
+from turnledger.replay.timeline import fold
+from turnledger.store.backend import EventStoreBackend
 from turnledger.store.session import open_store
 from turnledger.store.snapshots import (
     SNAPSHOT_FORMAT,
@@ -69,6 +72,11 @@ def test_the_store_writes_format_4_and_keeps_one_snapshot(target: Target) -> Non
         assert folded(store.backend, session.id).chat_view() == store.restore(
             session.id
         ).chat_view()
+
+
+def folded(backend: EventStoreBackend, session_id: str) -> SessionState:
+    """The session folded from every event, as `verify` folds it (one form, ADR-0076)."""
+    return fold(backend.read(UUID(session_id)))
 
 
 def test_i20_p2_a_format_3_snapshot_is_a_miss_replayed_then_replaced(

@@ -18,6 +18,7 @@ import pytest
 from tests.backends import Target
 from tests.integration.conftest import RecordEditor
 from tests.old_snapshots import in_old_format
+from tests.reference import WholeState
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import SessionState, evolve
 from turnledger.domain.messages import (
@@ -56,8 +57,8 @@ def run_turns(session: Session, first: int, count: int) -> None:
 
 
 def folded(backend: EventStoreBackend, session_id: str) -> SessionState:
-    """A state that holds every item, folded from every event (the replay tools' kind)."""
-    state = SessionState()
+    """A state that holds every item, folded from every event (the tests' reference)."""
+    state = WholeState()
     for event in backend.read(UUID(session_id)):
         evolve(state, event)
     return state

@@ -1,21 +1,26 @@
-"""A compact session state (ADR-0030) decides exactly as one that holds its whole log.
+"""The session state (ADR-0030, ADR-0076) decides exactly as one that holds its whole log.
 
-The store's sessions hold the chat window only and summarise the rest of the conversation
-window; the replay tools fold states that hold everything. Driven in lockstep through the same
-commands — appends (orphans included), prepares under a small budget, overflows, restore
-sweeps, turn limits from 0 to "off" — both must record the same events and show the same
-views, and a compact state restored from its snapshot (format 3) must go on deciding the same.
+The library's one state holds the chat window only and summarises the rest of the
+conversation window; the reference (`tests.reference.WholeState`) holds everything. Driven in
+lockstep through the same commands — appends (orphans included), prepares under a small
+budget, overflows, restore sweeps, pops and clears, turn limits from 0 to "off" — both must
+record the same events and show the same views; the state restored from its snapshot, and the
+state folded again from the events, must equal the live one (one form) and go on deciding the
+same.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import pairwise
 from uuid import UUID
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.properties import examples
+from tests.reference import WholeState
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import Route, RuntimeProfile
 from turnledger.domain.decider import (
@@ -30,7 +35,7 @@ from turnledger.domain.decider import (
     SweepOrphans,
     execute,
 )
-from turnledger.domain.events import DomainEvent
+from turnledger.domain.events import DomainEvent, MessagePopped
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
@@ -41,6 +46,9 @@ from turnledger.domain.messages import (
     ToolResults,
 )
 from turnledger.domain.state import collect_summarised
+from turnledger.domain.sweep import pairs_among_themselves, sweep_conversation_orphans
+from turnledger.domain.turns import is_turn_start_item
+from turnledger.replay.timeline import fold
 from turnledger.store.snapshots import compare_snapshot, decode_snapshot, encode_snapshot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -90,6 +98,21 @@ def _conversation(state: SessionState, log: list[DomainEvent]) -> list[Conversat
     return state.conversation_view(older)
 
 
+def _form(state: SessionState) -> tuple[object, ...]:
+    """What makes two states the same whatever their class: facts, windows, index."""
+    return (state.session_id, state.version, state.profile, state.providers, state.legacy,
+            state.resolved, state.conversation, state.chat, state.index)
+
+
+def _given(command: Command, state: SessionState, log: list[DomainEvent]) -> Command:
+    """``command``, a pop given what it needs of the log, as `Session.pop` gives it."""
+    if not isinstance(command, PopMessage):
+        return command
+    older: dict[int, ConversationMessage | None] = {}
+    collect_summarised(older, log, state.pop_needs())
+    return PopMessage(command.now, summarised=older)
+
+
 def _add(item: ConversationMessage) -> AppendMessage:
     return AppendMessage(item, NOW)
 
@@ -123,35 +146,36 @@ def test_r36_a_compact_state_decides_and_shows_what_a_whole_one_does(
     script: tuple[RuntimeProfile, bool, list[Command]], snapshot_at: frozenset[int]
 ) -> None:
     """Same events, chat view, tokens and conversation view (its summarised part read from
-    the log) after every command, pops and clears included; the compact one's snapshot after
-    the commands ``snapshot_at`` equals the whole one's (R36's suspects included), and
-    restoring from it changes none."""
+    the log) after every command, pops and clears included; after the commands
+    ``snapshot_at`` the state restored from its snapshot and the state folded again from the
+    events equal the live one (R36's suspects included), verify finds no difference, and
+    going on from the restored one changes nothing."""
     profile, legacy, commands = script
-    whole, compact = SessionState(), SessionState(compact=True)
+    whole, compact = WholeState(), SessionState()
     log = _start(profile, legacy, whole)
     assert log == _start(profile, legacy, compact)
     for step, command in enumerate(commands):
-        if isinstance(command, PopMessage | ClearHistory):  # as `Session.pop` / `clear` do
-            older: dict[int, ConversationMessage | None] = {}
-            collect_summarised(older, log, compact.held_from)
-            compact.index.expand(older)
-        events = execute(whole, command)
-        assert events == execute(compact, command)
+        given = _given(command, compact, log)  # as `Session.pop` gives it
+        events = execute(whole, given)
+        assert events == execute(compact, given)
         log += events
         assert whole.chat_view() == compact.chat_view()
         assert whole.chat_tokens() == compact.chat_tokens()
         assert whole.conversation_view() == _conversation(compact, log)
         if step in snapshot_at:
             payload = encode_snapshot(compact, b"\1" * 32)
-            assert [] == compare_snapshot(payload, whole, b"\1" * 32)
-            compact, _ = decode_snapshot(payload, session_id=SESSION, version=compact.version)
+            restored, _ = decode_snapshot(payload, session_id=SESSION, version=compact.version)
+            replayed = fold(log)
+            assert _form(compact) == _form(restored) == _form(replayed)
+            assert [] == compare_snapshot(payload, replayed, b"\1" * 32)
+            compact = restored
 
 
 def test_a_compact_state_holds_the_chat_window_only_with_the_turn_limit_off() -> None:
     """1,000 turns, turn limit off, budget trims: the state holds O(chat window) items and its
     snapshot does not grow with the session (the whole state holds every item)."""
     profile = RuntimeProfile(max_context_tokens=300, max_history_messages=10**9)
-    whole, compact = SessionState(), SessionState(compact=True)
+    whole, compact = WholeState(), SessionState()
     _start(profile, False, whole)
     _start(profile, False, compact)
     sizes = {}
@@ -173,3 +197,58 @@ def test_a_compact_state_holds_the_chat_window_only_with_the_turn_limit_off() ->
     assert whole.chat_view() == compact.chat_view()
     # The summary costs a few bytes per turn, the items of the window none more.
     assert sizes[1000] - sizes[100] < 8 * 900
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(conversation_histories(min_turns=1, max_turns=6))
+def test_i20_p1_the_quick_pairing_check_is_the_sweeps(history: list[ConversationMessage]) -> None:
+    """`pairs_among_themselves` answers as the orphan sweep does, for every turn and prefix
+    (what a compaction asks of each turn it summarises, R36)."""
+    starts = [i for i, item in enumerate(history) if is_turn_start_item(item)] + [len(history)]
+    pieces = [history, *(history[a:b] for a, b in pairwise(starts))]
+    pieces += [history[:k] for k in range(len(history))]
+    for piece in pieces:
+        swept = sweep_conversation_orphans(piece)
+        assert (not swept.removed_indices and not swept.rewritten) == pairs_among_themselves(
+            piece
+        )
+
+
+def test_i20_p1_a_pop_of_a_summarised_message_says_what_it_needs() -> None:
+    """Once every held item of the view is popped, the next pop needs the summarised items:
+    `pop_needs` names them, and a pop without them is refused before anything is decided."""
+    profile = RuntimeProfile(max_context_tokens=60, max_history_messages=10**9)
+    state = SessionState()
+    log = _start(profile, False, state)
+    for turn in range(6):
+        log += execute(state, _add(Chat(ChatMessage.user(f"question {turn} " + "x" * 80))))
+        log += execute(state, _add(Chat(ChatMessage.assistant("y" * 40))))
+        log += execute(state, PrepareRequest(0, 0, False, NOW))
+    assert state.index.lo < state.index.base
+    while not state.pop_needs():
+        log += execute(state, PopMessage(NOW))
+    needed = state.pop_needs()
+    assert needed == state.summarised
+    with pytest.raises(ValueError, match="summarised"):
+        execute(state, PopMessage(NOW))
+    events = execute(state, _given(PopMessage(NOW), state, log))
+    assert [needed.stop - 1] == [e.position for e in events if isinstance(e, MessagePopped)]
+
+
+def test_i20_p1_the_form_does_not_depend_on_when_it_was_built() -> None:
+    """Two states of the same events are equal however they came to be: live, folded again,
+    restored from a snapshot at any version (one form, no amortised laziness)."""
+    profile = RuntimeProfile(max_context_tokens=300, max_history_messages=8)
+    live = SessionState()
+    log = _start(profile, False, live)
+    for turn in range(40):
+        for item in (
+            Chat(ChatMessage.user(f"question {turn} " + "x" * (20 + 13 * (turn % 5)))),
+            AssistantToolCalls(None, (ToolCall(f"c{turn}", "shell", "{}"),)),
+            ToolResults((ToolResult(f"c{turn}", "y" * (30 + 7 * (turn % 3)), "shell"),)),
+        ):
+            log += execute(live, _add(item))
+        log += execute(live, PrepareRequest(0, 0, False, NOW))
+        payload = encode_snapshot(live, b"\0" * 32)
+        restored, _ = decode_snapshot(payload, session_id=SESSION, version=live.version)
+        assert _form(live) == _form(restored) == _form(fold(log))

@@ -24,6 +24,7 @@ from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import (
     AppendMessage,
     Command,
+    PopMessage,
     PrepareRequest,
     RecoverFromOverflow,
     SelectRoute,
@@ -75,12 +76,14 @@ from turnledger.domain.messages import (
     to_chat_messages,
     tool_envelope,
 )
+from turnledger.domain.state import collect_summarised
 from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import (
     trim_conversation_to_recent_turns,
     trim_to_recent_turns,
 )
 from turnledger.domain.truncate import truncate_tool_result
+from turnledger.replay.timeline import FoldedState, fold
 
 S = ChatMessage.system
 U = ChatMessage.user
@@ -161,28 +164,30 @@ def tool_loop(call_id: str, output: str = "out", attachments: tuple[str, ...] = 
 
 
 def refold(events: Sequence[DomainEvent]) -> SessionState:
-    """A fresh state rebuilt from events alone (E4)."""
-    state = SessionState()
-    for event in events:
-        evolve(state, event)
-    return state
+    """A fresh state rebuilt from events alone (E4), with the log it read (its full views)."""
+    return fold(events)
 
 
 class Recorder:
-    """Runs commands on a state and keeps every event, to refold later."""
+    """Runs commands on a state and keeps every event, to refold later; the state keeps the
+    log's items (`FoldedState`), so its full views and its pops read what it summarises."""
 
-    def __init__(self, state: SessionState, initial: Sequence[DomainEvent]) -> None:
+    def __init__(self, state: FoldedState, initial: Sequence[DomainEvent]) -> None:
         self.state = state
         self.events: list[DomainEvent] = list(initial)
+        collect_summarised(state.log, initial)
 
     def run(self, command: Command) -> list[DomainEvent]:
+        if isinstance(command, PopMessage) and command.summarised is None:
+            command = PopMessage(command.now, summarised=self.state.log)
         produced = execute(self.state, command)
         self.events.extend(produced)
+        collect_summarised(self.state.log, produced)
         return produced
 
 
 def recorder(profile: RuntimeProfile | None = None, *, legacy: bool = False) -> Recorder:
-    state = SessionState()
+    state = FoldedState()
     initial = execute(
         state,
         StartSession(

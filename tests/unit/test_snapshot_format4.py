@@ -75,7 +75,7 @@ def _turn(index: int) -> tuple[ConversationMessage, ...]:
 
 def _long_state(turns: int = 200, profile: RuntimeProfile = LIMIT_OFF) -> SessionState:
     """A compact state with a long summarised region (the turn limit off, budget trims)."""
-    state = SessionState(compact=True)
+    state = SessionState()
     _start(profile, False, state)
     for index in range(turns):
         for item in _turn(index):

@@ -24,7 +24,6 @@ from turnledger.domain.decider import (
     PrepareRequest,
     RecoverFromOverflow,
     SelectRoute,
-    SessionState,
     StartSession,
     execute,
 )
@@ -46,7 +45,14 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
 )
-from turnledger.replay.timeline import ReplayError, requests, timeline_jsonl, views_at
+from turnledger.domain.state import collect_summarised
+from turnledger.replay.timeline import (
+    FoldedState,
+    ReplayError,
+    requests,
+    timeline_jsonl,
+    views_at,
+)
 from turnledger.replay.whatif import WhatIfReport, what_if
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -69,7 +75,7 @@ class Recorder:
         *,
         legacy: bool = False,
     ) -> None:
-        self.state = SessionState()
+        self.state = FoldedState()  # keeps the log's items: its full views read them
         self.events: list[DomainEvent] = []
         self.tick = 0
         self.run(
@@ -86,6 +92,7 @@ class Recorder:
     def run(self, command: Command) -> list[DomainEvent]:
         produced = execute(self.state, command)
         self.events.extend(produced)
+        collect_summarised(self.state.log, produced)
         return produced
 
     def append(self, message: ConversationMessage | ChatMessage) -> None:

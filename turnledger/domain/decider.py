@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, TypeVar, assert_never
 from uuid import UUID
@@ -226,15 +226,25 @@ class FitWindow:
 @attrs.frozen
 class PopMessage:
     """Remove the newest message of the conversation view from the views (`MessagePopped`);
-    leading system messages are never popped (R4). Records nothing when there is none."""
+    leading system messages are never popped (R4). Records nothing when there is none.
+
+    ``summarised``: the log's items (None: swept or popped) at the positions
+    `SessionState.pop_needs` names, read by the caller (`collect_summarised`): the newest
+    message is one of them once every held item of the view is gone. Needed then only;
+    without them the pop raises `ValueError`. Not part of the command's identity (a retry
+    reads them again, ADR-0064)."""
 
     now: datetime
+    summarised: Mapping[int, ConversationMessage | None] | None = attrs.field(
+        default=None, kw_only=True, eq=False
+    )
 
 
 @attrs.frozen
 class ClearHistory:
     """Remove every message from the views (`HistoryCleared`); the log keeps them.
-    Records nothing when the views are already empty."""
+    Records nothing when the views are already empty. Needs no item of the log: the state's
+    sums say how many messages the views show (`WindowIndex.shown`)."""
 
     now: datetime
 
@@ -414,12 +424,20 @@ def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple
 
 # --- evolve ---------------------------------------------------------------------------------
 
-def evolve(state: SessionState, event: Event) -> SessionState:
+def evolve(
+    state: SessionState,
+    event: Event,
+    older: Mapping[int, ConversationMessage | None] | None = None,
+) -> SessionState:
     """Apply one recorded event to ``state`` (in place) and return it; O(1) amortised.
 
     The cases run in order of frequency (restore folds every event): appends, then the
     requests and notices that change no view, then trims. ``AssertionError`` for a class
     outside `Event` (mypy names a member no case handles).
+
+    ``older``: the log's items before ``event`` (`collect_summarised`), which the pop of a
+    summarised message needs (`SessionState.pop_needs`, ``ValueError`` without them); no
+    other event reads them.
     """
     match event:
         case MessageAppended(message=item):
@@ -443,8 +461,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             changes: dict[int, ConversationMessage | None] = dict.fromkeys(positions)
             changes.update(rewritten)
             state.sweep(changes)
-        case MessagePopped(position=position, message=message):
-            state.pop(position, message)
+        case MessagePopped(position=position):
+            state.pop(position, older)
         case HistoryCleared(next_position=position):
             state.clear(position)
         case RouteSelected():
@@ -757,15 +775,15 @@ def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> N
     )
 
 
-def _decide_pop(state: SessionState, batch: Batch) -> None:
-    newest = state.newest_in_log()
+def _decide_pop(state: SessionState, command: PopMessage, batch: Batch) -> None:
+    newest = state.newest_in_view(command.summarised)
     if newest is not None:
         batch.add(MessagePopped, position=newest[0], message=newest[1])
 
 
 def _decide_clear(state: SessionState, batch: Batch) -> None:
-    shown = state.conversation_view()
-    removed = len(shown) - (1 if state.window(View.CONVERSATION).breadcrumb else 0)
+    window = state.window(View.CONVERSATION)
+    removed = state.index.shown(window) - (1 if window.breadcrumb else 0)
     if removed:
         batch.add(HistoryCleared, next_position=state.next_position, removed=removed)
 
@@ -792,7 +810,7 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:
         case SweepOrphans():
             _decide_sweep(state, command, batch)
         case PopMessage():
-            _decide_pop(state, batch)
+            _decide_pop(state, command, batch)
         case ClearHistory():
             _decide_clear(state, batch)
         case ImportConversation() | Extend() | FitWindow():
@@ -875,8 +893,9 @@ def run(state: SessionState, command: Command) -> Batch:
     for step in _steps(command):
         done = len(batch.events)
         _decide(state, step, batch)
+        older = step.summarised if isinstance(step, PopMessage) else None
         for event in unchecked_events(batch.events[done:]):  # built by `Batch.add` alone
-            evolve(state, event)
+            evolve(state, event, older)
     return batch
 
 

@@ -12,6 +12,7 @@ view in O(window) or better (ADR-0002, ADR-0006). It is evolved in place (ADR-00
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Iterable, Mapping
 from typing import assert_never
 from uuid import UUID
@@ -30,6 +31,7 @@ from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
+    Event,
     HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
@@ -59,7 +61,7 @@ from turnledger.domain.window import (
     conversation_rows,
 )
 
-__all__ = ["Loop", "SessionState", "collect_summarised"]
+__all__ = ["Loop", "SessionState", "collect_summarised", "note_item"]
 
 
 class Loop(enum.Enum):
@@ -102,10 +104,11 @@ class SessionState:
     ``chat`` for both (`Loop`). ``index`` holds the log from the earliest window on, the
     leading system messages and the system messages retained from forgotten items.
 
-    A ``compact`` state (the store's sessions) holds items from the chat window on only and
-    summarises the rest of the conversation window (`Region`, ADR-0030): what a decision reads
-    stays O(window) whatever the turn limit; `conversation_view` then needs the summarised
-    items from the log (``older``). A state folded by the replay tools holds them all.
+    Every state has one form (ADR-0076): it holds items from the chat window on only and
+    summarises the rest of the conversation window (`Region`, ADR-0030), so what a decision
+    reads stays O(window) whatever the turn limit, and a live, a restored and a replayed state
+    of the same events are equal by ``==``. What reads the summarised items says so and is
+    given them, read from the log: `conversation_view` (``older``), a pop (`pop_needs`).
     """
 
     session_id: UUID | None = None
@@ -117,7 +120,6 @@ class SessionState:
     conversation: Window = attrs.field(factory=Window)
     chat: Window = attrs.field(factory=Window)
     index: WindowIndex[ConversationMessage] = attrs.field(factory=_new_index)
-    compact: bool = attrs.field(default=False, kw_only=True)
 
     @classmethod
     def restored(
@@ -138,7 +140,7 @@ class SessionState:
         lo: int | None = None,
         region: Region[ConversationMessage] | None = None,
     ) -> SessionState:
-        """A compact state rebuilt from a snapshot: its facts, and its index from the kept
+        """A state rebuilt from a snapshot: its facts, and its index from the kept
         messages and the summary of the region ``[lo, base)`` (ADR-0030).
 
         ``items`` is the log from ``base`` (``None``: a swept item, R36); O(window).
@@ -150,8 +152,7 @@ class SessionState:
         )
         resolved = resolve_route(profile, providers, route)
         return cls(
-            session_id, version, profile, providers, legacy, resolved, conversation, chat, index,
-            compact=True,
+            session_id, version, profile, providers, legacy, resolved, conversation, chat, index
         )
 
     # -- facts --
@@ -186,8 +187,8 @@ class SessionState:
     ) -> list[ConversationMessage]:
         """The structured history after the turn limit, breadcrumb included (R28-R29, E4).
 
-        A compact state needs the items it summarises (`summarised`) as ``older``: position
-        -> item as the log holds it now (None: swept); ``ValueError`` without them.
+        It needs the items the state summarises (`summarised`) as ``older``: position -> item
+        as the log holds it now (None: swept); ``ValueError`` without them.
         """
         return self.index.render(self.window(View.CONVERSATION), older)
 
@@ -197,9 +198,19 @@ class SessionState:
         start = max(self.window(View.CONVERSATION).start, self.index.lo)
         return range(start, max(start, self.index.base))
 
-    def chat_view(self) -> list[ChatMessage]:
-        """The provider-facing working history (R27a: equals the last prepared request)."""
-        return [m for item in self.index.render(self.chat) for m in chat_of(item)]
+    @property
+    def region_span(self) -> range:
+        """The log positions the state summarises (its region, ADR-0030), in view or not."""
+        return range(self.index.lo, self.index.base)
+
+    def chat_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ChatMessage]:
+        """The provider-facing working history (R27a: equals the last prepared request).
+
+        Held whole by every state its events could make; ``older`` (the log's items) serves
+        a log whose trims no decider made (a forged one, read by the audit)."""
+        return [m for item in self.index.render(self.chat, older) for m in chat_of(item)]
 
     def newest_turn_chat(self) -> list[ChatMessage]:
         """The chat view's newest turn (its whole body when it has no turn); O(that turn).
@@ -249,8 +260,7 @@ class SessionState:
                 self.conversation = Window(first_kept, self.conversation.breadcrumb)
         # A legacy session's conversation start follows its chat start, so this is its window.
         self.index.forget_before(min(self.conversation.start, self.chat.start))
-        if self.compact:
-            self.index.compact_before(self.chat.start)
+        self.index.compact_before(self.chat.start)
 
     def mark_breadcrumb(self, view: View) -> None:
         """A breadcrumb now precedes ``view``'s kept turns, and the chat view's too (R31)."""
@@ -258,21 +268,36 @@ class SessionState:
             self.conversation = Window(self.conversation.start, breadcrumb=True)
         self.chat = Window(self.chat.start, breadcrumb=True)
 
-    def newest_in_log(self) -> tuple[int, ConversationMessage] | None:
+    def pop_needs(self) -> range:
+        """The log positions a pop must be given (`PopMessage.summarised`): the summarised
+        part of the conversation view when no held item of it is left, else none."""
+        if self.index.newest_held(self.window(View.CONVERSATION).start) is not None:
+            return range(0)
+        return self.summarised
+
+    def newest_in_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> tuple[int, ConversationMessage] | None:
         """The position and item of the newest message the conversation view shows from the
         log: not a leading or retained system message (R4), not the breadcrumb; None when
         there is none. O(1) unless the newest items were removed from the views.
 
         A system message a trim kept from the dropped turns (R9) is retained from the trim
-        on, whether the index has moved it to ``retained`` yet or still holds it at its
-        position (it forgets in amortised steps, a snapshot at once): never popped, so a
-        restored session pops what the live one would have."""
-        index = self.index
-        first = max(self.window(View.CONVERSATION).start - index.base, 0)
-        for offset in range(len(index.items) - 1, first - 1, -1):
-            item = index.items[offset]
+        on: never popped. When every held item of the view is gone, the newest is summarised:
+        ``older`` must then hold the positions `pop_needs` names (`ValueError` otherwise)."""
+        newest = self.index.newest_held(self.window(View.CONVERSATION).start)
+        span = range(0) if newest is not None else self.summarised
+        if not span:
+            return newest
+        if older is None or any(p not in older for p in span):
+            raise ValueError(
+                f"the newest message of the view is summarised: a pop needs the log's items "
+                f"at {span.start}..{span.stop - 1} (`SessionState.pop_needs`)"
+            )
+        for position in reversed(span):
+            item = older[position]
             if item is not None:
-                return index.base + offset, item
+                return position, item
         return None
 
     def clear(self, next_position: int) -> None:
@@ -280,27 +305,38 @@ class SessionState:
         self.index = WindowIndex(self.index.rows, base=next_position)
         self.conversation = self.chat = Window(next_position)
 
-    def pop(self, position: int, item: ConversationMessage) -> None:
-        """Remove the popped ``item`` at ``position`` from the views (the log keeps it).
+    def pop(
+        self,
+        position: int,
+        older: Mapping[int, ConversationMessage | None] | None = None,
+    ) -> None:
+        """Remove the item popped at ``position`` from the views (the log keeps it).
+
+        A summarised item needs ``older``, the log's items of the summarised part
+        (`pop_needs`): its turn is held again, popped, and summarised again, so the state
+        has the form a trim would give it (ADR-0076); ``ValueError`` without them.
 
         Popping the message a window starts at (pops go newest first: every kept turn is
         gone then) leaves a start that is no longer a turn start. The index forgets what
-        lies before it at once, as a trim would in time (nothing there is shown again but
-        its systems, which it retains), so the start stays a bound of the index: a later
-        trim, or a snapshot, summarises the log around it without splitting a turn there.
+        lies before it, as a trim does (nothing there is shown again but its systems, which
+        it retains), so the start stays a bound of the index: a later trim summarises the
+        log around it without splitting a turn there.
         """
         index = self.index
-        if index.lo <= position < index.base:
-            index.remove_summarised(position, item)
+        summarised = index.lo <= position < index.base
+        if summarised:
+            if older is None:
+                raise ValueError(
+                    f"position {position} is summarised: its pop needs the log's items "
+                    f"(`SessionState.pop_needs`)"
+                )
+            index.remove_summarised(position, older)
         else:
             index.replace({position: None})
         if position == self.window(View.CONVERSATION).start:
-            index.forget_before(position, force=True)
-
-    @property
-    def held_from(self) -> range:
-        """The log positions a compact state summarises instead of holding (`expand`)."""
-        return range(self.index.lo, self.index.base)
+            index.forget_before(position)
+        if summarised:
+            index.compact_before(self.chat.start)
 
     def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
         """Replace swept items (``None``: removed from the views, still in the log, R36)."""
@@ -308,40 +344,51 @@ class SessionState:
 
 
 
+EVERY_POSITION = range(sys.maxsize)
+"""Every log position: `collect_summarised` then keeps the whole log (the replay tools)."""
+
+
 def collect_summarised(
     older: dict[int, ConversationMessage | None],
     events: Iterable[DomainEvent],
-    span: range,
+    span: range = EVERY_POSITION,
 ) -> None:
     """Add to ``older`` the items at the positions ``span`` as ``events`` (a session's log, in
     order, page by page) leave them: appended, then popped or swept (None) or rewritten (R36).
 
-    ``events`` are the store's or the decider's (`unchecked_events`)."""
+    ``events`` are the store's or the decider's (`unchecked_events`); O(events)."""
     for event in unchecked_events(events):
-        match event:
-            case MessageAppended():
-                if event.position in span:
-                    older[event.position] = event.message
-            case MessagePopped():
-                if event.position in span:
-                    older[event.position] = None
-            case OrphansSwept():
-                older.update((p, None) for p in event.positions if p in span)
-                older.update((p, item) for p, item in event.rewritten if p in span)
-            case (
-                RequestPrepared()
-                | TrimDecided()
-                | BreadcrumbInserted()
-                | HistoryTrimmed()
-                | HistoryCleared()
-                | SessionStarted()
-                | RouteSelected()
-                | RequestRejected()
-                | OverflowReported()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
-                | SessionForgotten()
-            ):
-                pass  # the log's items stay as they are: a trim or a clear only moves the views
-            case _:
-                assert_never(event)
+        note_item(older, event, span)
+
+
+def note_item(
+    older: dict[int, ConversationMessage | None], event: Event, span: range = EVERY_POSITION
+) -> None:
+    """`collect_summarised` of one event: what a fold that keeps the log calls per event."""
+    match event:
+        case MessageAppended():
+            if event.position in span:
+                older[event.position] = event.message
+        case (
+            RequestPrepared()
+            | TrimDecided()
+            | BreadcrumbInserted()
+            | HistoryTrimmed()
+            | HistoryCleared()
+            | SessionStarted()
+            | RouteSelected()
+            | RequestRejected()
+            | OverflowReported()
+            | OverflowRecovered()
+            | OverflowUnrecoverable()
+            | SessionForgotten()
+        ):
+            pass  # the log's items stay as they are: a trim or a clear only moves the views
+        case MessagePopped():
+            if event.position in span:
+                older[event.position] = None
+        case OrphansSwept():
+            older.update((p, None) for p in event.positions if p in span)
+            older.update((p, item) for p, item in event.rewritten if p in span)
+        case _:
+            assert_never(event)

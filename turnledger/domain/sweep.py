@@ -43,7 +43,7 @@ from turnledger.domain.messages import (
     chat_tool_calls,
 )
 
-__all__ = ["SweepResult", "sweep_conversation_orphans", "sweep_orphans"]
+__all__ = ["SweepResult", "pairs_among_themselves", "sweep_conversation_orphans", "sweep_orphans"]
 
 M = TypeVar("M")
 
@@ -298,3 +298,35 @@ def sweep_conversation_orphans(
                 else:
                     out.keep(item)
     return out.result()
+
+
+def pairs_among_themselves(items: Sequence[ConversationMessage]) -> bool:
+    """True when `sweep_conversation_orphans` finds nothing in ``items`` (R36): every call
+    answered by one later result, every result answering one earlier call.
+
+    Decided in one pass for the common turn (structured calls and results with distinct
+    ids); any other shape (a flat tool `Chat`, an id called twice) asks the sweep itself.
+    A compaction asks it of every turn it summarises (ADR-0076).
+    """
+    unanswered: set[str] = set()
+    for item in items:
+        match item:
+            case AssistantToolCalls(tool_calls=calls):
+                for call in calls:
+                    if call.id in unanswered:
+                        return _swept_nothing(items)
+                    unanswered.add(call.id)
+            case ToolResults(results=results):
+                for result in results:
+                    if result.tool_call_id not in unanswered:
+                        return _swept_nothing(items)
+                    unanswered.discard(result.tool_call_id)
+            case Chat(message=message):
+                if message.role == "tool" or chat_tool_calls(message) is not None:
+                    return _swept_nothing(items)
+    return not unanswered
+
+
+def _swept_nothing(items: Sequence[ConversationMessage]) -> bool:
+    result = sweep_conversation_orphans(items)
+    return not result.removed_indices and not result.rewritten

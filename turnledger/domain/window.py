@@ -39,7 +39,7 @@ from turnledger.domain.messages import (
     to_chat_messages,
 )
 from turnledger.domain.pricing import DEFAULT_PRICING, Pricing
-from turnledger.domain.sweep import sweep_conversation_orphans
+from turnledger.domain.sweep import pairs_among_themselves
 from turnledger.domain.turns import (
     is_breadcrumb_item,
     is_system_item,
@@ -128,13 +128,10 @@ def _conversation_rows(
         surcharge,
         sent,
         Chat(ChatMessage.breadcrumb()),
-        paired=_paired,
+        paired=pairs_among_themselves,
     )
 
 
-def _paired(items: Sequence[ConversationMessage]) -> bool:
-    result = sweep_conversation_orphans(items)
-    return not result.removed_indices and not result.rewritten
 
 
 CHAT_ROWS: Rows[ChatMessage] = Rows(
@@ -207,7 +204,7 @@ class Region(Generic[T]):
     suspects: list[tuple[int, T]] = attrs.field(factory=list)
 
 
-@attrs.define
+@attrs.define(eq=False)
 class WindowIndex(Generic[T]):
     """A log from position ``base`` on, with the sums every window question reads.
 
@@ -215,25 +212,35 @@ class WindowIndex(Generic[T]):
     messages (R4); ``retained``, system messages of log items already forgotten (R9);
     ``base``, the log position of ``items[0]``; ``items``, the log from ``base`` (``None``
     marks an item swept from the views, R36); ``head_tokens``, the estimate of ``leading`` and
-    ``retained``; ``lo`` and ``region``, the summarised part ``[lo, base)`` of a compact index
-    (`compact_before`; empty otherwise, ``lo == base``). Change it only through `append`,
-    `replace`, `forget_before` and `compact_before`. A fresh index over a whole history is
+    ``retained``; ``lo`` and ``region``, the summarised part ``[lo, base)`` (`compact_before`;
+    empty when ``lo == base``). Change it only through `append`, `replace`, `forget_before`,
+    `compact_before` and `remove_summarised`. A fresh index over a whole history is
     `WindowIndex.of`.
+
+    Its form is a function of what was done to it, not of when (ADR-0076): a forget
+    or a compaction applies at once, so two indexes of the same log and the same windows are
+    equal by `==` (which compares that form), however they were built or restored. What it
+    forgets stays in its lists as a dead prefix, shed once it outweighs the live part: a trim
+    costs O(what it drops), amortised.
     """
 
     rows: Rows[T]
     leading: list[T] = attrs.field(factory=list)
     retained: list[T] = attrs.field(factory=list)
     base: int = 0
-    items: list[T | None] = attrs.field(factory=list)
+    _items: list[T | None] = attrs.field(factory=list, alias="items")
     lo: int = attrs.field(default=-1, kw_only=True)
     region: Region[T] = attrs.field(factory=Region, kw_only=True)
     head_tokens: int = attrs.field(init=False, default=0)
-    # Prefix sums over `items` (index i: the sum over items[:i]) of the estimate outside the
+    # `_items[_dead:]` is the log from `base`; `_items[:_dead]` was forgotten or summarised
+    # and is shed by `_shed` (the index of position p >= base is p - base + _dead).
+    _dead: int = attrs.field(init=False, default=0)
+    # Prefix sums over `_items` (index i: the sum over _items[:i]) of the estimate outside the
     # current turn, and of that of the system messages; read as differences.
     _tokens: list[int] = attrs.field(init=False, factory=list)
     _system_tokens: list[int] = attrs.field(init=False, factory=list)
-    # Turn starts from `lo` on (the region's too); system positions from `base` on.
+    # Turn starts from `lo` on (the region's too); system positions of `_items`. Either may
+    # begin with dead entries (before `lo`, before `base`): every reader bisects from a start.
     _turn_starts: list[int] = attrs.field(init=False, factory=list)
     _system_positions: list[int] = attrs.field(init=False, factory=list)
     # The surcharges of the current turn: from the newest turn start (or `base`) to the end.
@@ -249,19 +256,50 @@ class WindowIndex(Generic[T]):
         head = (*self.leading, *self.retained)
         self.head_tokens = sum(self.rows.base_tokens(item) for item in head)
         self._region_sums()
-        self._reindex(self.items)
+        self._reindex(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        """The same form: head, region, held items and where they start (not the dead
+        prefix nor the sums, which follow from them)."""
+        if not isinstance(other, WindowIndex):
+            return NotImplemented
+        return (
+            self.rows == other.rows
+            and (self.base, self.lo, self.head_tokens)
+            == (other.base, other.lo, other.head_tokens)
+            and self.leading == other.leading
+            and self.retained == other.retained
+            and self.region == other.region
+            and self.items == other.items
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: never a dict key
 
     @classmethod
     def of(cls, rows: Rows[T], history: Iterable[T]) -> WindowIndex[T]:
         """An index over a whole history (its leading systems stay in ``items``); O(n)."""
         return cls(rows, items=list(history))
 
+    @property
+    def items(self) -> list[T | None]:
+        """The log from ``base`` (a copy; ``None``: swept or popped); O(window)."""
+        return self._items[self._dead :]
+
     # -- positions --
 
     @property
     def next_position(self) -> int:
         """The log position the next appended item gets."""
-        return self.base + len(self.items)
+        return self.base + len(self._items) - self._dead
+
+    def _at(self, position: int) -> int:
+        """The index in `_items` of the held ``position``."""
+        return position - self.base + self._dead
+
+    def _systems_before(self, position: int) -> list[int]:
+        """The held system positions before ``position``."""
+        found = self._system_positions
+        return found[bisect_left(found, self.base) : bisect_left(found, position)]
 
     def turns_from(self, start: int) -> list[int]:
         """Turn-start positions at or after ``start``, ascending (R1, R2)."""
@@ -282,9 +320,19 @@ class WindowIndex(Generic[T]):
         suspects = [(p, i) for p, i in self.region.suspects if p >= start]
         return suspects + [
             (p, item)
-            for p, item in enumerate(self.items[first - self.base :], first)
+            for p, item in enumerate(self._items[self._at(first) :], first)
             if item is not None
         ]
+
+    def newest_held(self, start: int) -> tuple[int, T] | None:
+        """The newest held item at or after ``start`` still in the views, with its position;
+        None when there is none. O(1) unless the newest items were removed from the views."""
+        items, first = self._items, self._at(max(start, self.base))
+        for offset in range(len(items) - 1, first - 1, -1):
+            item = items[offset]
+            if item is not None:
+                return self.base + offset - self._dead, item
+        return None
 
     def holds(self, window: Window) -> bool:
         """True when every item of ``window`` is held (not summarised in the region)."""
@@ -299,19 +347,33 @@ class WindowIndex(Generic[T]):
         item, None for a swept one), read from the log; ``ValueError`` without them.
         """
         start = max(window.start, self.lo)
-        late = self._system_positions[: bisect_left(self._system_positions, start)]
-        items, base = self.items, self.base
+        items, base, shift = self._items, self.base, self._dead - self.base
         kept = [*self.leading, *self.retained]
         kept += [item for p, item in self.region.systems if p < start]
-        kept += [item for p in late if (item := items[p - base]) is not None]
+        kept += [
+            item for p in self._systems_before(start) if (item := items[p + shift]) is not None
+        ]
         if window.breadcrumb:
             kept.append(self.rows.breadcrumb)
         if start < base:
             if older is None:
                 raise ValueError(f"the window starts at {start}, before the held log ({base})")
             kept += [item for p in range(start, base) if (item := older.get(p)) is not None]
-        kept += [item for item in items[max(start, base) - base :] if item is not None]
+        kept += [item for item in items[max(start, base) + shift :] if item is not None]
         return kept
+
+    def shown(self, window: Window) -> int:
+        """``len(render(window))`` without the items of the region (its sums say how many
+        of them the view shows); O(window)."""
+        start = max(window.start, self.lo)
+        count = len(self.leading) + len(self.retained) + len(self.region.systems)
+        count += int(window.breadcrumb)
+        if start < self.base:
+            real = self._region_total(self._cum_real, self.region.real)
+            count += real - self._cum_real[self._bound(start)]
+        items, shift = self._items, self._dead - self.base
+        count += sum(items[p + shift] is not None for p in self._systems_before(start))
+        return count + sum(map(_is_present, items[self._at(max(start, self.base)) :]))
 
     def tokens(self, window: Window) -> int:
         """The estimate of `render(window)` (R20-R23); O(1) for any window a trim keeps.
@@ -320,21 +382,21 @@ class WindowIndex(Generic[T]):
         start; with none, everything kept is the current turn.
         """
         start = max(window.start, self.lo)
-        end = len(self.items)
+        end, dead = len(self._items), self._dead
         breadcrumb = BREADCRUMB_TOKENS if window.breadcrumb else 0
         if start < self.base:
             systems, region = self._region_at(start)
             return (
                 self.head_tokens + systems + breadcrumb
                 + self._region_total(self._cum_tokens, self.region.tokens) - region
-                + self._tokens[end] - self._tokens[0]
+                + self._tokens[end] - self._tokens[dead]
                 + self._current_surcharge
             )
-        offset = start - self.base
+        offset = self._at(start)
         return (
             self.head_tokens
             + self._region_systems_before(start)
-            + self._system_tokens[offset] - self._system_tokens[0]
+            + self._system_tokens[offset] - self._system_tokens[dead]
             + breadcrumb
             + self._tokens[end] - self._tokens[offset]
             + self._surcharge_from(start)
@@ -345,7 +407,7 @@ class WindowIndex(Generic[T]):
         if start <= newest:  # every window a trim keeps: the newest turn is kept (R6)
             return self._current_surcharge
         surcharge = self.rows.surcharge
-        return sum(surcharge(i) for i in self.items[start - self.base :] if i is not None)
+        return sum(surcharge(i) for i in self._items[self._at(start) :] if i is not None)
 
     def dropped(self, old: int, new: int, *, sent: bool = False) -> int:
         """Real messages between the starts ``old`` and ``new`` (R32); O(what is dropped).
@@ -363,7 +425,7 @@ class WindowIndex(Generic[T]):
             counted = last - self._cum_real[self._bound(max(old, self.lo))]
         rows = self.rows
         first, last_p = max(old, self.base), max(new, self.base)
-        region = self.items[first - self.base : last_p - self.base]
+        region = self._items[self._at(first) : self._at(last_p)]
         present = cast("list[T]", list(filter(_is_present, region)))
         if sent:
             real = [i for i in present if not rows.is_system(i) and not rows.is_breadcrumb(i)]
@@ -398,6 +460,17 @@ class WindowIndex(Generic[T]):
         self._cum_tokens = list(accumulate(self.region.tokens, initial=0))
         self._cum_real = list(accumulate(self.region.real, initial=0))
 
+    def _sums_from(self, segment: int) -> None:
+        """Bring the cumulative sums up to date from ``segment`` on (changed or new), so a
+        compaction costs O(what it moves), not O(region)."""
+        for cumulative, segments in (
+            (self._cum_tokens, self.region.tokens),
+            (self._cum_real, self.region.real),
+        ):
+            del cumulative[segment + 1 :]
+            cumulative += accumulate(segments[segment:], initial=cumulative[segment])
+            del cumulative[segment + 1]  # the initial value, already there
+
     def _bound(self, position: int) -> int:
         index = bisect_left(self._bounds, position)
         if index == len(self._bounds) or self._bounds[index] != position:
@@ -421,7 +494,8 @@ class WindowIndex(Generic[T]):
         """Add ``item`` at `next_position`; True when it joined the leading systems (R4)."""
         position = self.next_position
         # Leading: nothing but system messages shown before it (after a clear too, R4).
-        leading = not self.items and not self.retained and self.lo == self.base
+        empty = len(self._items) == self._dead
+        leading = empty and not self.retained and self.lo == self.base
         if leading and self.rows.is_system(item):
             self.leading.append(item)
             self.head_tokens += self.rows.base_tokens(item)
@@ -430,7 +504,7 @@ class WindowIndex(Generic[T]):
             self._bounds = [self.lo]
             return True
         tokens = self.rows.base_tokens(item)
-        self.items.append(item)
+        self._items.append(item)
         self._tokens.append(self._tokens[-1] + tokens)
         system = self.rows.is_system(item)
         self._system_tokens.append(self._system_tokens[-1] + (tokens if system else 0))
@@ -447,7 +521,7 @@ class WindowIndex(Generic[T]):
 
         A position in the region must be one of its suspects (`present_from`).
         """
-        items = list(self.items)
+        items = self.items
         for position, item in changes.items():
             if position >= self.base:
                 items[position - self.base] = item
@@ -477,24 +551,30 @@ class WindowIndex(Generic[T]):
             for pair in group
         ]
 
-    def remove_summarised(self, position: int, item: T) -> None:
-        """Remove ``item``, summarised at ``position``, from the views (a pop, ADR-0030)."""
-        if any(p == position for p, _ in self.region.suspects):
-            self._replace_suspect(position, None)
-            return
-        segment = bisect_right(self._bounds, position) - 1
-        self.region.tokens[segment] -= self._item_tokens(item)
-        self.region.real[segment] -= self._is_real(item)
-        self.region.systems = [(p, i) for p, i in self.region.systems if p != position]
-        self._region_sums()
+    def remove_summarised(self, position: int, older: Mapping[int, T | None]) -> None:
+        """Remove the item summarised at ``position`` from the views (a pop, ADR-0076).
 
-    def expand(self, older: Mapping[int, T | None]) -> None:
-        """Hold the summarised items again: ``older`` gives each position of ``[lo, base)`` as
-        the log holds it (None: swept). For the rare decisions that need them (a pop past the
-        held items, a clear); the next trim summarises them again."""
-        items = [older.get(p) for p in range(self.lo, self.base)] + self.items
-        self.base = self.lo
-        self.region = Region()
+        Its turn and the region after it are held again, their items read from ``older``
+        (position -> item as the log holds them, None: swept), and the item is removed there,
+        as in a held log: a popped turn start is no turn start, a turn that paired may not any
+        more (R36). The caller summarises them again (`compact_before`); O(those items).
+        ``ValueError`` when ``older`` lacks one of them.
+        """
+        first = self._bounds[bisect_right(self._bounds, position) - 1]
+        missing = [p for p in range(first, self.base) if p not in older]
+        if missing:
+            raise ValueError(
+                f"a pop at {position} needs the log's items at {missing[0]}..{missing[-1]}"
+            )
+        region, segment = self.region, self._bound(first)
+        region.turns = [p for p in region.turns if p < first]
+        region.tokens = region.tokens[:segment]
+        region.real = region.real[:segment]
+        region.systems = [(p, i) for p, i in region.systems if p < first]
+        region.suspects = [(p, i) for p, i in region.suspects if p < first]
+        items = [older[p] for p in range(first, self.base)] + self.items
+        items[position - first] = None
+        self.base = first
         self._region_sums()
         self._reindex(items)
 
@@ -505,13 +585,11 @@ class WindowIndex(Generic[T]):
         rows = self.rows
         return int(item is not None and not rows.is_system(item) and not rows.is_breadcrumb(item))
 
-    def forget_before(self, position: int, *, force: bool = False) -> None:
+    def forget_before(self, position: int) -> None:
         """Forget the log before ``position``, keeping its system messages in ``retained``.
 
-        For positions no view can show again. The region forgets at once (O(its turns)); the
-        held items only once the forgettable part is at least half of them (or ``force``), so
-        their O(window) copy is amortised O(1) per trim; until then windows skip those items
-        by their start.
+        For positions no view can show again; at once, in O(what it forgets) amortised (the
+        region's part in O(its turns)).
         """
         if position <= self.lo:
             return
@@ -521,23 +599,19 @@ class WindowIndex(Generic[T]):
         self._retain(item for _, item in self.region.systems)
         self.region = Region()
         self.lo = self.base
-        self._region_sums()
         cut = position - self.base
-        if cut <= 0 or (2 * cut < len(self.items) and not force):
-            return
-        self._retain(
-            item
-            for p in self._system_positions[: bisect_left(self._system_positions, position)]
-            if (item := self.items[p - self.base]) is not None
-        )
-        self._drop_items(cut)
-        self.lo = self.base = position
+        if cut > 0:
+            items, shift = self._items, self._dead - self.base
+            self._retain(items[p + shift] for p in self._systems_before(position))
+            self._drop_items(cut)
+            self.lo = self.base
         self._region_sums()
 
-    def _retain(self, systems: Iterable[T]) -> None:
+    def _retain(self, systems: Iterable[T | None]) -> None:
         for item in systems:
-            self.retained.append(item)
-            self.head_tokens += self.rows.base_tokens(item)
+            if item is not None:
+                self.retained.append(item)
+                self.head_tokens += self.rows.base_tokens(item)
 
     def _forget_region_before(self, position: int) -> None:
         bound = self._bound(position)
@@ -553,41 +627,62 @@ class WindowIndex(Generic[T]):
         self._region_sums()
 
     def _drop_items(self, cut: int) -> None:
-        position = self.base + cut
-        self.items = self.items[cut:]
-        self._system_positions = self._system_positions[
-            bisect_left(self._system_positions, position):
-        ]
-        # Sums are read as differences, so a suffix of each prefix list stays valid.
-        self._tokens = self._tokens[cut:]
-        self._system_tokens = self._system_tokens[cut:]
+        """Move ``base`` on by ``cut`` held items: they join the dead prefix, shed once it is
+        longer than the live part (so each item is copied O(1) times in all)."""
+        self._dead += cut
+        self.base += cut
+        starts = self._turn_starts
+        if not starts or starts[-1] < self.base:
+            # The current turn began before the new base: its surcharge is the held items'.
+            surcharge = self.rows.surcharge
+            self._current_surcharge = sum(
+                surcharge(i) for i in self._items[self._dead :] if i is not None
+            )
+        if 2 * self._dead > len(self._items):
+            self._shed()
 
-    def compact_before(self, position: int, *, force: bool = False) -> None:
+    def _shed(self) -> None:
+        """Drop the dead prefix from every list (sums are read as differences, so a suffix of
+        each prefix list stays valid); the newest turn start stays, whatever its age."""
+        dead = self._dead
+        self._items = self._items[dead:]
+        self._tokens = self._tokens[dead:]
+        self._system_tokens = self._system_tokens[dead:]
+        positions = self._system_positions
+        self._system_positions = positions[bisect_left(positions, self.base) :]
+        starts = self._turn_starts
+        del starts[: min(bisect_left(starts, self.lo), len(starts) - 1)]
+        self._dead = 0
+
+    def compact_before(self, position: int) -> None:
         """Summarise the held items before ``position`` (a window start) into the region.
 
         What a decision reads of them stays (turn starts, sums, systems, suspects: `Region`);
-        the items go, to be read from the log when asked for (ADR-0030). Runs once they are at
-        least half of the held items (or ``force``): amortised O(1) per trim.
+        the items go, to be read from the log when asked for (ADR-0030). At once, in
+        O(what it moves) amortised (ADR-0076).
         """
         # Only whole turns: a region that ended inside a turn would later summarise the rest
         # of it apart, and the pairing of two halves is not that of the turn (the suspects of
-        # a turn straddling the region, issue 20), so the turn's items stay held.
+        # a turn straddling the region, issue 20), so the turn's items stay held (ADR-0071).
         position = self._turn_start_at_or_before(position)
         cut = position - self.base
-        if cut <= 0 or (2 * cut < len(self.items) and not force):
+        if cut <= 0:
             return
-        region, base = self.region, self.base
-        moved = self.items[:cut]
-        starts = [p for p in self.turns_from(base) if p < position]
+        region, base, dead = self.region, self.base, self._dead
+        moved = self._items[dead : dead + cut]
+        found = self._turn_starts
+        starts = found[bisect_left(found, base) : bisect_left(found, position)]
         heads = list(starts)
         # The region's last segment runs on to the first turn start (never at a trim's start).
         extend = bool(region.tokens) and (not heads or heads[0] != base)
         if not heads or heads[0] != base:
             heads.insert(0, base)
+        changed = len(region.tokens) - 1 if extend else len(region.tokens)
+        sums, at = self._tokens, dead - base
         for index, first in enumerate(heads):
             last = heads[index + 1] if index + 1 < len(heads) else position
             segment = moved[first - base : last - base]
-            tokens = sum(map(self._item_tokens, segment))
+            tokens = sums[last + at] - sums[first + at]  # priced once, when appended
             real = sum(map(self._is_real, segment))
             if index == 0 and extend:
                 region.tokens[-1] += tokens
@@ -601,12 +696,12 @@ class WindowIndex(Generic[T]):
         region.turns += starts
         region.systems += [
             (p, item)
-            for p in self._system_positions[: bisect_left(self._system_positions, position)]
-            if (item := self.items[p - base]) is not None
+            for p in self._systems_before(position)
+            if (item := moved[p - base]) is not None
         ]
+        self._bounds += [p for p in starts if p > self._bounds[-1]]
+        self._sums_from(changed)
         self._drop_items(cut)
-        self.base = position
-        self._region_sums()
 
     def _turn_start_at_or_before(self, position: int) -> int:
         """The newest turn start at or before ``position`` from ``base`` on, else ``base``."""
@@ -616,7 +711,7 @@ class WindowIndex(Generic[T]):
 
     def _reindex(self, items: list[T | None]) -> None:
         """Rebuild every sum from ``items`` (now owned by the index); O(window)."""
-        base, rows, self.items = self.base, self.rows, items
+        base, rows, self._items, self._dead = self.base, self.rows, items, 0
         # Per-item work through map and itertools: the pure trims index every message here.
         gaps = not all(map(_is_present, items))
         tokens = _column(rows.base_tokens, items, 0, gaps)

@@ -40,7 +40,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.persistence import StoredEvent
 
-from turnledger.domain.decider import SessionState, evolve
+from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord, SessionNotFound, bounded
 from turnledger.domain.events import (
     BreadcrumbInserted,
@@ -70,7 +70,7 @@ from turnledger.domain.messages import (
     to_chat_messages,
 )
 from turnledger.domain.sweep import SweepResult, sweep_orphans
-from turnledger.replay.timeline import audit_request, dumps
+from turnledger.replay.timeline import FoldedState, audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import describe_error
 from turnledger.store.mapper import paused_gc, verify_chain
@@ -449,15 +449,15 @@ class _SessionVerifier:
         events: Sequence[DomainEvent],
         chains: Sequence[bytes],
         snapshot: tuple[int, bytes] | None,
-    ) -> SessionState | None:
-        state = SessionState()
+    ) -> FoldedState | None:
+        state = FoldedState()
         pending: list[_Expected] = []  # the notices the last trim still calls for
         for index, event in enumerate(unchecked_events(events)):  # the store's codec decoded them
             position = event.originator_version
             pending = self._check_follower(event, pending)
             self._check_removal(state, event)
             try:
-                evolve(state, event)
+                state.fold(event)
             except Exception as error:  # a verifier reports what breaks the fold, never dies
                 self.report(
                     position,
@@ -503,14 +503,14 @@ class _SessionVerifier:
             )
         return state
 
-    def _check_removal(self, state: SessionState, event: Event) -> None:
+    def _check_removal(self, state: FoldedState, event: Event) -> None:
         """A pop names the newest message the view showed; a clear, the log's next position."""
         position = event.originator_version
         match event:
             case MessageAppended() | RequestPrepared() | TrimDecided():
                 pass  # the most frequent events first: none of them removes a message
             case MessagePopped(position=popped, message=message):
-                if state.newest_in_log() != (popped, message):
+                if state.newest_in_view(state.log) != (popped, message):
                     self.report(position, Rule.REPLAY, f"MessagePopped names log position "
                                 f"{popped}, which is not the newest message the view showed")
             case HistoryCleared(next_position=next_position):

@@ -64,6 +64,7 @@ from turnledger.domain.messages import (
     ToolResults,
     to_chat_messages,
 )
+from turnledger.domain.state import note_item
 from turnledger.projections.counters import Counters, fold_counters
 from turnledger.store.codec import MESSAGE_TAGS
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from turnledger.store.backend import EventStoreBackend
 
 __all__ = [
+    "FoldedState",
     "InvalidPosition",
     "ReplayError",
     "TimelineEntry",
@@ -468,11 +470,45 @@ def _cleared(event: HistoryCleared) -> str:
 
 # --- time travel (E4) -------------------------------------------------------------------------
 
-def fold(events: Iterable[DomainEvent], state: SessionState | None = None) -> SessionState:
-    """Fold ``events`` into ``state`` (a fresh `SessionState` by default) with `evolve`."""
-    current = SessionState() if state is None else state
+@attrs.define
+class FoldedState(SessionState):
+    """A `SessionState` folded from a session's log, with that log's items (``log``: position
+    -> item as the events leave it, None: swept or popped): the replay tools show whole
+    conversation views from it, and what-if pops read it (ADR-0076). Its index has the one
+    form of every state; ``log`` only supplies what that form summarises."""
+
+    log: dict[int, ConversationMessage | None] = attrs.field(
+        factory=dict, kw_only=True, eq=False, repr=False
+    )
+
+    def fold(self, event: DomainEvent) -> None:
+        """`evolve` ``event`` and keep the log's items up to date; O(1) amortised."""
+        checked = as_event(event)
+        evolve(self, checked, self.log)
+        if checked.__class__ is MessageAppended:  # most events: skip the match of `note_item`
+            self.log[checked.position] = checked.message
+        else:
+            note_item(self.log, checked)
+
+    def conversation_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ConversationMessage]:
+        """The structured history after the turn limit (R28-R29), its summarised part read
+        from ``log`` unless ``older`` is given."""
+        return super().conversation_view(self.log if older is None else older)
+
+    def chat_view(
+        self, older: Mapping[int, ConversationMessage | None] | None = None
+    ) -> list[ChatMessage]:
+        """The provider-facing working history (R27a), from ``log`` when it is summarised."""
+        return super().chat_view(self.log if older is None else older)
+
+
+def fold(events: Iterable[DomainEvent], state: FoldedState | None = None) -> FoldedState:
+    """Fold ``events`` into ``state`` (a fresh `FoldedState` by default) with `evolve`."""
+    current = FoldedState() if state is None else state
     for event in events:
-        evolve(current, as_event(event))
+        current.fold(event)
     return current
 
 
@@ -488,7 +524,7 @@ def _upto(events: Sequence[DomainEvent], position: int) -> Iterator[DomainEvent]
         yield event
 
 
-def state_at(events: Sequence[DomainEvent], position: int) -> SessionState:
+def state_at(events: Sequence[DomainEvent], position: int) -> FoldedState:
     """The session state after the event at ``position`` (0: before any event) (E4).
 
     Raises `InvalidPosition` outside ``0 .. last recorded version``.
@@ -563,10 +599,10 @@ def requests(events: Iterable[DomainEvent]) -> list[AuditedRequest]:
 
     One fold over the events: O(events + size of the requests), not one fold per request.
     """
-    state = SessionState()
+    state = FoldedState()
     audited: list[AuditedRequest] = []
     for event in events:
-        evolve(state, as_event(event))
+        state.fold(event)
         if isinstance(event, RequestPrepared):
             audited.append(audit_request(state, event))
     return audited

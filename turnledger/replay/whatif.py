@@ -52,7 +52,6 @@ from turnledger.domain.decider import (
     SessionState,
     StartSession,
     SweepOrphans,
-    evolve,
     execute,
 )
 from turnledger.domain.events import (
@@ -79,8 +78,9 @@ from turnledger.domain.events import (
     unchecked_events,
 )
 from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMessage
+from turnledger.domain.state import collect_summarised
 from turnledger.projections.counters import Counters, count, fold_counters
-from turnledger.replay.timeline import ReplayError, dumps, to_jsonable
+from turnledger.replay.timeline import FoldedState, ReplayError, dumps, to_jsonable
 
 __all__ = ["WhatIfReport", "replay_what_if", "what_if"]
 
@@ -366,13 +366,14 @@ class _Replay:
 
     def __init__(self, profile: RuntimeProfile) -> None:
         self.profile = profile
-        self.recorded_state = SessionState()
+        self.recorded_state = FoldedState()
         self.state = SessionState()  # the what-if session
         self.recorded = _Side()
         self.what_if = _Side()
         self.rows: list[WhatIfRow] = []
         self.avoided = 0
         self.events: list[DomainEvent] = []  # what the what-if session records
+        self.log: dict[int, ConversationMessage | None] = {}  # its log's items, for its pops
 
     def replay(self, event: Event) -> None:
         """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
@@ -383,11 +384,12 @@ class _Replay:
             if command is not None:
                 self.run(command)
         self.recorded.counters = count(self.recorded.counters, event)
-        evolve(self.recorded_state, event)
+        self.recorded_state.fold(event)
 
     def run(self, command: Command) -> list[DomainEvent]:
         new = execute(self.state, command)
         self.events += new
+        collect_summarised(self.log, new)
         self.what_if.counters = fold_counters(new, self.what_if.counters)
         return new
 
@@ -420,7 +422,7 @@ class _Replay:
                     return RecoverFromOverflow(error, event.timestamp)
                 self.avoided += 1
             case MessagePopped():
-                return PopMessage(event.timestamp)
+                return PopMessage(event.timestamp, summarised=self.log)
             case HistoryCleared():
                 return ClearHistory(event.timestamp)
             case SessionStarted():

@@ -53,7 +53,15 @@ from turnledger.domain.errors import (
     SessionNotFound,
     TurnledgerError,
 )
-from turnledger.domain.events import DomainEvent, Event, HistoryTrimmed, TrimDecided
+from turnledger.domain.events import (
+    DomainEvent,
+    Event,
+    HistoryTrimmed,
+    MessagePopped,
+    TrimDecided,
+)
+from turnledger.domain.messages import ConversationMessage
+from turnledger.domain.state import collect_summarised
 from turnledger.store.backend import (
     AnchorMismatch,
     AppendInDoubt,
@@ -90,6 +98,26 @@ Publish = Callable[[Sequence[HistoryTrimmed]], None]
 _NO_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def log_items(
+    backend: EventStoreBackend,
+    state: SessionState,
+    span: range,
+    unrecorded: Sequence[DomainEvent] = (),
+    page_size: int = 1000,
+) -> dict[int, ConversationMessage | None] | None:
+    """The log's items at the positions ``span`` as ``state``'s events leave them (None:
+    swept or popped), read in pages; None for an empty span. ``unrecorded``: events applied
+    to ``state`` in memory only (a read-only sweep), after the log's."""
+    if not span or state.session_id is None:
+        return None
+    older: dict[int, ConversationMessage | None] = {}
+    pages = backend.read_pages(state.session_id, page_size=page_size, upto_version=state.version)
+    for page in pages:
+        collect_summarised(older, page, span)
+    collect_summarised(older, unrecorded, span)
+    return older
+
+
 def _retry_key(command: Command) -> Command | None:
     """What a retry of ``command`` has in common with it: everything but its time; None for
     a command that starts a session (its retry is a new session object, nothing to match)."""
@@ -115,7 +143,7 @@ class Position:
     """Where one session stands: its state, the chain head of its last record, and the version
     of its latest snapshot (0: none) with the log position of the next message then."""
 
-    state: SessionState = attrs.field(factory=lambda: SessionState(compact=True))
+    state: SessionState = attrs.field(factory=SessionState)
     chain: bytes = ZERO_CHAIN
     snapshot_version: int = 0
     snapshot_position: int = 0
@@ -216,7 +244,12 @@ class Pipeline:
         )
         # Decoded by the store's codec: `Event`s alone, unchecked as in `unchecked_events`.
         for event, event_chain in cast("list[tuple[Event, bytes]]", read):
-            evolve(state, event)
+            older = None
+            if isinstance(event, MessagePopped) and event.position < state.index.base:
+                # A pop of a summarised message reads its turn from the log (rare: the
+                # whole chat window was popped first).
+                older = log_items(self.backend, state, state.region_span)
+            evolve(state, event, older)
             position.chain = event_chain
 
     def current(self, position: Position) -> Position:

@@ -58,11 +58,16 @@ from turnledger.domain.events import (
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
-from turnledger.domain.state import collect_summarised
 from turnledger.store import DEFAULT_STORE_URL, run_before_erasure
 from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
 from turnledger.store.keys import NotEncrypted, parse_key
-from turnledger.store.pipeline import SNAPSHOT_INTERVAL, SNAPSHOT_MESSAGES, Pipeline, Position
+from turnledger.store.pipeline import (
+    SNAPSHOT_INTERVAL,
+    SNAPSHOT_MESSAGES,
+    Pipeline,
+    Position,
+    log_items,
+)
 
 __all__ = ["Session", "SessionView", "Store", "open_store", "parse_session_id"]
 
@@ -88,24 +93,7 @@ def summarised_items(
 
     ``unrecorded``: events applied to ``state`` in memory only (a read-only sweep), after the
     log's."""
-    return _log_items(backend, state, state.summarised, unrecorded, page_size)
-
-
-def _log_items(
-    backend: EventStoreBackend,
-    state: SessionState,
-    span: range,
-    unrecorded: Sequence[DomainEvent] = (),
-    page_size: int = 1000,
-) -> dict[int, ConversationMessage | None] | None:
-    if not span or state.session_id is None:
-        return None
-    older: dict[int, ConversationMessage | None] = {}
-    pages = backend.read_pages(state.session_id, page_size=page_size, upto_version=state.version)
-    for page in pages:
-        collect_summarised(older, page, span)
-    collect_summarised(older, unrecorded, span)
-    return older
+    return log_items(backend, state, state.summarised, unrecorded, page_size)
 
 
 def parse_session_id(session_id: str | UUID) -> UUID:
@@ -295,25 +283,17 @@ class Session:
         (`MessagePopped`; the log keeps it). Leading system messages are never popped (R4);
         None when there is nothing else."""
         with self._lock:
-            self._hold_summarised()
-            events = self._run(PopMessage(_now())).events
+            # The pop names what it needs of the log (none while a held item is left).
+            state = self._stored_state()
+            older = log_items(self._pipeline.backend, state, state.pop_needs())
+            events = self._run(PopMessage(_now(), summarised=older)).events
         popped = [e for e in events if isinstance(e, MessagePopped)]
         return popped[0].message if popped else None
 
     def clear(self) -> list[DomainEvent]:
         """Remove every message from the views (`HistoryCleared`); the log keeps them.
         Returns the events recorded (none when the views were empty)."""
-        with self._lock:
-            self._hold_summarised()
-            return self._run(ClearHistory(_now())).events
-
-    def _hold_summarised(self) -> None:
-        """Give a compact state the items it summarises (read from the log) before a pop or
-        a clear, the decisions that may need them (ADR-0030)."""
-        state = self._stored_state()
-        older = _log_items(self._pipeline.backend, state, state.held_from)
-        if older is not None:
-            state.index.expand(older)
+        return self._run(ClearHistory(_now())).events
 
     def prepare_request(
         self,

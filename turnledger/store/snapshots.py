@@ -44,9 +44,8 @@ import msgpack
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord, SnapshotMismatch
-from turnledger.domain.events import View
 from turnledger.domain.messages import ConversationMessage
-from turnledger.domain.window import Region, Window, WindowIndex
+from turnledger.domain.window import Region, Window
 from turnledger.store.codec import describe_error, generated_decoder, make_converter
 
 __all__ = [
@@ -201,12 +200,9 @@ def encode_snapshot(state: SessionState, chain: bytes) -> bytes:
 
 
 def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
-    """The canonical compact form of ``state``, whether it is compact or holds everything."""
+    """``state`` as it is: its one form is the snapshot's (ADR-0076)."""
     assert state.session_id is not None
-    conversation, chat = state.window(View.CONVERSATION), state.chat
-    index = state.index
-    if conversation.start > index.lo or chat.start > index.base:  # not canonical: on a copy
-        index = _canonical(index, conversation.start, chat.start)
+    chat, index = state.chat, state.index
     region = index.region
     turns = region.turns
     return _Snapshot(
@@ -233,25 +229,6 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
         conv_breadcrumb=state.conversation.breadcrumb,
         chat_breadcrumb=chat.breadcrumb,
     )
-
-
-def _canonical(
-    index: WindowIndex[ConversationMessage], start: int, held: int
-) -> WindowIndex[ConversationMessage]:
-    """A copy of ``index`` that forgot the log before ``start`` and summarises it up to
-    ``held``: the same form whatever the amortised history of ``index``; O(window)."""
-    region = index.region
-    copy = WindowIndex(
-        index.rows, list(index.leading), list(index.retained), index.base, list(index.items),
-        lo=index.lo,
-        region=Region(
-            list(region.turns), list(region.tokens), list(region.real), list(region.systems),
-            list(region.suspects),
-        ),
-    )
-    copy.forget_before(start, force=True)
-    copy.compact_before(max(held, copy.base), force=True)
-    return copy
 
 
 def snapshot_format(payload: bytes) -> int | None:
