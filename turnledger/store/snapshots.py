@@ -8,7 +8,7 @@ hash-chain head. Estimates, prefix sums and turn starts are recomputed from it o
 (O(window)), so they can never disagree with the items.
 
 One format is written and read (ADR-0074): ``msgpack([4, sha256(z), z])``, ``z`` the zlib'd
-msgpack map of `_Snapshot`, the state's one canonical compact form, its integer columns packed
+msgpack map of `_Snapshot`, the state's one form (ADR-0076), its integer columns packed
 (`IntColumn`, ADR-0060). The digest refuses changed bytes before anything in them is believed.
 
 - An intact snapshot of **another format** (its digest holds; format 1, which has none: its
@@ -83,7 +83,7 @@ limit off, 1 % of the restore, ADR-0074)."""
 
 @attrs.frozen
 class _Snapshot:
-    """A snapshot: the canonical compact form of a state (`_snapshot_of`), in the order its
+    """A snapshot: a state in its one form (`_snapshot_of`, ADR-0076), in the order its
     bytes hold the fields; what a restore rebuilds from and `verify` compares field by field."""
 
     format: int
@@ -191,7 +191,7 @@ def _decoder() -> Callable[[Any], _Snapshot]:
 def encode_snapshot(state: SessionState, chain: bytes) -> bytes:
     """The snapshot bytes of ``state`` whose last record has chain value ``chain``.
 
-    Reads ``state`` only: a state not in the canonical form is encoded from a copy.
+    Reads ``state`` only: a state has one form (ADR-0076), and that form is encoded as it is.
     """
     packed = msgpack.packb(_converter().unstructure(_snapshot_of(state, chain)), datetime=True)
     body = zlib.compress(packed, _LEVEL)
