@@ -18,8 +18,9 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 from uuid import UUID
 
@@ -176,7 +177,7 @@ class SQLiteDatabase(Database):
             return built
 
         try:
-            recorders = open_library_recorders(self, factory, settings)
+            recorders = self._open_recorders(factory, settings)
         except StoreUnavailable as error:
             cause = error.__cause__
             if isinstance(cause, DatabaseError | sqlite3.DatabaseError) and not isinstance(
@@ -297,6 +298,27 @@ class SQLiteDatabase(Database):
             cursor.execute(statement, params)
             rows: list[tuple[int, str, bytes]] = cursor.fetchall()
         return rows
+
+    def _open_recorders(
+        self, factory: Callable[[Environment], SQLiteFactory], settings: dict[str, str]
+    ) -> Recorders:
+        """The library's recorders, their tables created when missing. Openers that set up
+        one new file at once can meet SQLite's deadlock rule: a connection that read in a
+        deferred transaction and then writes gets ``database is locked`` at once, without
+        waiting, when another holds the write lock (its busy timeout does not apply). Such a
+        refusal is tried again, backing off, until the store's lock timeout has passed."""
+        deadline = time.monotonic() + self.limits.lock
+        delay = 0.005
+        while True:
+            try:
+                return open_library_recorders(self, factory, settings)
+            except StoreUnavailable as error:
+                locked = isinstance(error.__cause__, OperationalError | sqlite3.OperationalError
+                                    ) and "locked" in str(error.__cause__)
+                if not locked or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
     def stored_session_ids(self, recorder: ApplicationRecorder) -> list[object] | None:
         from eventsourcing.sqlite import SQLiteAggregateRecorder
