@@ -68,6 +68,7 @@ __all__ = [
     "open_library_recorders",
     "redact_text",
     "redact_url",
+    "rewrite_in_place",
     "run_transaction",
     "url_number",
     "url_options",
@@ -376,6 +377,35 @@ class Database(abc.ABC):
         """A new connection to where the store keeps its keys and settings tables
         (`turnledger.store.keys`): its SQL database, unless a backend says otherwise."""
         return self.connect_sql()
+
+
+def rewrite_in_place(
+    database: Database,
+    events: ApplicationRecorder,
+    snapshots: AggregateRecorder,
+    records: Sequence[StoredEvent],
+    keys: Sequence[SqlStatement],
+    stored_id: Callable[[object], object],
+) -> None:
+    """`Database.rewrite_states` for a SQL backend: each record's state updated by session and
+    version, the snapshots dropped and ``keys`` run, in one transaction. ``stored_id`` gives a
+    session id in the form the backend's column holds (hex text, a UUID)."""
+    sql = database.connect_sql()
+    mark = sql.dialect.placeholder
+    table = getattr(events, "events_table_name", "stored_events")
+    statements: list[SqlStatement] = [
+        (f"UPDATE {table} SET state = {mark} WHERE originator_id = {mark} AND "
+         f"originator_version = {mark}",
+         (r.state, stored_id(r.originator_id), r.originator_version))
+        for r in records
+    ]
+    statements.append(
+        (f"DELETE FROM {getattr(snapshots, 'events_table_name', 'stored_snapshots')}", ())
+    )
+    try:
+        run_transaction(sql, [*statements, *keys])
+    finally:
+        sql.connection.close()
 
 
 def run_transaction(

@@ -41,7 +41,7 @@ from turnledger.store.backends.port import (
     database_errors,
     open_library_recorders,
     redact_url,
-    run_transaction,
+    rewrite_in_place,
     url_number,
     url_options,
     url_seconds,
@@ -422,22 +422,10 @@ class PostgresDatabase(Database):
     ) -> None:
         """On a connection of its own (`connect_sql`: the store's schema first in the
         search path), in one transaction."""
-        table = getattr(events, "events_table_name", "stored_events")
-        statements: list[SqlStatement] = [
-            (f"UPDATE {table} SET state = %s WHERE originator_id = %s AND "
-             "originator_version = %s",
-             (r.state, r.originator_id if isinstance(r.originator_id, UUID)
-              else UUID(str(r.originator_id)), r.originator_version))
-            for r in records
-        ]
-        statements.append(
-            (f"DELETE FROM {getattr(snapshots, 'events_table_name', 'stored_snapshots')}", ())
+        rewrite_in_place(
+            self, events, snapshots, records, keys,
+            lambda i: i if isinstance(i, UUID) else UUID(str(i)),
         )
-        sql = self.connect_sql()
-        try:
-            run_transaction(sql, [*statements, *keys])
-        finally:
-            sql.connection.close()
 
     def connect_sql(self) -> SqlConnection:
         import psycopg

@@ -47,7 +47,7 @@ from turnledger.store.backends.port import (
     StoreUnavailable,
     open_library_recorders,
     redact_url,
-    run_transaction,
+    rewrite_in_place,
     url_options,
     url_seconds,
 )
@@ -377,20 +377,9 @@ class SQLiteDatabase(Database):
         keys: Sequence[SqlStatement],
     ) -> None:
         """On a connection of its own (`connect_sql`), in one ``BEGIN IMMEDIATE``."""
-        table = getattr(events, "events_table_name", "stored_events")
-        statements: list[SqlStatement] = [
-            (f"UPDATE {table} SET state = ? WHERE originator_id = ? AND originator_version = ?",
-             (r.state, _uuid(r.originator_id).hex, r.originator_version))
-            for r in records
-        ]
-        statements.append(
-            (f"DELETE FROM {getattr(snapshots, 'events_table_name', 'stored_snapshots')}", ())
+        rewrite_in_place(
+            self, events, snapshots, records, keys, lambda i: _uuid(cast(UUID | str, i)).hex
         )
-        sql = self.connect_sql()
-        try:
-            run_transaction(sql, [*statements, *keys])
-        finally:
-            sql.connection.close()
 
     def integrity_problems(self, limit: int) -> list[str]:
         uri = self._read_only_uri() if self.read_only else self.uri + "?mode=ro"
