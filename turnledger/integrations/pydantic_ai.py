@@ -86,6 +86,7 @@ Json = dict[str, Any]
 R = TypeVar("R")
 _KEY = "pydantic_ai"  # the fields turnledger does not interpret, beside those it does
 _CARRIER = TOOL_RESULTS_PREFIX + "\n"  # a retry feedback continues its turn (R2)
+_EPOCH = "1970-01-01T00:00:00Z"  # the breadcrumb's time when its request has none
 
 # Response parts with no client-side counterpart: kept whole, as opaque blocks (a server tool
 # call carries its own return; a file, a compaction or a speech part is content).
@@ -244,13 +245,16 @@ def _convert(raw: Json, where: str) -> list[ConversationMessage]:
 def from_pydantic_ai(messages: Iterable[ModelMessage]) -> list[ConversationMessage]:
     """The turnledger messages of pydantic-ai messages (module doc), each checked to come back.
 
-    Raises `InvalidMessage` naming the message (and part) when one is not a pydantic-ai
-    message, holds a part kind turnledger has no form for, or would not come back with the
-    same JSON; nothing is converted with a loss.
+    "The same" is pydantic-ai's own save and load: a deprecated ``RetryPromptPart`` comes back
+    as the part pydantic-ai loads it as. Raises `InvalidMessage` naming the message (and part)
+    when one is not a pydantic-ai message, holds a part kind turnledger has no form for, or
+    would not come back with the same JSON; nothing is converted with a loss.
     """
-    messages = list(messages)
     try:
-        compact, full = _dump(messages, compact=True), _dump(messages)
+        # As pydantic-ai itself saves and loads them (a legacy part loads as its successor).
+        loaded = ModelMessagesTypeAdapter.validate_json(
+            ModelMessagesTypeAdapter.dump_json(list(messages)))
+        compact, full = _dump(loaded, compact=True), _dump(loaded)
     except Exception as error:  # pydantic's errors name the bad field
         raise InvalidMessage(f"not pydantic-ai messages: {error}") from None
     out: list[ConversationMessage] = []
@@ -366,7 +370,11 @@ def to_pydantic_ai(history: Iterable[ChatMessage | ConversationMessage]) -> list
                         _return_part(result))
             case Chat(message=chat) if chat.role in ("system", "user"):
                 header = None if chat.synthetic else _fields(chat.extra).get("request")
-                request_of(header)["parts"].append(_request_part(chat))
+                request = request_of(header)
+                part = _request_part(chat)
+                if chat.synthetic:  # the same window gives the same JSON (E12)
+                    part["timestamp"] = request.get("timestamp") or _EPOCH
+                request["parts"].append(part)
             case _:
                 out.append(_response(message))
     try:
