@@ -206,6 +206,28 @@ def test_i22_middleware_records_a_run_that_a_tool_ends(tmp_path: Path) -> None:
         assert everything == _log(middleware.session_for({}))
 
 
+def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(tmp_path: Path) -> None:
+    """A graph that lost the thread's messages (a new checkpointer) but kept its thread id is
+    refused with an error that says so; nothing more is recorded."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.domain.errors import TurnledgerError
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    config: Any = {"configurable": {"thread_id": "lost"}}
+    with open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
+        middleware = TurnledgerMiddleware(store)
+        agents = [create_agent(_scripted([AIMessage("hi")]), [], middleware=[middleware],
+                               checkpointer=InMemorySaver()) for _ in range(2)]
+        agents[0].invoke({"messages": [HumanMessage("hello")]}, config)
+        message = r"recorded 2 messages but only 1 were given.*checkpointer must keep the thread"
+        with pytest.raises(TurnledgerError, match=message):
+            agents[1].invoke({"messages": [HumanMessage("hello")]}, config)
+        assert 2 == middleware.session_for(config).next_position
+
+
 @pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
 def test_i22_langgraph_post_model_hook_leaves_the_log_whole(tmp_path: Path) -> None:
     """With the trimmer as ``pre_model_hook`` and its ``as_post_model_hook()``, the log holds
@@ -231,6 +253,8 @@ def test_i22_langgraph_post_model_hook_leaves_the_log_whole(tmp_path: Path) -> N
         assert [BREADCRUMB_TEXT, "question 3"] == [m.content for m in model.inputs[-1][:2]]
 
 
+# LangChain deprecates RunnableWithMessageHistory, but people run it: its factory is the bug.
+@pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
 def test_i22_history_factory_does_no_io_until_the_first_read(tmp_path: Path) -> None:
     """``RunnableWithMessageHistory`` calls its factory on the event loop: a history from
     `history_factory` touches no store until it is read (built on a closed store, it fails

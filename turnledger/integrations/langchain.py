@@ -360,7 +360,9 @@ class TurnledgerTrimmer:
         if len(messages) < recorded:
             raise TurnledgerError(
                 f"session {session.id} recorded {recorded} messages but only {len(messages)} "
-                "were given: give the whole conversation, in order"
+                "were given: give the whole conversation, in order (in a LangGraph agent, its "
+                "checkpointer must keep the thread's messages; a new conversation needs a new "
+                "thread id)"
             )
         new = messages[recorded:]
         if new:
