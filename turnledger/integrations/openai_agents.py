@@ -22,21 +22,31 @@ with the SDK's own sessions: a call that loses a race to another writer is decid
 newer state until it lands (`retrying`, within ``conflict_budget_seconds``, ADR-0065), so the
 SDK never sees a `ConcurrencyConflict` unless that budget is spent.
 
-The SDK reads the session once per ``Runner.run`` (the SDK holds the items of the run it is in),
-so trims happen between runs. Every store call runs in a worker thread (`off_loop`): the event
-loop never blocks on the database. `HistoryTrimmed` reaches ``store.subscribe`` callbacks.
-The SDK itself is not imported: the protocol is structural.
+The SDK reads the session once per ``Runner.run`` (it holds the items of the run it is in),
+so a session alone trims between runs. For the tool loop inside one run, R24 asks for a trim
+at every model call: `TurnledgerSession.call_model_input_filter` is a
+``RunConfig.call_model_input_filter`` that records the step's new items and returns the window
+for the next model call (ADR-0077). Every store call runs in a worker thread (`off_loop`): the
+event loop never blocks on the database. `HistoryTrimmed` reaches ``store.subscribe``
+callbacks. The SDK is imported only where its own types are needed (``SessionSettings``,
+``ModelInputData``): the protocol is structural.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.errors import InvalidMessage, TurnledgerError
+from turnledger.domain.messages import (
+    BREADCRUMB_TEXT,
+    ChatMessage,
+    ConversationMessage,
+    is_breadcrumb,
+)
 from turnledger.domain.providers import (
     exact_openai_responses_item,
     from_openai_responses_item,
@@ -52,10 +62,57 @@ from turnledger.integrations import (
 )
 from turnledger.store.session import Session, Store
 
-__all__ = ["TurnledgerSession", "from_responses_items", "open_session"]
+__all__ = [
+    "InvalidSessionSettings",
+    "SessionClosed",
+    "TurnledgerSession",
+    "from_responses_items",
+    "open_session",
+]
 
 Item = dict[str, Any]
 R = TypeVar("R")
+
+_BREADCRUMB_ITEM: Item = {"role": "user", "content": BREADCRUMB_TEXT}
+
+
+class InvalidSessionSettings(TurnledgerError, TypeError):
+    """``session_settings`` is neither the SDK's ``SessionSettings`` nor a dict of its fields
+    (a ``TypeError``, as the SDK's own sessions raise)."""
+
+
+class SessionClosed(TurnledgerError, RuntimeError):
+    """The `TurnledgerSession` was closed; open a new one on the store to go on (a
+    ``RuntimeError``, as a closed ``SQLiteSession`` raises)."""
+
+
+class _Closed:
+    """What `TurnledgerSession.close` returns: nothing to wait for, but awaitable, so both
+    ``session.close()`` (``SQLiteSession``) and ``await session.close()`` (the SDK's async
+    sessions) are right."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # pragma: no cover - makes this a generator that finishes at once
+
+
+def _session_settings(session_id: str, value: object) -> Any:
+    """``value`` as the SDK's ``SessionSettings`` (None: the defaults; a dict: its fields),
+    as the SDK's own sessions coerce it; `InvalidSessionSettings` names a mistyped key."""
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings
+
+    if value is None:
+        return SessionSettings()
+    try:
+        return coerce_session_settings(value)  # type: ignore[arg-type]  # checked by the SDK
+    except (TypeError, ValueError) as error:
+        fields = ", ".join(f.name for f in dataclasses.fields(SessionSettings))
+        raise InvalidSessionSettings(
+            f"session_settings of session {session_id!r}: {' '.join(str(error).split())} "
+            f"(give a SessionSettings or a dict of: {fields})"
+        ) from None
 
 
 def from_responses_items(items: Iterable[object]) -> list[ConversationMessage]:
@@ -106,7 +163,9 @@ def _newest_items(window: Sequence[ChatMessage], limit: int | None) -> list[Item
         chunks.append(to_openai_responses([message]))
         count += len(chunks[-1])
     items = [item for chunk in reversed(chunks) for item in chunk]
-    return items[len(items) - limit :] if limit else []
+    # ``items[-limit:]``, not ``items[len(items) - limit:]``: with fewer items than ``limit``
+    # the latter starts at a negative index and drops the oldest ones (issue 22).
+    return items[-limit:] if limit else []
 
 
 class TurnledgerSession:
@@ -117,10 +176,17 @@ class TurnledgerSession:
     session is opened (restored, or started with ``profile``/``providers``/``route``) on first
     use, in a worker thread. ``session`` is that turnledger session.
 
+    ``session_settings`` is the SDK's ``SessionSettings`` (a dict of its fields is coerced and
+    a mistyped key refused, `InvalidSessionSettings`, as the SDK's sessions do; None: the
+    defaults). Its ``limit`` applies when ``get_items`` is given none.
+
     A call that records (every method but a read of ``session``) and loses a race to another
     writer of the conversation is decided again on the newer state, for at most
     ``conflict_budget_seconds`` (default 30; 0: once), then raises `ConcurrencyConflict`
     saying so; nothing of a call that raised is recorded (ADR-0065).
+
+    `close` ends this object, as ``SQLiteSession.close`` does (the store stays open: it is the
+    caller's); any use after it raises `SessionClosed`.
     """
 
     def __init__(
@@ -135,17 +201,21 @@ class TurnledgerSession:
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = _session_settings(session_id, session_settings)
         self.store = store
         self._options = (profile, tuple(providers), route)
         self._budget = conflict_budget(conflict_budget_seconds)
         self._session: Session | None = None
+        self._closed = False
         self._lock = threading.Lock()
 
     @property
     def session(self) -> Session:
-        """The turnledger session (opened on first use: I/O, call it off the event loop)."""
+        """The turnledger session (opened on first use: I/O, call it off the event loop).
+
+        Raises `SessionClosed` after `close`."""
         with self._lock:
+            self._check_open()
             if self._session is None:
                 profile, providers, route = self._options
                 self._session = open_session(
@@ -154,26 +224,85 @@ class TurnledgerSession:
                 )
             return self._session
 
+    def close(self) -> _Closed:
+        """End this object (idempotent); the store and the recorded history stay.
+
+        Like ``SQLiteSession.close`` it needs no ``await``; the result may be awaited, as the
+        SDK's async sessions' ``close`` is. Any later call raises `SessionClosed`."""
+        with self._lock:
+            self._closed = True
+            self._session = None
+        return _Closed()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(
+                f"TurnledgerSession {self.session_id!r} is closed: make a new "
+                "TurnledgerSession on the store to use this conversation again"
+            )
+
     # -- the SDK protocol --
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
-        """What the model should see (module doc); the newest ``limit`` items of it."""
-        if limit is None and self.session_settings is not None:
-            limit = getattr(self.session_settings, "limit", None)
+        """What the model should see (module doc); the newest ``limit`` items of it
+        (None: ``session_settings.limit``)."""
+        self._check_open()
+        if limit is None:
+            limit = self.session_settings.limit
         return await off_loop(self.items, limit)
 
     async def add_items(self, items: list[Any]) -> None:
         """Record ``items`` in one transaction; `InvalidMessage` records none of them."""
+        self._check_open()  # before the empty-list fast path, as SQLiteSession does
         if items:
             await off_loop(self.add, items)
 
     async def pop_item(self) -> Item | None:
         """Remove the newest item from the views and return it (None: nothing to pop)."""
+        self._check_open()
         return await off_loop(self.pop)
 
     async def clear_session(self) -> None:
         """Remove every item from the views (recorded; the log keeps them)."""
+        self._check_open()
         await off_loop(self.clear)
+
+    # -- trims between the model calls of one run (R24) --
+
+    async def call_model_input_filter(self, data: Any) -> Any:
+        """A ``RunConfig.call_model_input_filter``: record the step's new items and return the
+        window for the next model call (`window`), with the SDK's instructions unchanged.
+
+        ``Runner.run(agent, text, session=s,
+        run_config=RunConfig(call_model_input_filter=s.call_model_input_filter))``."""
+        from agents.run_config import ModelInputData
+
+        self._check_open()
+        model_data = data.model_data
+        window = await off_loop(self.window, model_data.input)
+        return ModelInputData(input=cast(Any, window), instructions=model_data.instructions)
+
+    def window(self, items: Sequence[object]) -> list[Item]:
+        """Blocking: record what of ``items`` is not recorded yet, then decide and record the
+        trims a request would make (`Session.fit_window`) and return the kept items.
+
+        ``items`` is the SDK's whole input for a model call: the history it read from this
+        conversation, then the items of the run so far. What is new is what follows the
+        newest recorded items (the view after its breadcrumb, ADR-0077): with ``session=``
+        this session, the SDK has saved each step before the next call and nothing is new;
+        without it, the step's items are recorded here, in one transaction. Raises
+        `TurnledgerError` when ``items`` does not contain this conversation's newest items
+        (another conversation's input, or history edited): nothing is recorded then."""
+        given = [item if type(item) is dict else plain(item) for item in items]
+        return self._retrying("call_model_input_filter", lambda: self._record_new(given))
+
+    def _record_new(self, given: list[Item]) -> list[Item]:
+        # Judged on each attempt: after a conflict another writer may have recorded them.
+        session = self.session
+        new = _unrecorded(given, session.chat_view(), self.session_id)
+        if new:
+            session.extend(from_responses_items(new))
+        return to_openai_responses(session.fit_window())
 
     # -- the same, blocking (for threads and scripts) --
 
@@ -198,3 +327,32 @@ class TurnledgerSession:
 
     def _retrying(self, what: str, write: Callable[[], R]) -> R:
         return retrying(write, f"{what} of session {self.session_id!r}", self._budget)
+
+
+def _unrecorded(given: list[Item], view: Sequence[ChatMessage], name: str) -> list[Item]:
+    """The items of ``given`` after the newest recorded ones (ADR-0077).
+
+    The recorded items are the view's after its breadcrumb. ``given`` holds them at its end
+    (before what is new) in one of two forms: whole, after older items the view has trimmed
+    since the SDK read them; or, when the SDK read the newest ``limit`` items only, as a
+    suffix of them that is all of ``given`` before what is new (after a leading breadcrumb).
+    The shortest unrecorded tail wins, so with the SDK's session saves (nothing new) one
+    comparison decides. An empty view: everything is new."""
+    start = next((i + 1 for i, m in enumerate(view) if is_breadcrumb(m)), 0)
+    recorded = to_openai_responses(view[start:])
+    if not recorded:
+        return given
+    body = given[1:] if given and given[0] == _BREADCRUMB_ITEM else given
+    size = len(recorded)
+    for end in range(len(body), 0, -1):
+        overlap = min(end, size)
+        if body[end - overlap : end] == recorded[size - overlap :]:
+            return body[end:]
+    if not body:
+        return []
+    raise TurnledgerError(
+        f"call_model_input_filter of session {name!r}: the model input ({len(given)} items) "
+        "does not continue this conversation's newest recorded items, so what is new in it "
+        "cannot be told; nothing was recorded. Run with session= this TurnledgerSession, or "
+        "give the items its get_items returned followed by the new ones"
+    )
