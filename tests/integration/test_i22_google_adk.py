@@ -152,7 +152,8 @@ async def _run(callback: Any, questions: int, steps: int,
         return f"result {q}: " + "x" * 200
 
     agent = LlmAgent(name="looker", model=_scripted(steps, inputs), instruction="Look up.",
-                     tools=[lookup], before_model_callback=callback)
+                     tools=[lookup], before_model_callback=callback,
+                     after_model_callback=callback.after_model)
     service = InMemorySessionService()  # type: ignore[no-untyped-call]
     runner = Runner(agent=agent, app_name="app", session_service=service)
     await service.create_session(app_name="app", user_id="u", session_id="adk-1")
@@ -202,8 +203,7 @@ def test_r24_adk_agent_loop_trims_between_tool_steps(kind: str, tmp_path: Path) 
             assert _check_inputs(inputs, everything) >= 10
             session = callback.session_for("adk-1")
             assert any(isinstance(e, HistoryTrimmed) for e in session.events())
-            # ADK's session holds the last answer; turnledger records it at the next call.
-            assert 3 * 22 - 1 == session.next_position
+            assert 3 * 22 == session.next_position  # the last answer included
             window = json.dumps([c.model_dump(mode="json") for c in callback.contents("adk-1")])
             assert verify(store.backend).ok
         child = subprocess.run([sys.executable, str(CHILD), target.url, "adk-1"],

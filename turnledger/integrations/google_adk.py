@@ -12,13 +12,15 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   contents, so a call without an id gets a recorded one (``adk-…``, given back as no id) and a
   response without an id answers the oldest unanswered call of its name. A part kind or a role
   with no turnledger form is refused by name (`InvalidMessage`), never dropped.
-- **Callback**: `TurnledgerCallback`, an ADK ``before_model_callback``
-  (``LlmAgent(..., before_model_callback=TurnledgerCallback(store))``). Before every model call
-  — the first of an invocation and each one between tool steps (R24) — it records the contents
+- **Callbacks**: `TurnledgerCallback`, an ADK ``before_model_callback``
+  (``LlmAgent(..., before_model_callback=callback,
+  after_model_callback=callback.after_model)``). Before every model call — the first of an
+  invocation and each one between tool steps (R24) — it records the contents
   ADK added since the last call (one transaction), decides and records the trims a request
   would make (`Session.fit_window`) and replaces ``llm_request.contents`` with that window:
   whole turns, the breadcrumb when older turns were cut, no function response without its call.
-  ADK's own session keeps every event; only the request is trimmed.
+  ADK's own session keeps every event; only the request is trimmed. ``after_model`` records
+  each reply as it arrives, so the log holds the run's last answer when the run ends.
 
 One turnledger session per ADK session (its id, named by `session_uuid`), or the one
 ``session_id`` given. What is new is found by the newest recorded content: the contents after
@@ -448,6 +450,16 @@ class TurnledgerCallback:
             session.extend(new)
         return to_genai(session.fit_window())
 
+    def record_reply(self, content: types.Content, name: str | None = None) -> None:
+        """Record a model reply as it arrives (so the log has the run's last answer)."""
+        session = self.session_for(name)
+
+        def write() -> None:
+            window = session.chat_view()
+            session.extend(from_genai([content], unanswered=_unanswered(window)))
+
+        self._retrying(session, "the reply callback", write)
+
     def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
         return retrying(write, f"{what} of session {session.id}", self._budget)
 
@@ -457,4 +469,14 @@ class TurnledgerCallback:
         """Replace ``llm_request.contents`` with the window; None: ADK calls the model."""
         name = callback_context.session.id
         llm_request.contents = await off_loop(self.window, list(llm_request.contents), name)
+        return None
+
+    async def after_model(
+        self, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> LlmResponse | None:
+        """An ADK ``after_model_callback``: record the reply (a streamed chunk waits for its
+        whole reply); None: ADK keeps the reply as it is."""
+        content = llm_response.content
+        if content is not None and content.parts and not llm_response.partial:
+            await off_loop(self.record_reply, content, callback_context.session.id)
         return None
