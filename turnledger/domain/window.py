@@ -614,17 +614,21 @@ class WindowIndex(Generic[T]):
                 self.head_tokens += self.rows.base_tokens(item)
 
     def _forget_region_before(self, position: int) -> None:
+        """Forget the region before its turn start ``position``, in place: each of its lists
+        is sorted by position, and the cumulative sums are read as differences, so cutting
+        their prefix keeps them valid (O(what it forgets) at C speed, no sum rebuilt)."""
         bound = self._bound(position)
         region = self.region
-        self._retain(item for p, item in region.systems if p < position)
-        region.systems = [(p, item) for p, item in region.systems if p >= position]
-        region.suspects = [(p, item) for p, item in region.suspects if p >= position]
-        region.turns = [p for p in region.turns if p >= position]
-        region.tokens = region.tokens[bound:]
-        region.real = region.real[bound:]
+        systems = bisect_left(region.systems, position, key=_position)
+        self._retain(item for _, item in region.systems[:systems])
+        del region.systems[:systems]
+        del region.suspects[: bisect_left(region.suspects, position, key=_position)]
+        del region.turns[: bisect_left(region.turns, position)]
+        for column in (region.tokens, region.real, self._bounds, self._cum_tokens, self._cum_real):
+            del column[:bound]
+        # `_turn_starts` may begin before `lo` (every reader bisects from a start): `_shed`
+        # drops that prefix with the held items'.
         self.lo = position
-        self._turn_starts = self.turns_from(position)
-        self._region_sums()
 
     def _drop_items(self, cut: int) -> None:
         """Move ``base`` on by ``cut`` held items: they join the dead prefix, shed once it is
@@ -679,11 +683,14 @@ class WindowIndex(Generic[T]):
             heads.insert(0, base)
         changed = len(region.tokens) - 1 if extend else len(region.tokens)
         sums, at = self._tokens, dead - base
+        is_system, is_breadcrumb = self.rows.is_system, self.rows.is_breadcrumb
         for index, first in enumerate(heads):
             last = heads[index + 1] if index + 1 < len(heads) else position
             segment = moved[first - base : last - base]
             tokens = sums[last + at] - sums[first + at]  # priced once, when appended
-            real = sum(map(self._is_real, segment))
+            real = sum(
+                1 for i in segment if i is not None and not is_system(i) and not is_breadcrumb(i)
+            )
             if index == 0 and extend:
                 region.tokens[-1] += tokens
                 region.real[-1] += real
@@ -726,6 +733,10 @@ class WindowIndex(Generic[T]):
         self._current_surcharge = sum(
             rows.surcharge(i) for i in items[current - base :] if i is not None
         )
+
+def _position(entry: tuple[int, object]) -> int:
+    return entry[0]
+
 
 _is_present = partial(is_not, None)
 """True for an item still in the views (a swept one is None)."""
