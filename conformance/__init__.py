@@ -1,6 +1,2 @@
-"""Conformance steps: the frameworks' own test suites run against turnledger (issue 22).
-
-Each module is runnable (``python -m conformance.NAME``); it fetches the installed framework's
-source distribution into a temporary directory, runs its tests there and never copies them
-into this repository.
-"""
+"""The agent frameworks' own test suites, run against turnledger (issue 22): one module each,
+``python -m conformance.<framework>``; nothing of theirs is copied into this repository."""

@@ -30,7 +30,6 @@ def _example(heading: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
 @pytest.mark.parametrize("heading", list(SECTIONS))
 def test_readme_integration_example_runs_offline(
     heading: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

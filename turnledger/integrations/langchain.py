@@ -13,11 +13,17 @@ Needs ``pip install 'turnledger[langchain]'`` (langchain-core; LangGraph for its
   turnledger session (for ``RunnableWithMessageHistory``): ``messages`` is what the model should
   see now (whole turns within the budget, the breadcrumb when older turns were cut; the trims
   are recorded), ``add_messages`` records a step in one transaction, ``clear`` is recorded.
+  `history_factory(store)` is the ``get_session_history`` to give: each history it builds
+  opens its session at its first use, so the factory, which LangChain calls on the event loop
+  inside ``ainvoke``, does no I/O.
 - **Trimming step**: `TurnledgerTrimmer` records the messages of a LangGraph thread as they
-  come and returns the whole-turn window: as LangGraph's ``pre_model_hook``
-  (``create_react_agent(model, tools, pre_model_hook=trimmer.as_runnable())``: it answers
+  come and returns the whole-turn window: as LangGraph's ``pre_model_hook`` (it answers
   ``{"llm_input_messages": window}``, so the graph state keeps every message while the model
-  sees the window), and as an LCEL step on a message list (``trimmer.as_runnable() | model``).
+  sees the window) with `TurnledgerTrimmer.as_post_model_hook` as its ``post_model_hook``
+  (records the reply, so the log is whole when the loop ends), and as an LCEL step on a message
+  list (``trimmer.as_runnable() | model``; `TurnledgerTrimmer.record` records the reply).
+- **Agents** (LangChain 1.x ``create_agent``): `turnledger.integrations.langchain_agents`
+  has the middleware, which trims between the tool steps of one run too.
 
 Async calls run the store's blocking I/O in a worker thread (`off_loop`). Many objects (one per
 request, several workers or processes) may serve one conversation: a call that loses a race to
@@ -67,6 +73,7 @@ __all__ = [
     "TurnledgerTrimmer",
     "from_langchain",
     "from_langchain_messages",
+    "history_factory",
     "to_langchain",
     "to_langchain_messages",
 ]
@@ -168,33 +175,86 @@ def to_langchain(message: ConversationMessage | ChatMessage) -> BaseMessage:
 class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     """A LangChain chat message history kept in a turnledger session (module doc).
 
+    ``session`` is a `Session`, or a callable that opens one: then nothing is opened, read or
+    written until the first call that needs the session, and an async call opens it in a
+    worker thread (`lazy`, `history_factory`: ``RunnableWithMessageHistory`` calls its
+    factory synchronously inside ``ainvoke``, on the event loop).
+
     A call that loses a race to another writer of the session is decided again on the newer
     state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
     `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
     """
 
     def __init__(
-        self, session: Session, *, conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS
+        self,
+        session: Session | Callable[[], Session],
+        *,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
     ) -> None:
-        self.session = session
         self._budget = conflict_budget(conflict_budget_seconds)
+        if isinstance(session, Session):
+            self._session: Session | None = session
+            self._open: Callable[[], Session] | None = None
+        elif callable(session):
+            self._session, self._open = None, session
+        else:
+            raise TypeError("TurnledgerChatMessageHistory takes a turnledger Session or a "
+                            f"callable that opens one, got {type(session).__name__}")
+        self._opening = threading.Lock()
+
+    @classmethod
+    def lazy(
+        cls,
+        store: Store,
+        session_id: str,
+        *,
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+    ) -> TurnledgerChatMessageHistory:
+        """The history of the conversation named ``session_id`` (`session_uuid`), opened at
+        its first use (restored, or started with ``profile``, ``providers`` and ``route``):
+        building it does no I/O."""
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be a turnledger Store, got {type(store).__name__}")
+        frozen = tuple(providers)
+
+        def open_it() -> Session:
+            return open_session(store, str(session_id), profile=profile, providers=frozen,
+                                route=route)
+
+        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds)
+
+    @property
+    def session(self) -> Session:
+        """The turnledger session (opened now, once, when the history was built lazily)."""
+        if self._session is None:
+            with self._opening:
+                if self._session is None:
+                    assert self._open is not None, "a history without a session has an opener"
+                    self._session = self._open()
+        return self._session
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """What the model should see now; the trims this takes are recorded (fit_window)."""
-        return to_langchain_messages(self._retrying("messages", self.session.fit_window))
+        session = self.session
+        return to_langchain_messages(self._retrying(session, "messages", session.fit_window))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Record ``messages`` in one transaction (`Session.extend`)."""
         converted = from_langchain_messages(messages)  # once: a retry only records again
-        self._retrying("add_messages", lambda: self.session.extend(converted))
+        session = self.session
+        self._retrying(session, "add_messages", lambda: session.extend(converted))
 
     def clear(self) -> None:
         """Remove every message from the views (recorded; the log keeps them)."""
-        self._retrying("clear", self.session.clear)
+        session = self.session
+        self._retrying(session, "clear", session.clear)
 
-    def _retrying(self, what: str, write: Callable[[], R]) -> R:
-        return retrying(write, f"{what} of session {self.session.id}", self._budget)
+    def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
+        return retrying(write, f"{what} of session {session.id}", self._budget)
 
     async def aget_messages(self) -> list[BaseMessage]:
         return await off_loop(lambda: self.messages)
@@ -204,6 +264,28 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         await off_loop(self.clear)
+
+
+def history_factory(
+    store: Store,
+    *,
+    profile: RuntimeProfile | None = None,
+    providers: Sequence[ProviderProfile] = (),
+    route: Route | None = None,
+    conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+) -> Callable[[str], TurnledgerChatMessageHistory]:
+    """A ``get_session_history`` for ``RunnableWithMessageHistory``: ``session_id`` → its
+    `TurnledgerChatMessageHistory.lazy` history, so the factory never blocks the event loop
+    (LangChain calls it synchronously, in ``ainvoke`` too)."""
+    conflict_budget(conflict_budget_seconds)  # a bad budget is refused here, not at first use
+
+    def get_session_history(session_id: str) -> TurnledgerChatMessageHistory:
+        return TurnledgerChatMessageHistory.lazy(
+            store, session_id, profile=profile, providers=providers, route=route,
+            conflict_budget_seconds=conflict_budget_seconds,
+        )
+
+    return get_session_history
 
 
 class TurnledgerTrimmer:
@@ -254,22 +336,38 @@ class TurnledgerTrimmer:
     ) -> list[BaseMessage]:
         """Record what is new in ``messages`` and return the window the model should see."""
         session = self.session_for(config)
-        return retrying(lambda: self._record_new(session, messages),
-                        f"the trimming step of session {session.id}", self._budget)
 
-    def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        def record_and_fit() -> list[ChatMessage]:
+            self._record_new(session, messages)
+            return session.fit_window()
+
+        chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
+                        self._budget)
+        return to_langchain_messages(chat)
+
+    def record(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> int:
+        """Record what is new in ``messages`` (the whole conversation so far), in one
+        transaction, and trim nothing: after the model's reply, so the log holds the last
+        message when a loop ends. Returns how many messages were new."""
+        session = self.session_for(config)
+        return retrying(lambda: self._record_new(session, messages),
+                        f"recording the messages of session {session.id}", self._budget)
+
+    def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> int:
         # What is new is judged on each attempt: after a conflict, another writer may have
         # recorded some of these very messages.
         recorded = session.next_position
         if len(messages) < recorded:
             raise TurnledgerError(
                 f"session {session.id} recorded {recorded} messages but only {len(messages)} "
-                "were given: give the whole conversation, in order"
+                "were given: give the whole conversation, in order (in a LangGraph agent, its "
+                "checkpointer must keep the thread's messages; a new conversation needs a new "
+                "thread id)"
             )
         new = messages[recorded:]
         if new:
             session.extend(from_langchain_messages(new))
-        return to_langchain_messages(session.fit_window())
+        return len(new)
 
     def invoke(self, value: Any, config: RunnableConfig | None = None) -> Any:
         """A graph state (``{"messages": [...]}``) → ``{"llm_input_messages": window}``; a
@@ -286,3 +384,17 @@ class TurnledgerTrimmer:
         """This step as a Runnable (sync and async): a LangGraph ``pre_model_hook`` or an LCEL
         step before a chat model."""
         return RunnableLambda(self.invoke, afunc=self.ainvoke, name="turnledger_trim")
+
+    def as_post_model_hook(self) -> Runnable[Any, Any]:
+        """A LangGraph ``post_model_hook`` that records the model's reply (and anything else
+        new in the graph state) and changes nothing: with it, the log holds every message when
+        the loop ends, not only from the next model call on (issue 22)."""
+
+        def post(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            self.record(state["messages"], config)
+            return {}
+
+        async def apost(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            return await off_loop(post, state, config)
+
+        return RunnableLambda(post, afunc=apost, name="turnledger_record")

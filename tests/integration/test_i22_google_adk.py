@@ -1,0 +1,211 @@
+"""Google ADK on turnledger sessions (issue 22): lossless conversion of genai contents, and a
+real ADK loop (Runner, InMemorySessionService, a scripted BaseLlm: no network) whose every
+model call sees whole turns (R24: trims between tool steps), on SQLite and PostgreSQL, restored
+in a new process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backends import SHARED_BACKENDS, fresh_target
+from tests.extras import need
+from turnledger.domain.budget import RuntimeProfile
+from turnledger.domain.errors import InvalidMessage
+from turnledger.domain.events import HistoryTrimmed
+from turnledger.domain.messages import BREADCRUMB_TEXT, AssistantToolCalls, ToolResults
+from turnledger.replay.audit import verify
+from turnledger.store.session import open_store
+
+CHILD = Path(__file__).with_name("google_adk_child.py")
+
+
+def _types() -> Any:
+    need("google.adk")
+    from google.genai import types
+
+    return types
+
+
+def _samples() -> list[Any]:
+    t = _types()
+    return [
+        t.Content(role="user", parts=[
+            t.Part(text="what is in these?"),
+            t.Part(inline_data=t.Blob(mime_type="image/png", data=b"\x89PNG\xfb\xff")),
+            t.Part(inline_data=t.Blob(mime_type="application/pdf", data=b"%PDF-1.4")),
+            t.Part(file_data=t.FileData(file_uri="gs://b/a.mp3", mime_type="audio/mpeg"))]),
+        t.Content(role="model", parts=[
+            t.Part(text="let me think", thought=True, thought_signature=b"sig"),
+            t.Part(text="I will look"),
+            t.Part(function_call=t.FunctionCall(name="lookup", args={"q": "x", "n": [1]}),
+                   thought_signature=b"s2"),
+            t.Part(function_call=t.FunctionCall(name="lookup", args={"q": "y"})),
+            t.Part(function_call=t.FunctionCall(id="own-id", name="fetch"))]),
+        t.Content(role="user", parts=[
+            t.Part(function_response=t.FunctionResponse(name="lookup", response={"r": 1})),
+            t.Part(function_response=t.FunctionResponse(name="lookup", response={"r": 2})),
+            t.Part(function_response=t.FunctionResponse(id="own-id", name="fetch",
+                                                        response={"error": "404"}))]),
+        t.Content(role="model", parts=[
+            t.Part(executable_code=t.ExecutableCode(code="print(1)", language="PYTHON")),
+            t.Part(code_execution_result=t.CodeExecutionResult(outcome="OUTCOME_OK",
+                                                               output="1")),
+            t.Part(text="done")]),
+    ]
+
+
+def test_i22_genai_contents_round_trip() -> None:
+    """Every part kind goes to turnledger and back with the same JSON; calls without ids are
+    paired with their responses by order and name."""
+    from turnledger.domain.messages import to_chat_messages
+    from turnledger.integrations.google_adk import from_genai, to_genai
+
+    samples = _samples()
+    converted = from_genai(samples)
+    assert [c.model_dump(mode="json") for c in samples] == [
+        c.model_dump(mode="json") for c in to_genai(to_chat_messages(converted))]
+    calls, results = converted[1], converted[2]
+    assert isinstance(calls, AssistantToolCalls)
+    assert isinstance(results, ToolResults)
+    assert [c.id for c in calls.tool_calls] == [r.tool_call_id for r in results.results]
+    assert "own-id" == calls.tool_calls[2].id
+
+
+def test_i22_genai_unknown_parts_and_roles_are_refused_by_name() -> None:
+    """A part or a role with no turnledger form is refused, naming it."""
+    t = _types()
+    from turnledger.integrations.google_adk import from_genai
+
+    odd = t.Content(role="user", parts=[t.Part(text="a"), t.Part(
+        video_metadata=t.VideoMetadata(fps=2.0))])
+    with pytest.raises(InvalidMessage, match=r"contents\[0\]\.parts\[1\].*video_metadata"):
+        from_genai([odd])
+    with pytest.raises(InvalidMessage, match="role 'system'"):
+        from_genai([t.Content(role="system", parts=[t.Part(text="x")])])
+    with pytest.raises(InvalidMessage, match=r"not a google\.genai Content"):
+        from_genai(["hello"])
+
+
+def _scripted(steps: int, inputs: list[list[Any]]) -> Any:
+    need("google.adk")
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+
+    t = _types()
+
+    class Scripted(BaseLlm):
+        """A model that calls ``lookup`` ``steps`` times per question, then answers."""
+
+        model: str = "scripted"
+
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            contents = list(llm_request.contents)
+            inputs.append(contents)
+            done = 0
+            for content in reversed(contents):
+                if any(p.text and p.text.startswith("question") for p in content.parts or []):
+                    break
+                done += sum(1 for p in content.parts or [] if p.function_response)
+            if done < steps:
+                call = t.Part(function_call=t.FunctionCall(name="lookup", args={"q": done}))
+                parts = [t.Part(text=f"step {done}"), call]
+            else:
+                parts = [t.Part(text=f"answer after {done} lookups")]
+            yield LlmResponse(content=t.Content(role="model", parts=parts))
+
+    return Scripted()
+
+
+def _parts(contents: list[Any]) -> list[Any]:
+    out = []
+    for content in contents:
+        for part in content.model_dump(mode="json", exclude_none=True)["parts"]:
+            for key in ("function_call", "function_response"):
+                if key in part:
+                    part[key].pop("id", None)  # ADK strips them before the model call
+            out.append((content.role, part))
+    return out
+
+
+async def _run(callback: Any, questions: int, steps: int,
+               inputs: list[list[Any]]) -> list[Any]:
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    t = _types()
+
+    def lookup(q: int) -> str:
+        """Look ``q`` up."""
+        return f"result {q}: " + "x" * 200
+
+    agent = LlmAgent(name="looker", model=_scripted(steps, inputs), instruction="Look up.",
+                     tools=[lookup], before_model_callback=callback,
+                     after_model_callback=callback.after_model)
+    service = InMemorySessionService()  # type: ignore[no-untyped-call]
+    runner = Runner(agent=agent, app_name="app", session_service=service)
+    await service.create_session(app_name="app", user_id="u", session_id="adk-1")
+    for n in range(questions):
+        message = t.Content(role="user", parts=[t.Part(text=f"question {n}")])
+        async for _ in runner.run_async(user_id="u", session_id="adk-1", new_message=message):
+            pass
+    session = await service.get_session(app_name="app", user_id="u", session_id="adk-1")
+    assert session is not None
+    return [e.content for e in session.events if e.content is not None]
+
+
+def _check_inputs(inputs: list[list[Any]], everything: list[Any]) -> int:
+    """Each model input is the breadcrumb when trimmed, then a suffix of the conversation that
+    starts at a question (whole turns), with no response before its call."""
+    full = _parts(everything)
+    trimmed = 0
+    for n, given in enumerate(inputs):
+        parts = _parts(given)
+        if parts[0][1].get("text") == BREADCRUMB_TEXT:
+            trimmed += 1
+            parts = parts[1:]
+        assert parts[0][1].get("text", "").startswith("question"), f"input {n} mid-turn"
+        start = full.index(parts[0])
+        assert full[start: start + len(parts)] == parts, f"input {n} is not whole turns"
+        calls = 0
+        for _role, part in parts:
+            calls += "function_call" in part
+            calls -= "function_response" in part
+            assert calls >= 0, f"input {n}: a response without its call"
+    return trimmed
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_r24_adk_agent_loop_trims_between_tool_steps(kind: str, tmp_path: Path) -> None:
+    """Three questions of a 10-step tool loop on a small budget: every model call gets whole
+    turns, the breadcrumb once older turns go; the trims are recorded; a new process (and a new
+    ADK session) restores the same window."""
+    from turnledger.integrations.google_adk import TurnledgerCallback
+
+    with fresh_target(kind, tmp_path) as target:
+        with open_store(target.url) as store:
+            callback = TurnledgerCallback(store, profile=RuntimeProfile(max_context_tokens=1200))
+            inputs: list[list[Any]] = []
+            everything = asyncio.run(_run(callback, questions=3, steps=10, inputs=inputs))
+            assert 33 == len(inputs)
+            assert _check_inputs(inputs, everything) >= 10
+            session = callback.session_for("adk-1")
+            assert any(isinstance(e, HistoryTrimmed) for e in session.events())
+            assert 3 * 22 == session.next_position  # the last answer included
+            window = json.dumps([c.model_dump(mode="json") for c in callback.contents("adk-1")])
+            assert verify(store.backend).ok
+        child = subprocess.run([sys.executable, str(CHILD), target.url, "adk-1"],
+                               capture_output=True, text=True, timeout=120, check=True)
+        assert window == child.stdout.strip()

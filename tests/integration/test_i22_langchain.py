@@ -1,0 +1,357 @@
+"""Issue 22, LangChain and LangGraph: inside the loops people run.
+
+Real langchain 1.x, langchain-core and LangGraph with langchain-core's fake chat model (no
+network): the ``create_agent`` middleware trims between the tool steps of one run (R24) and
+records every message; LangGraph's hooks leave the log whole when a loop ends; the history
+factory does no I/O on the event loop; many history objects of one conversation write at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from tests.extras import need
+from turnledger.domain.budget import RuntimeProfile
+from turnledger.domain.errors import StoreUnavailable
+from turnledger.domain.events import HistoryTrimmed, TrimDecided
+from turnledger.domain.messages import BREADCRUMB_TEXT
+from turnledger.replay.audit import verify
+from turnledger.replay.transcripts import record_of
+from turnledger.store.session import Session, open_store
+
+CHILD = Path(__file__).with_name("langchain_child.py")
+README = Path(__file__).resolve().parents[2] / "README.md"
+PADDING = "x" * 200  # ~55 estimated tokens per message (R20: ceil(bytes / 4) + 4)
+
+
+@pytest.fixture(params=SHARED_BACKENDS)
+def shared_target(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    with fresh_target(request.param, tmp_path) as fresh:
+        yield fresh
+
+
+def _scripted(script: list[Any]) -> Any:
+    """langchain-core's fake chat model with tools bound and every input it got kept."""
+    need("langchain")
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    class ScriptedChat(GenericFakeChatModel):
+        inputs: list[list[Any]] = []  # noqa: RUF012 - a pydantic field
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            self.inputs.append(list(messages))
+            return super()._generate(messages, *args, **kwargs)
+
+    return ScriptedChat(messages=iter(script), inputs=[])
+
+
+def _lookup_tool() -> Any:
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look a value up."""
+        return f"value of {q}: {PADDING}"
+
+    return lookup
+
+
+def _call(*ids: str) -> Any:
+    from langchain_core.messages import AIMessage
+
+    return AIMessage("", tool_calls=[{"id": i, "name": "lookup", "args": {"q": i}} for i in ids])
+
+
+def _log(session: Session) -> list[Any]:
+    """Every message the session recorded, as LangChain messages."""
+    from turnledger.integrations.langchain import to_langchain_messages
+
+    return to_langchain_messages(record_of(session.events()))
+
+
+def _check_whole_turns(seen: list[Any], everything: list[Any]) -> int:
+    """``seen`` (one model input) is a breadcrumb when older turns were cut, then whole turns
+    as the graph holds them, up to the reply it got, with every tool pair; returns where its
+    first turn starts in ``everything``."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    crumbs = [i for i, m in enumerate(seen) if m.content == BREADCRUMB_TEXT]
+    rest = seen[1:] if crumbs else seen
+    start = everything.index(rest[0])
+    assert ([0] if start else []) == crumbs  # a breadcrumb exactly when turns were cut
+    assert isinstance(everything[start], HumanMessage)  # a whole turn first
+    assert everything[start : start + len(rest)] == rest
+    assert isinstance(everything[start + len(rest)], AIMessage)  # what answered this input
+    calls = {c["id"] for m in rest if isinstance(m, AIMessage) for c in m.tool_calls}
+    results = {m.tool_call_id for m in rest if isinstance(m, ToolMessage)}
+    assert calls == results  # no orphan either way
+    return start
+
+
+def test_r24_middleware_trims_between_tool_steps_of_one_run_and_restores(
+    shared_target: Target,
+) -> None:
+    """Three short turns, then one run whose tool loop passes the budget: the trims happen
+    between its tool steps, each model input is whole turns with the breadcrumb and every
+    tool pair, the log holds every message (the final reply too), and a new process restores
+    the thread whole."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage, messages_to_dict
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    loop = [_call("c0"), _call("c1", "c2"), *[_call(f"c{n}") for n in range(3, 7)]]
+    script = [AIMessage(f"answer {n} {PADDING}") for n in range(3)]
+    model = _scripted([*script, *loop, AIMessage("done")])
+    config: Any = {"configurable": {"thread_id": "long-run"}}
+    with open_store(shared_target.url) as store:
+        notices: list[HistoryTrimmed] = []
+        store.subscribe(notices.append)
+        middleware = TurnledgerMiddleware(store, profile=RuntimeProfile(max_context_tokens=600))
+        agent = create_agent(model, [_lookup_tool()], middleware=[middleware],
+                             checkpointer=InMemorySaver())
+        for n in range(3):
+            agent.invoke({"messages": [HumanMessage(f"question {n} {PADDING}")]}, config)
+        state = agent.invoke({"messages": [HumanMessage("look everything up")]}, config)
+        everything = state["messages"]
+        assert 3 * 2 + 1 + 6 + 7 + 1 == len(everything)  # 6 calls, 7 results: the graph keeps all
+        assert "done" == everything[-1].content
+        starts = [_check_whole_turns(seen, everything) for seen in model.inputs]
+        assert [0, 0, 0] == starts[:3]
+        in_the_run = starts[3:]
+        assert 7 == len(in_the_run)
+        assert 0 == in_the_run[0] < in_the_run[-1]  # trimmed inside the run, not before it
+        assert in_the_run == sorted(in_the_run)  # trims are permanent
+        assert len(set(in_the_run)) - 1 == len(notices)  # each trim recorded and notified
+        session = middleware.session_for(config)
+        assert len(notices) == sum(isinstance(e, TrimDecided) for e in session.events())
+        assert everything == _log(session)  # every message, the final reply included
+        assert verify(store.backend).ok
+    child = subprocess.run(
+        [sys.executable, str(CHILD), shared_target.url, "long-run"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert 0 == child.returncode, child.stderr
+    restored = json.loads(child.stdout)
+    assert messages_to_dict(everything) == restored["log"]
+    assert messages_to_dict([*model.inputs[-1], everything[-1]]) == restored["window"]
+
+
+def test_i22_middleware_async_run_records_the_final_reply(tmp_path: Path) -> None:
+    """``ainvoke`` over five turns with a tool each: the log holds all 20 messages when the
+    last run ends, and the model saw two whole turns after a breadcrumb."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    script = [m for n in range(5) for m in (_call(f"call_{n}"), AIMessage(f"answer {n}"))]
+    model = _scripted(script)
+    config: Any = {"configurable": {"thread_id": "async-thread"}}
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
+        middleware = TurnledgerMiddleware(store, profile=RuntimeProfile(max_history_messages=2))
+        agent = create_agent(model, [_lookup_tool()], middleware=[middleware],
+                             checkpointer=InMemorySaver())
+
+        async def talk() -> Any:
+            for n in range(5):
+                state = await agent.ainvoke({"messages": [HumanMessage(f"question {n}")]}, config)
+            return state
+
+        everything = asyncio.run(talk())["messages"]
+        assert 20 == len(everything)
+        assert everything == _log(middleware.session_for(config))
+        seen = model.inputs[-1]
+        assert [BREADCRUMB_TEXT, "question 3"] == [seen[0].content, seen[1].content]
+        assert everything[12:-1] == seen[1:]
+
+
+def test_i22_middleware_records_a_run_that_a_tool_ends(tmp_path: Path) -> None:
+    """A tool with ``return_direct`` ends the run without another model call: its result is
+    recorded all the same (``after_agent``)."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    @tool(return_direct=True)
+    def lookup(q: str) -> str:
+        """Look a value up and answer with it."""
+        return f"value of {q}"
+
+    with open_store(f"sqlite:///{tmp_path / 'd.db'}") as store:
+        middleware = TurnledgerMiddleware(store, session_id="direct")
+        agent = create_agent(_scripted([_call("c0")]), [lookup], middleware=[middleware])
+        everything = agent.invoke({"messages": [HumanMessage("what is q?")]})["messages"]
+        assert isinstance(everything[-1], ToolMessage)
+        assert everything == _log(middleware.session_for({}))
+
+
+def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(tmp_path: Path) -> None:
+    """A graph that lost the thread's messages (a new checkpointer) but kept its thread id is
+    refused with an error that says so; nothing more is recorded."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.domain.errors import TurnledgerError
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    config: Any = {"configurable": {"thread_id": "lost"}}
+    with open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
+        middleware = TurnledgerMiddleware(store)
+        agents = [create_agent(_scripted([AIMessage("hi")]), [], middleware=[middleware],
+                               checkpointer=InMemorySaver()) for _ in range(2)]
+        agents[0].invoke({"messages": [HumanMessage("hello")]}, config)
+        message = r"recorded 2 messages but only 1 were given.*checkpointer must keep the thread"
+        with pytest.raises(TurnledgerError, match=message):
+            agents[1].invoke({"messages": [HumanMessage("hello")]}, config)
+        assert 2 == middleware.session_for(config).next_position
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+def test_i22_langgraph_post_model_hook_leaves_the_log_whole(tmp_path: Path) -> None:
+    """With the trimmer as ``pre_model_hook`` and its ``as_post_model_hook()``, the log holds
+    every message of the thread when the loop ends (it lacked the last reply before)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    from turnledger.integrations.langchain import TurnledgerTrimmer
+
+    script = [m for n in range(5) for m in (_call(f"call_{n}"), AIMessage(f"answer {n}"))]
+    model = _scripted(script)
+    config: Any = {"configurable": {"thread_id": "graph-thread"}}
+    with open_store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        trimmer = TurnledgerTrimmer(store, profile=RuntimeProfile(max_history_messages=2))
+        agent = create_react_agent(model, [_lookup_tool()], checkpointer=InMemorySaver(),
+                                   pre_model_hook=trimmer.as_runnable(),
+                                   post_model_hook=trimmer.as_post_model_hook())
+        for n in range(5):
+            state = agent.invoke({"messages": [HumanMessage(f"question {n}")]}, config)
+        assert 20 == len(state["messages"])
+        assert state["messages"] == _log(trimmer.session_for(config))
+        assert [BREADCRUMB_TEXT, "question 3"] == [m.content for m in model.inputs[-1][:2]]
+
+
+# LangChain deprecates RunnableWithMessageHistory, but people run it: its factory is the bug.
+@pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
+def test_i22_history_factory_does_no_io_until_the_first_read(tmp_path: Path) -> None:
+    """``RunnableWithMessageHistory`` calls its factory on the event loop: a history from
+    `history_factory` touches no store until it is read (built on a closed store, it fails
+    only then), and ``ainvoke`` through it records each exchange."""
+    need("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.runnables import RunnableLambda
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    from turnledger.integrations.langchain import history_factory
+
+    closed = open_store(f"sqlite:///{tmp_path / 'closed.db'}")
+    factory = history_factory(closed)
+    closed.close()
+    history = factory("user-1")  # no I/O, so the closed store is not noticed
+    with pytest.raises(StoreUnavailable, match="closed"):
+        _ = history.messages
+    with pytest.raises(ValueError, match="conflict_budget_seconds"):
+        history_factory(closed, conflict_budget_seconds=-1)
+
+    def reply(messages: list[Any]) -> AIMessage:
+        return AIMessage(f"you said {messages[-1].content}; I have {len(messages)}")
+
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        chain = RunnableWithMessageHistory(RunnableLambda(reply), history_factory(store))
+        config: Any = {"configurable": {"session_id": "user-1"}}
+
+        async def talk() -> list[Any]:
+            return [await chain.ainvoke([HumanMessage(t)], config) for t in ("a", "b")]
+
+        answers = asyncio.run(talk())
+        assert ["you said a; I have 1", "you said b; I have 3"] == [a.content for a in answers]
+        assert ["a", "you said a; I have 1", "b", "you said b; I have 3"] == [
+            m.content for m in history_factory(store)("user-1").messages
+        ]
+
+
+def test_i22_many_history_objects_of_one_conversation_all_land(shared_target: Target) -> None:
+    """Six workers, each with its own store and a new history object per step, write one
+    conversation at once (threads, then coroutines): every step lands, whole."""
+    need("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from turnledger.integrations.langchain import history_factory
+
+    workers, steps = 6, 4
+
+    def step(worker: int, n: int) -> list[Any]:
+        return [HumanMessage(f"w{worker} q{n}"), AIMessage(f"w{worker} a{n}")]
+
+    def thread_worker(worker: int) -> None:
+        with open_store(shared_target.url) as store:
+            factory = history_factory(store)
+            for n in range(steps):
+                factory("shared").add_messages(step(worker, n))
+
+    threads = [threading.Thread(target=thread_worker, args=(w,)) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    async def coroutines(factory: Any) -> None:
+        await asyncio.gather(*(factory("shared").aadd_messages(step(workers + w, n))
+                               for w in range(workers) for n in range(steps)))
+
+    with open_store(shared_target.url) as store:
+        asyncio.run(coroutines(history_factory(store)))
+        log = [m.content for m in _log(history_factory(store)("shared").session)]
+        expected = {f"w{w} q{n}" for w in range(2 * workers) for n in range(steps)}
+        assert 2 * len(expected) == len(log)
+        assert expected == {c for c in log if " q" in c}
+        for i in range(0, len(log), 2):  # each step in one transaction: its pair adjacent
+            assert log[i].replace(" q", " a") == log[i + 1]
+        assert verify(store.backend).ok
+
+
+def _section_examples(heading: str) -> list[tuple[str, str]]:
+    text = README.read_text(encoding="utf-8")
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section, re.DOTALL)
+    assert found, f"{heading}: no python example followed by its output"
+    return found
+
+
+def test_i22_readme_langchain_examples_run_as_written_without_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every example of the README's LangChain section runs in a fresh namespace, prints what
+    the README says, and prints no warning (no deprecated API)."""
+    need("langchain")
+    need("langgraph")
+    monkeypatch.chdir(tmp_path)
+    for code, expected in _section_examples("## LangChain and LangGraph"):
+        out = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out):
+            warnings.simplefilter("always")
+            exec(compile(code, f"{README}:LangChain", "exec"), {"__name__": "__readme__"})
+        assert [] == [f"{w.category.__name__}: {w.message}" for w in caught]
+        assert expected == out.getvalue()

@@ -1,0 +1,234 @@
+"""pydantic-ai on turnledger sessions (issue 22): lossless conversion of every part kind, and a
+real agent loop whose every model call sees whole turns (R24: trims between tool steps).
+
+The model is pydantic-ai's own `FunctionModel` (no network); the tests run on SQLite and
+PostgreSQL, and a new process restores the conversation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backends import SHARED_BACKENDS, fresh_target
+from tests.extras import need
+from turnledger.domain.budget import RuntimeProfile
+from turnledger.domain.errors import InvalidMessage
+from turnledger.domain.events import HistoryTrimmed
+from turnledger.domain.messages import BREADCRUMB_TEXT
+from turnledger.replay.audit import verify
+from turnledger.store.session import open_store
+
+CHILD = Path(__file__).with_name("pydantic_ai_child.py")
+T0 = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+def _pa() -> Any:
+    need("pydantic_ai")
+    from pydantic_ai import messages
+
+    return messages
+
+
+def _dump(messages: list[Any]) -> list[Any]:
+    m = _pa()
+    return m.ModelMessagesTypeAdapter.dump_python(messages, mode="json")  # type: ignore[no-any-return]
+
+
+def _reloaded(messages: list[Any]) -> list[Any]:
+    """``messages`` as pydantic-ai saves and loads them (a legacy part loads as its successor)."""
+    adapter = _pa().ModelMessagesTypeAdapter
+    return adapter.validate_json(adapter.dump_json(messages))  # type: ignore[no-any-return]
+
+
+def _every_part_kind() -> list[Any]:
+    """One message per row of the conversion table (ADR-0081), every part kind it maps."""
+    m = _pa()
+    png = m.BinaryContent(b"\x89PNG\r\n", media_type="image/png")
+    return [
+        m.ModelRequest(
+            parts=[m.SystemPromptPart("be terse", timestamp=T0),
+                   m.UserPromptPart("plain", timestamp=T0)],
+            instructions="answer in French", run_id="r1", timestamp=T0),
+        m.ModelRequest(parts=[m.UserPromptPart(
+            ["look:", m.TextContent("typed", metadata={"k": 1}),
+             m.ImageUrl("https://example.com/a.png"), png,
+             m.DocumentUrl("https://example.com/a.pdf"), m.AudioUrl("https://example.com/a.mp3"),
+             m.VideoUrl("https://example.com/a.mp4"),
+             m.BinaryContent(b"%PDF-1.4", media_type="application/pdf"), m.CachePoint()],
+            timestamp=T0)]),
+        m.ModelResponse(
+            parts=[m.ThinkingPart("hmm", signature="sig-1", provider_name="anthropic"),
+                   m.ThinkingPart("unsigned"),
+                   m.TextPart("I will look", id="t1", provider_details={"x": [1]}),
+                   m.ToolCallPart("lookup", {"q": "x", "n": [1, 2]}, tool_call_id="c1"),
+                   m.ToolCallPart("fetch", '{"url": "u"}', tool_call_id="c2"),
+                   m.ToolCallPart("noargs", None, tool_call_id="c3"),
+                   m.NativeToolCallPart("web_search", {"query": "q"}, tool_call_id="b1",
+                                        provider_name="openai"),
+                   m.NativeToolReturnPart("web_search", {"hits": 2}, tool_call_id="b1",
+                                          provider_name="openai", timestamp=T0),
+                   m.FilePart(png)],
+            model_name="fake", timestamp=T0, finish_reason="tool_call",
+            usage=m.RequestUsage(input_tokens=3, output_tokens=4)),
+        m.ModelRequest(parts=[
+            m.ToolReturnPart("lookup", "x is 1", tool_call_id="c1", timestamp=T0),
+            m.ToolReturnPart("fetch", {"status": 200, "body": ["a"]}, tool_call_id="c2",
+                             timestamp=T0, metadata={"raw": True}),
+            m.RetryPromptPart("noargs needs q", tool_name="noargs", tool_call_id="c3",
+                              timestamp=T0),
+            m.UserPromptPart("and then?", timestamp=T0)]),
+        m.ModelResponse(parts=[m.TextPart("not json")], timestamp=T0),
+        m.ModelRequest(parts=[m.RetryPromptPart(
+            [{"type": "json_invalid", "loc": [], "msg": "bad", "input": "not json"}],
+            timestamp=T0)]),
+        m.ModelResponse(parts=[m.CompactionPart("summary so far", provider_name="x")],
+                        timestamp=T0),
+        m.ModelResponse(parts=[], timestamp=T0),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+def test_i22_pydantic_ai_every_part_kind_round_trips() -> None:
+    """Each part kind of the table goes to turnledger and back with the same JSON."""
+    from turnledger.domain.messages import to_chat_messages
+    from turnledger.integrations.pydantic_ai import from_pydantic_ai, to_pydantic_ai
+
+    samples = _every_part_kind()
+    for i, message in enumerate(samples):
+        back = to_pydantic_ai(to_chat_messages(from_pydantic_ai([message])))
+        assert _dump(_reloaded([message])) == _dump(back), f"row {i}"
+    whole = to_pydantic_ai(to_chat_messages(from_pydantic_ai(samples)))
+    assert _dump(_reloaded(samples)) == _dump(whole)
+
+
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+def test_i22_pydantic_ai_parts_are_typed_for_the_rules() -> None:
+    """Tool calls and returns are turnledger's own (so trims keep pairs); images are images."""
+    from turnledger.domain.blocks import ImageBlock
+    from turnledger.domain.messages import AssistantToolCalls, Chat, ToolResults
+    from turnledger.integrations.pydantic_ai import from_pydantic_ai
+
+    converted = from_pydantic_ai(_every_part_kind()[:4])
+    kinds = [type(c).__name__ for c in converted]
+    assert ["Chat", "Chat", "Chat", "AssistantToolCalls", "ToolResults", "Chat"] == kinds
+    calls = converted[3]
+    assert isinstance(calls, AssistantToolCalls)
+    assert ["c1", "c2", "c3"] == [c.id for c in calls.tool_calls]
+    results = converted[4]
+    assert isinstance(results, ToolResults)
+    assert ["c1", "c2", "c3"] == [r.tool_call_id for r in results.results]
+    user = converted[2]
+    assert isinstance(user, Chat)
+    assert 2 == sum(isinstance(b, ImageBlock) for b in user.message.blocks)
+
+
+def test_i22_pydantic_ai_unknown_part_kinds_are_refused_by_name() -> None:
+    """A part kind with no turnledger form is refused, naming it; nothing is dropped."""
+    m = _pa()
+    from turnledger.integrations.pydantic_ai import from_pydantic_ai
+
+    delta = m.ModelRequest(parts=[m.UserPromptPart("hi"),
+                                  m.InstructionDeltaPart(id=None, content="more")])
+    with pytest.raises(InvalidMessage, match=r"messages\[1\]\.parts\[1\].*'instruction-delta'"):
+        from_pydantic_ai([m.ModelRequest(parts=[m.UserPromptPart("a")]), delta])
+    with pytest.raises(InvalidMessage, match="not pydantic-ai messages"):
+        from_pydantic_ai(["hello"])  # type: ignore[list-item]
+    with pytest.raises(InvalidMessage, match="without parts"):
+        from_pydantic_ai([m.ModelRequest(parts=[])])
+
+
+def _agent(history: Any, steps_per_run: int, inputs: list[list[Any]]) -> Any:
+    need("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def model(messages: list[Any], info: AgentInfo) -> Any:
+        inputs.append(list(messages))
+        done = sum(isinstance(p, ToolReturnPart) for p in messages[-1].parts)
+        asked = [p for p in messages[-1].parts if getattr(p, "part_kind", "") == "user-prompt"]
+        step = 0 if asked else int(messages[-2].parts[-1].tool_call_id.split("-")[-1]) + done
+        if step < steps_per_run:
+            call = ToolCallPart("lookup", {"q": step}, tool_call_id=f"call-{len(inputs)}-{step}")
+            return ModelResponse(parts=[TextPart(f"step {step}"), call])
+        return ModelResponse(parts=[TextPart(f"answer after {step} lookups")])
+
+    agent = Agent(FunctionModel(model), system_prompt="You look things up.",
+                  capabilities=[history])
+
+    @agent.tool_plain
+    def lookup(q: int) -> str:
+        return f"result {q}: " + "x" * 200
+
+    return agent
+
+
+def _parts(messages: list[Any]) -> list[Any]:
+    return [(raw["kind"], part) for raw in _dump(messages) for part in raw["parts"]]
+
+
+def _check_inputs(inputs: list[list[Any]], everything: list[Any]) -> int:
+    """Every model input is the system prompt, the breadcrumb when trimmed, then whole turns
+    of the conversation (a suffix of it from a user prompt); returns how many were trimmed."""
+    full = _parts(everything)
+    system = [p for p in full if p[1]["part_kind"] == "system-prompt"]
+    body = [p for p in full if p[1]["part_kind"] != "system-prompt"]
+    trimmed = 0
+    for n, given in enumerate(inputs):
+        parts = _parts(given)
+        assert system == parts[: len(system)], f"input {n}"
+        rest = parts[len(system):]
+        if rest[0][1].get("content") == BREADCRUMB_TEXT:
+            trimmed += 1
+            rest = rest[1:]
+        assert "user-prompt" == rest[0][1]["part_kind"], f"input {n} starts mid-turn"
+        start = body.index(rest[0])
+        assert body[start: start + len(rest)] == rest, f"input {n} is not whole turns"
+        called: set[str] = set()
+        for _kind, part in rest:
+            if part["part_kind"] == "tool-call":
+                called.add(part["tool_call_id"])
+            if part["part_kind"] == "tool-return":
+                assert part["tool_call_id"] in called, f"input {n}: orphan tool return"
+    return trimmed
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_r24_pydantic_ai_agent_loop_trims_between_tool_steps(kind: str, tmp_path: Path) -> None:
+    """Three runs of a 12-step tool loop on a small budget: every model call gets whole turns,
+    the breadcrumb once older turns go, no orphan; the log keeps every message, the final
+    answers included; a new process restores the same window."""
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    with fresh_target(kind, tmp_path) as target:
+        with open_store(target.url) as store:
+            history = TurnledgerHistory.open(store, "user-42",
+                                             profile=RuntimeProfile(max_context_tokens=1500))
+            inputs: list[list[Any]] = []
+            agent = _agent(history, steps_per_run=12, inputs=inputs)
+            everything: list[Any] = []
+            for n in range(3):
+                result = agent.run_sync(f"question {n}", message_history=history.messages())
+                assert "answer after 12 lookups" == result.output
+                everything += [m for m in result.all_messages() if m.run_id == result.run_id]
+            assert 39 == len(inputs)
+            trimmed = _check_inputs(inputs, everything)
+            assert trimmed >= 10  # the budget is passed inside each run, not only between runs
+            assert max(len(i) for i in inputs) < 40
+            session = history.session
+            assert any(isinstance(e, HistoryTrimmed) for e in session.events())
+            recorded = session.conversation_view()
+            assert "answer after 12 lookups" == recorded[-1].message.content  # type: ignore[union-attr]
+            assert 3 * (1 + 12 * 2 + 1) + 1 == session.next_position  # every message, + system
+            window = json.dumps(_dump(history.messages()), sort_keys=True)
+            assert verify(store.backend).ok
+        child = subprocess.run([sys.executable, str(CHILD), target.url, "user-42"],
+                               capture_output=True, text=True, timeout=120, check=True)
+        assert window == child.stdout.strip()

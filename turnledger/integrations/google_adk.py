@@ -1,0 +1,482 @@
+"""Google ADK agents on turnledger sessions (issue 22).
+
+Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
+
+- **Conversions** (`from_genai`, `to_genai`): ``google.genai.types.Content`` ⇄ turnledger
+  messages, losslessly (ADR-0081). A ``model`` content is one assistant message (text and
+  thought parts as blocks, each ``function_call`` a `ToolCall`, code parts opaque blocks); a
+  ``user`` content is one message per run of parts: its text and inline data as blocks (images
+  as `ImageBlock`), its ``function_response`` parts as one `ToolResults`. Every field
+  turnledger does not interpret is kept beside it under ``"google_adk"``; "equal" is
+  google-genai's own JSON form. ADK strips the client-side call ids before the model sees the
+  contents, so a call without an id gets a recorded one (``adk-…``, given back as no id) and a
+  response without an id answers the oldest unanswered call of its name. A part kind or a role
+  with no turnledger form is refused by name (`InvalidMessage`), never dropped.
+- **Callbacks**: `TurnledgerCallback`, an ADK ``before_model_callback``
+  (``LlmAgent(..., before_model_callback=callback,
+  after_model_callback=callback.after_model)``). Before every model call — the first of an
+  invocation and each one between tool steps (R24) — it records the contents
+  ADK added since the last call (one transaction), decides and records the trims a request
+  would make (`Session.fit_window`) and replaces ``llm_request.contents`` with that window:
+  whole turns, the breadcrumb when older turns were cut, no function response without its call.
+  ADK's own session keeps every event; only the request is trimmed. ``after_model`` records
+  each reply as it arrives, so the log holds the run's last answer when the run ends.
+
+One turnledger session per ADK session (its id, named by `session_uuid`), or the one
+``session_id`` given. What is new is found by the newest recorded content: the contents after
+its last occurrence, or all of them when it is not there (a new ADK session continuing a
+conversation turnledger holds, e.g. in a new process). ADK's system instruction lives in the
+request's config, not its contents: it is neither recorded nor trimmed. Store calls run in a
+worker thread (`off_loop`); a write that loses a race is decided again (`retrying`, ADR-0065).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from turnledger.domain.blocks import (
+    ContentBlock,
+    ImageBlock,
+    OpaqueBlock,
+    TextBlock,
+    ThinkingBlock,
+    canonical_json,
+    extra_fields,
+)
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.errors import InvalidMessage, TurnledgerError
+from turnledger.domain.messages import (
+    AssistantToolCalls,
+    Chat,
+    ChatMessage,
+    ConversationMessage,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    compact_json,
+    from_chat_messages,
+    to_chat_messages,
+)
+from turnledger.integrations import (
+    CONFLICT_BUDGET_SECONDS,
+    conflict_budget,
+    off_loop,
+    open_session,
+    retrying,
+)
+from turnledger.store.session import Session, Store
+
+try:
+    from google.adk.agents.callback_context import CallbackContext
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "turnledger.integrations.google_adk needs google-adk: "
+        "pip install 'turnledger[google-adk]'"
+    ) from error
+
+__all__ = ["TurnledgerCallback", "from_genai", "to_genai"]
+
+Json = dict[str, Any]
+R = TypeVar("R")
+_KEY = "google_adk"
+_OPAQUE_PARTS = ("inline_data", "file_data", "executable_code", "code_execution_result")
+_SYNTHETIC = "synthetic_id"  # a call id turnledger gave: the content had none
+
+
+def _ns(fields: Json) -> str:
+    return canonical_json({_KEY: fields}) if fields else ""
+
+
+def _fields(extra: str) -> Json:
+    value = extra_fields(extra).get(_KEY)
+    return value if isinstance(value, dict) else {}
+
+
+def _dump(content: types.Content) -> Json:
+    dumped: Json = content.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+def _standard_b64(urlsafe: str) -> str:
+    return base64.b64encode(base64.urlsafe_b64decode(urlsafe)).decode("ascii")
+
+
+def _urlsafe_b64(standard: str) -> str:
+    return base64.urlsafe_b64encode(base64.b64decode(standard)).decode("ascii")
+
+
+def _kind(part: Json, where: str) -> str:
+    for kind in ("text", "function_call", "function_response", *_OPAQUE_PARTS):
+        if kind in part:
+            return kind
+    raise InvalidMessage(f"{where}: a part with {sorted(part) or 'no fields'} has no "
+                         "turnledger form; it was not recorded")
+
+
+# --- genai -> turnledger ----------------------------------------------------------------------
+
+
+class _Calls:
+    """The unanswered calls of a conversation, oldest first: what an id-less response answers."""
+
+    def __init__(self, pending: Iterable[ToolCall] = ()) -> None:
+        self.pending = list(pending)
+
+    def call(self, call: Json) -> ToolCall:
+        rest = dict(call)
+        call_id = rest.pop("id", None)
+        fields: Json = {"call": rest}
+        if call_id is None:
+            call_id, fields[_SYNTHETIC] = f"adk-{uuid.uuid4().hex}", True
+        name, args = rest.pop("name", ""), rest.pop("args", None)
+        fields["args"] = args is not None
+        made = ToolCall(call_id, name, "{}" if args is None else compact_json(args),
+                        extra=_ns(fields))
+        self.pending.append(made)
+        return made
+
+    def answer(self, response: Json) -> ToolResult:
+        rest = dict(response)
+        call_id, name = rest.pop("id", None), rest.pop("name", "")
+        value = rest.pop("response", None)
+        fields: Json = {"response": rest, "value": value is not None}
+        if call_id is None:
+            match = next((c for c in self.pending if c.name == name), None)
+            call_id = match.id if match else f"adk-{uuid.uuid4().hex}"
+            fields[_SYNTHETIC] = True
+        self.pending = [c for c in self.pending if c.id != call_id]
+        content = "{}" if value is None else compact_json(value)
+        return ToolResult(call_id, content, name, extra=_ns(fields))
+
+
+def _block(part: Json, kind: str) -> ContentBlock:
+    rest = dict(part)
+    if kind == "text":
+        text = rest.pop("text")
+        if rest.get("thought") is True:
+            return ThinkingBlock(text, extra=_ns(rest))
+        return TextBlock(text, extra=_ns(rest))
+    blob = rest.get("inline_data") or {}
+    if kind == "inline_data" and str(blob.get("mime_type", "")).startswith("image/") and set(
+        blob) == {"data", "mime_type"}:
+        rest.pop("inline_data")
+        return ImageBlock(data=_standard_b64(blob["data"]), media_type=blob["mime_type"],
+                          extra=_ns(rest | {"image": True}))
+    return OpaqueBlock(canonical_json({_KEY: part}))
+
+
+def _from_model(parts: list[Json], calls: _Calls, where: str) -> ConversationMessage:
+    blocks: list[ContentBlock | ToolCall] = []
+    for i, part in enumerate(parts):
+        kind = _kind(part, f"{where}.parts[{i}]")
+        if kind == "function_response":
+            raise InvalidMessage(f"{where}.parts[{i}]: a function_response in a model content")
+        if kind == "function_call":
+            rest = dict(part)
+            call = calls.call(rest.pop("function_call"))
+            if rest:  # e.g. the thought_signature a Gemini model gives its call
+                call = ToolCall(call.id, call.name, call.arguments,
+                                extra=_ns(_fields(call.extra) | {"part": rest}))
+            blocks.append(call)
+        else:
+            blocks.append(_block(part, kind))
+    extra = _ns({"start": True})
+    if any(isinstance(b, ToolCall) for b in blocks):
+        return AssistantToolCalls.from_blocks(blocks, extra=extra)
+    return Chat(ChatMessage.from_blocks(
+        "assistant", [b for b in blocks if not isinstance(b, ToolCall)], extra=extra))
+
+
+def _from_user(parts: list[Json], calls: _Calls, where: str) -> list[ConversationMessage]:
+    out: list[ConversationMessage] = []
+    blocks: list[ContentBlock] = []
+    results: list[ToolResult] = []
+
+    def first() -> bool:
+        return not out and not blocks and not results
+
+    def flush_blocks() -> None:
+        if blocks:
+            start = {"start": True} if not out else {}
+            out.append(Chat(ChatMessage.from_blocks("user", blocks, extra=_ns(start))))
+            blocks.clear()
+
+    def flush_results() -> None:
+        if results:
+            out.append(ToolResults(tuple(results)))
+            results.clear()
+
+    for i, part in enumerate(parts):
+        kind = _kind(part, f"{where}.parts[{i}]")
+        if kind == "function_call":
+            raise InvalidMessage(f"{where}.parts[{i}]: a function_call in a user content")
+        if kind == "function_response":
+            flush_blocks()
+            rest = dict(part)
+            result = calls.answer(rest.pop("function_response"))
+            fields = _fields(result.extra) | ({"part": rest} if rest else {})
+            if first():
+                fields["start"] = True
+            results.append(ToolResult(result.tool_call_id, result.content, result.tool_name,
+                                      extra=_ns(fields)))
+        else:
+            flush_results()
+            blocks.append(_block(part, kind))
+    flush_blocks()
+    flush_results()
+    return out
+
+
+def _convert(raw: Json, calls: _Calls, where: str) -> list[ConversationMessage]:
+    role, parts = raw.get("role"), raw.get("parts") or []
+    if set(raw) - {"role", "parts"}:
+        raise InvalidMessage(f"{where}: content fields {sorted(set(raw) - {'role', 'parts'})} "
+                             "have no turnledger form")
+    if not parts:
+        raise InvalidMessage(f"{where}: a content without parts has no turnledger form")
+    if role == "model":
+        return [_from_model(parts, calls, where)]
+    if role == "user":
+        return _from_user(parts, calls, where)
+    raise InvalidMessage(f"{where}: a content of role {role!r} has no turnledger form "
+                         "(use 'user' or 'model')")
+
+
+def from_genai(
+    contents: Iterable[types.Content], *, unanswered: Iterable[ToolCall] = ()
+) -> list[ConversationMessage]:
+    """The turnledger messages of genai contents (module doc), each checked to come back.
+
+    ``unanswered``: the calls recorded before these contents that still await a response
+    (what an id-less ``function_response`` answers). Raises `InvalidMessage` naming the content
+    (and part) when one is not a ``Content``, holds a part or role with no turnledger form, or
+    would not come back with the same JSON; nothing is converted with a loss.
+    """
+    calls = _Calls(unanswered)
+    out: list[ConversationMessage] = []
+    for i, content in enumerate(contents):
+        where = f"contents[{i}]"
+        if not isinstance(content, types.Content):
+            raise InvalidMessage(f"{where}: not a google.genai Content: "
+                                 f"{type(content).__name__}")
+        raw = _dump(content)
+        converted = _convert(raw, calls, where)
+        if [_dump(c) for c in to_genai(to_chat_messages(converted))] != [raw]:
+            raise InvalidMessage(f"{where} would not come back with the same JSON; it was "
+                                 "not recorded")
+        out.extend(converted)
+    return out
+
+
+# --- turnledger -> genai ----------------------------------------------------------------------
+
+
+def _part_of_block(block: ContentBlock | ToolCall) -> Json:
+    match block:
+        case ToolCall():
+            fields = _fields(block.extra)
+            call = dict(fields.get("call", {})) | {"name": block.name}
+            if not fields.get(_SYNTHETIC):
+                call["id"] = block.id
+            if fields.get("args", True):
+                call["args"] = json.loads(block.arguments)
+            return dict(fields.get("part", {})) | {"function_call": call}
+        case TextBlock(text=text):
+            return _fields(block.extra) | {"text": text}
+        case ThinkingBlock(thinking=thinking):
+            return {"thought": True} | _fields(block.extra) | {"text": thinking}
+        case ImageBlock():
+            fields = _fields(block.extra)
+            fields.pop("image", None)
+            data = _urlsafe_b64(block.data) if block.data else ""
+            return fields | {"inline_data": {"data": data, "mime_type": block.media_type}}
+        case OpaqueBlock():
+            return _fields(block.json)
+    raise InvalidMessage(f"a {type(block).__name__} has no genai part form")
+
+
+def _part_of_result(result: ToolResult) -> Json:
+    fields = _fields(result.extra)
+    response = dict(fields.get("response", {})) | {"name": result.tool_name}
+    if not fields.get(_SYNTHETIC):
+        response["id"] = result.tool_call_id
+    if not fields:  # recorded by another runtime: its text as ADK wraps a tool's str result
+        response["response"] = {"result": result.content}
+    elif fields.get("value"):
+        response["response"] = json.loads(result.content)
+    return dict(fields.get("part", {})) | {"function_response": response}
+
+
+def _user_parts(chat: ChatMessage) -> list[Json]:
+    if chat.blocks:
+        return [_part_of_block(b) for b in chat.blocks]
+    return [{"text": chat.content}]
+
+
+def to_genai(history: Iterable[ChatMessage | ConversationMessage]) -> list[types.Content]:
+    """The genai contents of a turnledger window or history (the inverse of `from_genai`);
+    the breadcrumb is a text part of the user content it opens; a system message (recorded by
+    another runtime) is a user text part, since contents have no system role."""
+    items = list(history)
+    chats = [m for m in items if isinstance(m, ChatMessage)]
+    conversation = (from_chat_messages(chats) if len(chats) == len(items)
+                    else [m for m in items if not isinstance(m, ChatMessage)])
+    out: list[Json] = []
+
+    def user(start: bool) -> list[Json]:
+        if not start and out and out[-1]["role"] == "user":
+            return list(out[-1]["parts"])
+        out.append({"role": "user", "parts": []})
+        return list(out[-1]["parts"])
+
+    def add_user(parts: list[Json], start: bool) -> None:
+        existing = user(start)
+        out[-1]["parts"] = existing + parts
+
+    for message in conversation:
+        match message:
+            case ToolResults(results=results):
+                for result in results:
+                    add_user([_part_of_result(result)],
+                             bool(_fields(result.extra).get("start")))
+            case Chat(message=chat) if chat.role in ("system", "user"):
+                start = bool(_fields(chat.extra).get("start")) and not chat.synthetic
+                add_user(_user_parts(chat), start)
+            case AssistantToolCalls():
+                blocks = list(message.blocks) or (
+                    ([TextBlock(message.text)] if message.text else []) + list(
+                        message.tool_calls))
+                out.append({"role": "model", "parts": [_part_of_block(b) for b in blocks]})
+            case Chat(message=chat):
+                parts = [_part_of_block(b) for b in chat.blocks] or [{"text": chat.content}]
+                out.append({"role": "model", "parts": parts})
+    try:
+        return [types.Content.model_validate_json(json.dumps(raw)) for raw in out]
+    except ValueError as error:
+        raise InvalidMessage(f"the recorded messages do not make genai contents: "
+                             f"{error}") from None
+
+
+# --- the callback -----------------------------------------------------------------------------
+
+
+def _unanswered(window: Sequence[ChatMessage]) -> list[ToolCall]:
+    answered = {m.item.tool_call_id for m in window if isinstance(m.item, ToolResult)}
+    return [c for m in window if isinstance(m.item, AssistantToolCalls)
+            for c in m.item.tool_calls if c.id not in answered]
+
+
+def _new_contents(contents: Sequence[types.Content], newest: types.Content | None) -> int:
+    """Where the contents not recorded yet begin: after the last one equal to the newest
+    recorded content, or 0 when it is not there."""
+    if newest is None:
+        return 0
+    target = _dump(newest)
+    for i in range(len(contents) - 1, -1, -1):
+        if _dump(contents[i]) == target:
+            return i + 1
+    return 0
+
+
+class TurnledgerCallback:
+    """An ADK ``before_model_callback`` keeping the agent's history in turnledger (module doc).
+
+    Sessions start with ``profile``, ``providers`` and ``route``. After a lost race with another
+    writer, what is new is judged again on the newer state, for at most
+    ``conflict_budget_seconds`` (default 30; 0: once), then `ConcurrencyConflict` (ADR-0065).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        session_id: str | None = None,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self._budget = conflict_budget(conflict_budget_seconds)
+        self._options = (profile, tuple(providers), route)
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def session_for(self, name: str | None = None) -> Session:
+        """The turnledger session of the ADK session ``name`` (or of ``session_id``)."""
+        name = self.session_id or name
+        if not name:
+            raise TurnledgerError("TurnledgerCallback needs a session_id or an ADK session")
+        with self._lock:
+            if name not in self._sessions:
+                profile, providers, route = self._options
+                self._sessions[name] = open_session(
+                    self.store, name, profile=profile, providers=providers, route=route)
+            return self._sessions[name]
+
+    def contents(self, name: str | None = None) -> list[types.Content]:
+        """The window now, as genai contents (the trims it takes are recorded)."""
+        session = self.session_for(name)
+        window = self._retrying(session, "contents", session.fit_window)
+        return to_genai(window)
+
+    def window(
+        self, contents: Sequence[types.Content], name: str | None = None
+    ) -> list[types.Content]:
+        """Record what is new in ``contents`` (a conversation's contents so far, in order)
+        and return the window the model should see."""
+        session = self.session_for(name)
+        return self._retrying(session, "the model callback",
+                              lambda: self._record_new(session, contents))
+
+    def _record_new(
+        self, session: Session, contents: Sequence[types.Content]
+    ) -> list[types.Content]:
+        # Judged on each attempt: after a conflict, another writer may have recorded them.
+        window = session.chat_view()
+        recorded = to_genai(window)
+        start = _new_contents(contents, recorded[-1] if recorded else None)
+        new = from_genai(contents[start:], unanswered=_unanswered(window))
+        if new:
+            session.extend(new)
+        return to_genai(session.fit_window())
+
+    def record_reply(self, content: types.Content, name: str | None = None) -> None:
+        """Record a model reply as it arrives (so the log has the run's last answer)."""
+        session = self.session_for(name)
+
+        def write() -> None:
+            window = session.chat_view()
+            session.extend(from_genai([content], unanswered=_unanswered(window)))
+
+        self._retrying(session, "the reply callback", write)
+
+    def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
+        return retrying(write, f"{what} of session {session.id}", self._budget)
+
+    async def __call__(
+        self, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        """Replace ``llm_request.contents`` with the window; None: ADK calls the model."""
+        name = callback_context.session.id
+        llm_request.contents = await off_loop(self.window, list(llm_request.contents), name)
+        return None
+
+    async def after_model(
+        self, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> LlmResponse | None:
+        """An ADK ``after_model_callback``: record the reply (a streamed chunk waits for its
+        whole reply); None: ADK keeps the reply as it is."""
+        content = llm_response.content
+        if content is not None and content.parts and not llm_response.partial:
+            await off_loop(self.record_reply, content, callback_context.session.id)
+        return None

@@ -1,0 +1,146 @@
+"""LangChain 1.x agents on turnledger sessions: a middleware for ``create_agent`` (issue 22).
+
+Needs ``pip install 'turnledger[langchain]'`` (the ``langchain`` package, 1.x).
+
+``create_agent(model, tools, middleware=[TurnledgerMiddleware(store, profile=...)])``:
+
+- before **every** model call of a run (``wrap_model_call``: the first one of a turn and each
+  one between tool steps, R24), the messages of the graph state not recorded yet (the user's
+  message, tool results) are recorded in one transaction, the trims a request would make are
+  decided and recorded (whole turns by tokens and by turn limit, the breadcrumb, tool pairs
+  kept, R27), and the model is called on that window; the graph state keeps every message;
+- after every model call (``after_model``) the reply is recorded as it landed in the graph state,
+  and once more at the end of the run (``after_agent``: a tool that returns directly ends the
+  run without a model call), so the log holds every message when the run ends (ADR-0079).
+
+One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``, named by
+`session_uuid`), or the one ``session_id`` given; the same rules as `TurnledgerTrimmer`, which
+this middleware uses. The agent's ``system_prompt`` and tool schemas are the agent's
+configuration, not messages of the conversation: they are not recorded, and the token budget
+(``max_context_tokens``) is the budget of the messages alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
+
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.errors import TurnledgerError
+from turnledger.integrations import CONFLICT_BUDGET_SECONDS, off_loop
+from turnledger.integrations.langchain import TurnledgerTrimmer
+from turnledger.store.session import Session, Store
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core.messages import AnyMessage, BaseMessage
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.config import get_config
+    from langgraph.runtime import Runtime
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "turnledger.integrations.langchain_agents needs langchain 1.x: "
+        "pip install 'turnledger[langchain]'"
+    ) from error
+
+__all__ = ["TurnledgerMiddleware"]
+
+Handler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
+AsyncHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+
+
+def _config() -> RunnableConfig:
+    try:
+        return get_config()
+    except RuntimeError:  # outside a graph run: no thread id, only session_id can name it
+        return {}
+
+
+def _messages(state: Any) -> Sequence[BaseMessage]:
+    try:
+        messages: Sequence[BaseMessage] = state["messages"]
+    except (KeyError, TypeError):
+        raise TurnledgerError("TurnledgerMiddleware: the agent state has no 'messages'") from None
+    return messages
+
+
+def _any(window: list[BaseMessage]) -> list[AnyMessage]:
+    # The window holds only the four classes `to_langchain_messages` builds, all AnyMessage.
+    return cast("list[AnyMessage]", window)
+
+
+class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Keeps a ``create_agent`` conversation in turnledger and shows the model whole turns
+    (module doc).
+
+    ``store`` holds the sessions; they start with ``profile``, ``providers`` and ``route``. A
+    call that loses a race to another writer of the thread is decided again on the newer state
+    (within ``conflict_budget_seconds``, ADR-0065). Raises `TurnledgerError` when the state
+    holds fewer messages than the thread's session recorded (the graph lost its checkpoint).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        session_id: str | None = None,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+    ) -> None:
+        super().__init__()
+        self.trimmer = TurnledgerTrimmer(
+            store, profile=profile, providers=providers, route=route, session_id=session_id,
+            conflict_budget_seconds=conflict_budget_seconds,
+        )
+
+    @property
+    def name(self) -> str:
+        return "TurnledgerMiddleware"
+
+    def session_for(self, config: RunnableConfig | None = None) -> Session:
+        """The turnledger session of the thread of ``config`` (default: the running graph's)."""
+        return self.trimmer.session_for(_config() if config is None else config)
+
+    # -- before each model call: record what is new, trim, call the model on the window --
+
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Handler) -> ModelResponse[Any]:
+        window = self.trimmer.window(_messages(request.state), _config())
+        return handler(request.override(messages=_any(window)))
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: AsyncHandler
+    ) -> ModelResponse[Any]:
+        config = _config()
+        window = await off_loop(self.trimmer.window, _messages(request.state), config)
+        return await handler(request.override(messages=_any(window)))
+
+    # -- after each model call and at the end of the run: record the reply as the state has it --
+
+    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.trimmer.record(_messages(state), _config())
+        return None
+
+    async def aafter_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        config = _config()
+        await off_loop(self.trimmer.record, _messages(state), config)
+        return None
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.trimmer.record(_messages(state), _config())
+        return None
+
+    async def aafter_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        config = _config()
+        await off_loop(self.trimmer.record, _messages(state), config)
+        return None
