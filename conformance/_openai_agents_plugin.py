@@ -8,7 +8,8 @@ a `TurnledgerSession` with ``SQLiteSession``'s constructor. An in-memory databas
 (``":memory:"``, the default) is a private turnledger memory store per object, as each
 in-memory ``SQLiteSession`` has its own database; a file path and its table names name one
 turnledger SQLite store next to that file, shared by the objects of that test that name it.
-The SDK's internals keep the real class (they bound it at import).
+The SDK's internals keep the real class (they bound it at import). Each test reports how
+many were built (``turnledger_sessions`` in the junit report).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from turnledger.store.session import Store, open_store
 __all__ = ["SQLiteSessionSwap"]
 
 _stores: dict[tuple[str, str, str], Store] = {}
+_built = [0]  # SQLiteSessionSwap objects built in the running test
 _private: list[Store] = []
 _guard = threading.Lock()
 
@@ -55,6 +57,7 @@ class SQLiteSessionSwap(TurnledgerSession):
         messages_table: str = "agent_messages",
         session_settings: Any = None,
     ) -> None:
+        _built[0] += 1
         super().__init__(
             session_id,
             _store_for(db_path, sessions_table, messages_table),
@@ -77,9 +80,12 @@ def _turnledger_sqlite_session(
         monkeypatch.setattr(module, "SQLiteSession", SQLiteSessionSwap)
     monkeypatch.setattr(agents, "SQLiteSession", SQLiteSessionSwap)
     monkeypatch.setattr(agents.memory, "SQLiteSession", SQLiteSessionSwap)
+    _built[0] = 0
     try:
         yield
     finally:
+        # In the junit report: the runner counts the tests that ran on TurnledgerSession.
+        request.node.user_properties.append(("turnledger_sessions", _built[0]))
         with _guard:
             stores = [*_stores.values(), *_private]
             _stores.clear()

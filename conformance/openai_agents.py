@@ -136,9 +136,11 @@ def _run(root: Path, ids: list[str], report: Path, selection: str | None) -> int
     return subprocess.run(command, cwd=root, env=env, check=False).returncode
 
 
-def _outcomes(report: Path) -> dict[str, str]:
-    """node id (``file::test[params]``) -> passed / failed / skipped."""
+def _outcomes(report: Path) -> tuple[dict[str, str], set[str]]:
+    """node id (``file::test[params]``) -> passed / failed / skipped; and the node ids that
+    built a `TurnledgerSession` in place of ``SQLiteSession``."""
     outcomes: dict[str, str] = {}
+    swapped: set[str] = set()
     for case in ET.parse(report).getroot().iter("testcase"):
         classname = case.get("classname", "")
         parts = classname.split(".")
@@ -147,13 +149,16 @@ def _outcomes(report: Path) -> dict[str, str]:
         classes = [p for p in parts if p[:1].isupper()]
         node = "/".join(module) + ".py::" + "".join(f"{c}::" for c in classes) + case.get(
             "name", "")
+        if any(p.get("name") == "turnledger_sessions" and p.get("value") not in (None, "0")
+               for p in case.iter("property")):
+            swapped.add(node)
         if case.find("failure") is not None or case.find("error") is not None:
             outcomes[node] = "failed"
         elif case.find("skipped") is not None:
             outcomes[node] = "skipped"
         else:
             outcomes[node] = "passed"
-    return outcomes
+    return outcomes, swapped
 
 
 def _excluded(node: str) -> str | None:
@@ -183,11 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         if not report.exists():
             print(f"error: pytest did not run (exit {code})", file=sys.stderr)
             return 2
-        outcomes = _outcomes(report)
-    return _judge(version, outcomes)
+        outcomes, swapped = _outcomes(report)
+    return _judge(version, outcomes, swapped)
 
 
-def _judge(version: str, outcomes: dict[str, str]) -> int:
+def _judge(version: str, outcomes: dict[str, str], swapped: set[str]) -> int:
+    """Exit status of the step (module doc); also 1 when no test built a TurnledgerSession
+    (the swap did not happen: the SDK's own class was tested)."""
     passed = sorted(n for n, o in outcomes.items() if o == "passed")
     skipped = sorted(n for n, o in outcomes.items() if o == "skipped")
     failed = sorted(n for n, o in outcomes.items() if o == "failed")
@@ -196,13 +203,18 @@ def _judge(version: str, outcomes: dict[str, str]) -> int:
     stale = [n for n in passed if _excluded(n)]
     print(f"\nopenai-agents {version}: {len(outcomes)} session tests against TurnledgerSession: "
           f"{len(passed)} passed, {len(expected)} excluded (failed as listed), "
-          f"{len(skipped)} skipped, {len(unexpected)} failed")
+          f"{len(skipped)} skipped, {len(unexpected)} failed; "
+          f"{len(swapped & set(passed))} of the passing ones built TurnledgerSessions")
     for node in expected:
         print(f"  excluded {node}: {_excluded(node)}")
     for node in stale:
         print(f"  note: listed as excluded but passed: {node}")
     for node in unexpected:
         print(f"  FAILED {node}")
+    if not swapped:
+        print("  FAILED: no test built a TurnledgerSession (the SQLiteSession swap did not "
+              "happen)")
+        return 1
     return 1 if unexpected else 0
 
 
