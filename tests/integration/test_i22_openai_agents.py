@@ -363,3 +363,40 @@ def test_i22_concurrent_add_items_from_many_objects_all_land(shared_target: Targ
             assert verify(store.backend).ok
 
     asyncio.run(main())
+
+
+def test_i22_a_cancelled_write_is_settled_before_the_cancellation_is_raised(
+    tmp_path: Path,
+) -> None:
+    """add_items cancelled (twice) while its transaction waits for the SQLite write lock: the
+    cancellation reaches the caller only once the item is recorded, as the SDK's own sessions
+    do (the SDK's recovery reads the history right after)."""
+    _sdk()
+    import sqlite3
+
+    from turnledger.integrations.openai_agents import TurnledgerSession
+
+    path = tmp_path / "tl.db"
+
+    async def main() -> None:
+        with open_store(f"sqlite:///{path}") as store:
+            session = TurnledgerSession("s", store)
+            await session.add_items(SIX[:1])
+            blocker = sqlite3.connect(path, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")  # the store's next write waits for this lock
+            try:
+                write = asyncio.create_task(session.add_items(SIX[3:4]))
+                await asyncio.sleep(0.2)
+                write.cancel()
+                await asyncio.sleep(0)
+                write.cancel()
+                await asyncio.sleep(0.2)
+                assert not write.done()  # still waiting for its outcome
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+            with pytest.raises(asyncio.CancelledError):
+                await write
+            assert [SIX[0], SIX[3]] == await TurnledgerSession("s", store).get_items()
+
+    asyncio.run(main())

@@ -17,6 +17,9 @@ keeps its history in a turnledger store:
 - ``pop_item`` and ``clear_session`` are recorded (`MessagePopped`, `HistoryCleared`); the log
   keeps what they removed from the views.
 
+A call cancelled while it records waits for its outcome before the cancellation is raised,
+as with the SDK's own sessions (the SDK's recovery of an interrupted write relies on it).
+
 Many objects (one per request, several workers or processes) may serve one conversation, as
 with the SDK's own sessions: a call that loses a race to another writer is decided again on the
 newer state until it lands (`retrying`, within ``conflict_budget_seconds``, ADR-0065), so the
@@ -34,6 +37,7 @@ callbacks. The SDK is imported only where its own types are needed (``SessionSet
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -96,6 +100,26 @@ class _Closed:
     def __await__(self) -> Generator[None, None, None]:
         return
         yield  # pragma: no cover - makes this a generator that finishes at once
+
+
+async def _settled(function: Callable[..., R], *args: Any) -> R:
+    """``function(*args)`` in a worker thread (`off_loop`), its outcome awaited even when the
+    caller is cancelled meanwhile; the cancellation is raised once the outcome is known.
+
+    As the SDK's own sessions do: a cancelled call that records is never still in flight, so
+    the SDK's recovery of an interrupted write reads a settled history."""
+    task = asyncio.ensure_future(off_loop(function, *args))
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as error:
+            cancelled = cancelled or error
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller gets
+        raise cancelled
+    return task.result()
 
 
 def _session_settings(session_id: str, value: object) -> Any:
@@ -249,23 +273,23 @@ class TurnledgerSession:
         self._check_open()
         if limit is None:
             limit = self.session_settings.limit
-        return await off_loop(self.items, limit)
+        return await _settled(self.items, limit)
 
     async def add_items(self, items: list[Any]) -> None:
         """Record ``items`` in one transaction; `InvalidMessage` records none of them."""
         self._check_open()  # before the empty-list fast path, as SQLiteSession does
         if items:
-            await off_loop(self.add, items)
+            await _settled(self.add, items)
 
     async def pop_item(self) -> Item | None:
         """Remove the newest item from the views and return it (None: nothing to pop)."""
         self._check_open()
-        return await off_loop(self.pop)
+        return await _settled(self.pop)
 
     async def clear_session(self) -> None:
         """Remove every item from the views (recorded; the log keeps them)."""
         self._check_open()
-        await off_loop(self.clear)
+        await _settled(self.clear)
 
     # -- trims between the model calls of one run (R24) --
 
@@ -279,7 +303,7 @@ class TurnledgerSession:
 
         self._check_open()
         model_data = data.model_data
-        window = await off_loop(self.window, model_data.input)
+        window = await _settled(self.window, model_data.input)
         return ModelInputData(input=cast(Any, window), instructions=model_data.instructions)
 
     def window(self, items: Sequence[object]) -> list[Item]:
