@@ -174,22 +174,31 @@ def _to_item(message: ConversationMessage) -> Item:
     return item
 
 
-def _newest_items(window: Sequence[ChatMessage], limit: int | None) -> list[Item]:
-    """The SDK's ``limit`` over the items of ``window``: the newest ``limit`` items; 0 none;
-    None or negative all. Converts only the messages those items come from."""
+def _newest_items(items: list[list[Item]], limit: int | None) -> list[Item]:
+    """The SDK's ``limit`` over the items of a window (given per message): the newest
+    ``limit`` items; 0 none; None or negative all."""
     if limit is None or limit < 0:
-        return to_openai_responses(window)
+        return [item for chunk in items for item in chunk]
     chunks: list[list[Item]] = []
     count = 0
-    for message in reversed(window):
+    for chunk in reversed(items):
         if count >= limit:
             break
-        chunks.append(to_openai_responses([message]))
-        count += len(chunks[-1])
-    items = [item for chunk in reversed(chunks) for item in chunk]
-    # ``items[-limit:]``, not ``items[len(items) - limit:]``: with fewer items than ``limit``
-    # the latter starts at a negative index and drops the oldest ones (issue 22).
-    return items[-limit:] if limit else []
+        chunks.append(chunk)
+        count += len(chunk)
+    newest = [item for chunk in reversed(chunks) for item in chunk]
+    # ``newest[-limit:]``, not ``newest[len(newest) - limit:]``: with fewer items than
+    # ``limit`` the latter starts at a negative index and drops the oldest ones (issue 22).
+    return newest[-limit:] if limit else []
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON value (dicts and lists copied, leaves shared: they are immutable)."""
+    if type(value) is dict:
+        return {key: _fresh(inner) for key, inner in value.items()}
+    if type(value) is list:
+        return [_fresh(inner) for inner in value]
+    return value
 
 
 class TurnledgerSession:
@@ -232,6 +241,9 @@ class TurnledgerSession:
         self._session: Session | None = None
         self._closed = False
         self._lock = threading.Lock()
+        # Each window message's items, converted once (messages are immutable values); these
+        # dicts never leave the object: what is handed out is a copy (`_fresh`).
+        self._converted: dict[ChatMessage, list[Item]] = {}
 
     @property
     def session(self) -> Session:
@@ -323,17 +335,31 @@ class TurnledgerSession:
     def _record_new(self, given: list[Item]) -> list[Item]:
         # Judged on each attempt: after a conflict another writer may have recorded them.
         session = self.session
-        new = _unrecorded(given, session.chat_view(), self.session_id)
+        view = session.chat_view()
+        new = _unrecorded(given, view, self._items_of(view), self.session_id)
         if new:
             session.extend(from_responses_items(new))
-        return to_openai_responses(session.fit_window())
+        return [_fresh(item) for chunk in self._items_of(session.fit_window()) for item in chunk]
+
+    def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
+        """The items of each of ``messages`` (shared: copy what leaves the object)."""
+        cache = self._converted
+        if len(cache) > 2 * len(messages) + 256:
+            cache.clear()  # what trims and pops removed from the window
+        out = []
+        for message in messages:
+            items = cache.get(message)
+            if items is None:
+                items = cache[message] = to_openai_responses([message])
+            out.append(items)
+        return out
 
     # -- the same, blocking (for threads and scripts) --
 
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
         window = self._retrying("get_items", lambda: self.session.fit_window())
-        return _newest_items(window, limit)
+        return [_fresh(item) for item in _newest_items(self._items_of(window), limit)]
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
@@ -353,7 +379,9 @@ class TurnledgerSession:
         return retrying(write, f"{what} of session {self.session_id!r}", self._budget)
 
 
-def _unrecorded(given: list[Item], view: Sequence[ChatMessage], name: str) -> list[Item]:
+def _unrecorded(
+    given: list[Item], view: Sequence[ChatMessage], items: list[list[Item]], name: str
+) -> list[Item]:
     """The items of ``given`` after the newest recorded ones (ADR-0077).
 
     The recorded items are the view's after its breadcrumb. ``given`` holds them at its end
@@ -361,9 +389,10 @@ def _unrecorded(given: list[Item], view: Sequence[ChatMessage], name: str) -> li
     since the SDK read them; or, when the SDK read the newest ``limit`` items only, as a
     suffix of them that is all of ``given`` before what is new (after a leading breadcrumb).
     The shortest unrecorded tail wins, so with the SDK's session saves (nothing new) one
-    comparison decides. An empty view: everything is new."""
+    comparison decides. An empty view: everything is new. ``items``: those of each message of
+    ``view``."""
     start = next((i + 1 for i, m in enumerate(view) if is_breadcrumb(m)), 0)
-    recorded = to_openai_responses(view[start:])
+    recorded = [item for chunk in items[start:] for item in chunk]
     if not recorded:
         return given
     body = given[1:] if given and given[0] == _BREADCRUMB_ITEM else given
