@@ -7,10 +7,14 @@ Real ``openai-agents`` (its own ``agents.testing.ScriptedModel``, no network), r
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ os.environ.setdefault("OPENAI_API_KEY", "sk-test-no-network")
 
 BREADCRUMB = {"role": "user", "content": BREADCRUMB_TEXT}
 CHILD = Path(__file__).with_name("agents_child.py")
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 SIX: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},
@@ -400,3 +405,24 @@ def test_i22_a_cancelled_write_is_settled_before_the_cancellation_is_raised(
             assert [SIX[0], SIX[3]] == await TurnledgerSession("s", store).get_items()
 
     asyncio.run(main())
+
+
+def test_i22_readme_agents_examples_run_as_written_without_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every example of the README's "OpenAI Agents SDK sessions" section runs in a fresh
+    namespace, prints what the README says, and prints no warning."""
+    _sdk()
+    monkeypatch.chdir(tmp_path)
+    section = README.read_text(encoding="utf-8").split("## OpenAI Agents SDK sessions", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    examples = re.findall(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section,
+                          re.DOTALL)
+    assert 2 <= len(examples)
+    for code, expected in examples:
+        out = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out):
+            warnings.simplefilter("always")
+            exec(compile(code, f"{README}:Agents", "exec"), {"__name__": "__readme__"})
+        assert [] == [f"{w.category.__name__}: {w.message}" for w in caught]
+        assert expected == out.getvalue()
