@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, Final, TypeVar, assert_never
 from uuid import UUID
 
@@ -358,13 +360,37 @@ class PreparedRequest:
 # --- request accounting (one place) ---------------------------------------------------------
 
 def request_digest(messages: Iterable[ChatMessage]) -> str:
-    """SHA-256 of the exact messages of a request (E6), stable across versions and platforms."""
-    canonical = [
-        [m.role, m.content, list(m.attachments), m.synthetic, *_provider_fields(m)]
-        for m in messages
-    ]
-    raw = json.dumps(canonical, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return hashlib.sha256(raw).hexdigest()
+    """SHA-256 of the exact messages of a request (E6), stable across versions and platforms:
+    of the compact JSON list of ``[role, content, attachments, synthetic, *provider fields]``
+    per message, which is the entries' own JSON texts joined by commas in brackets."""
+    digest = hashlib.sha256(b"[")
+    digest.update(b",".join(map(_digest_entry, messages)))
+    digest.update(b"]")
+    return digest.hexdigest()
+
+
+_DIGEST_ENTRIES: dict[int, tuple[weakref.ref[ChatMessage], bytes]] = {}
+"""A message's digest entry by the identity of the message, while it lives: a request
+repeats the window's messages (the same objects, `chat_of`), so each is encoded once. Keyed
+by identity, not equality: ``item``, which the entry reads, takes no part in equality."""
+
+
+def _digest_entry(message: ChatMessage) -> bytes:
+    key = id(message)
+    known = _DIGEST_ENTRIES.get(key)
+    if known is not None and known[0]() is message:
+        return known[1]
+    entry = json.dumps(
+        [message.role, message.content, list(message.attachments), message.synthetic,
+         *_provider_fields(message)],
+        ensure_ascii=False, separators=(",", ":"),
+    ).encode("utf-8")
+    _DIGEST_ENTRIES[key] = (weakref.ref(message, partial(_forget_entry, key)), entry)
+    return entry
+
+
+def _forget_entry(key: int, _: object) -> None:
+    _DIGEST_ENTRIES.pop(key, None)
 
 
 def _provider_fields(message: ChatMessage) -> list[Any]:

@@ -27,10 +27,12 @@ __all__ = [
     "InvalidMessage",
     "InvalidPosition",
     "InvalidProfile",
+    "InvalidSessionSettings",
     "InvalidStoreURL",
     "KeyRequired",
     "NotEncrypted",
     "ReplayError",
+    "SessionClosed",
     "SessionForgottenError",
     "SessionNotFound",
     "SnapshotMismatch",
@@ -237,3 +239,14 @@ class InvalidPosition(ReplayError):
 
 class InvalidAnchor(TurnledgerError, ValueError):
     """An anchor file that cannot be read as one (bad usage: exit 2)."""
+
+
+class InvalidSessionSettings(TurnledgerError, TypeError):
+    """``session_settings`` is neither the SDK's ``SessionSettings`` nor a dict of its fields
+    (a ``TypeError``, as the SDK's own sessions raise)."""
+
+
+class SessionClosed(TurnledgerError, RuntimeError):
+    """An OpenAI Agents SDK session (`turnledger.integrations.openai_agents`) was closed;
+    open a new one on the store to go on (a ``RuntimeError``, as a closed ``SQLiteSession``
+    raises)."""

@@ -44,7 +44,12 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import InvalidMessage, TurnledgerError
+from turnledger.domain.errors import (
+    InvalidMessage,
+    InvalidSessionSettings,
+    SessionClosed,
+    TurnledgerError,
+)
 from turnledger.domain.messages import (
     BREADCRUMB_TEXT,
     ChatMessage,
@@ -78,16 +83,6 @@ Item = dict[str, Any]
 R = TypeVar("R")
 
 _BREADCRUMB_ITEM: Item = {"role": "user", "content": BREADCRUMB_TEXT}
-
-
-class InvalidSessionSettings(TurnledgerError, TypeError):
-    """``session_settings`` is neither the SDK's ``SessionSettings`` nor a dict of its fields
-    (a ``TypeError``, as the SDK's own sessions raise)."""
-
-
-class SessionClosed(TurnledgerError, RuntimeError):
-    """The `TurnledgerSession` was closed; open a new one on the store to go on (a
-    ``RuntimeError``, as a closed ``SQLiteSession`` raises)."""
 
 
 class _Closed:
