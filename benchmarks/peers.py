@@ -3,7 +3,8 @@
 The same deterministic agent turns (`benchmarks.session.Workload`: a user message, one or two
 tool calls, their 1-2 KB results, an assistant answer) are given to:
 
-- **turnledger** on SQLite, ``synchronous=full`` (the default) and ``synchronous=normal``
+- **turnledger** on ``memory://`` (the same calls, nothing written to disk) and on SQLite,
+  ``synchronous=full`` (the default) and ``synchronous=normal``
   (ADR-0037): ``Session.prepare_request()`` with the default profile (turn limit 50, a
   32,000-token budget) — it trims to the budget, sweeps orphans and *records* a
   ``RequestPrepared`` (one transaction, one fsync with ``full``);
@@ -68,6 +69,7 @@ BUDGET = 32_000
 
 FAIRNESS = """\
 Fairness notes (what each side does per call):
+- turnledger (memory://): the same prepare_request, its events kept in the process's memory.
 - turnledger: trims to the budget when needed, sweeps orphans, renders the request, and RECORDS
   a RequestPrepared event in one SQLite transaction (synchronous=full: one fsync per call;
   normal: no fsync on commit, survives a process crash, not a power cut).
@@ -112,6 +114,12 @@ class Ours:
         self.disk = _files_size(self.path)
         self.stores: dict[str, Store] = {}
         self.sessions: dict[str, Session] = {}
+        self.stores["memory"] = open_store("memory://")
+        memory = self.stores["memory"].start_session()
+        for turn in turns:
+            memory.extend(turn)
+            memory.prepare_request()
+        self.sessions["memory"] = memory
         for sync in ("full", "normal"):  # one copy each: two writers on one session conflict
             for suffix in ("", "-wal"):
                 if Path(f"{self.path}{suffix}").exists():
@@ -296,6 +304,7 @@ def measure(n: int, rounds: int, calls: int, langgraph_max: int) -> list[dict[st
         sdk = Sdk(Path(tmp), turns, ours.window)
         graph = Graph(Path(tmp), turns) if n <= langgraph_max else None
         sides: dict[str, Callable[[], object]] = {
+            "turnledger (memory://)": ours.prepare("memory"),
             "turnledger (SQLite, synchronous=full)": ours.prepare("full"),
             "turnledger (SQLite, synchronous=normal)": ours.prepare("normal"),
             "LangChain trim_messages": lambda: _trim(lc_messages),
@@ -324,7 +333,7 @@ def measure(n: int, rounds: int, calls: int, langgraph_max: int) -> list[dict[st
     rows = []
     for name, values in times.items():
         median = statistics.median(values)
-        key = ("ours" if name.startswith("turnledger") else "sdk" if "SDK" in name
+        key = ("ours" if name.startswith("turnledger (SQLite") else "sdk" if "SDK" in name
                else "graph" if "LangGraph" in name else None)
         rows.append({
             "turns": n,

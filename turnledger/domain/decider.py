@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
+from operator import is_
 from typing import Any, Final, TypeVar, assert_never
 from uuid import UUID
 
@@ -80,15 +81,16 @@ from turnledger.domain.messages import (
     chat_tool_call_id,
     chat_tool_calls,
     classify_appended,
+    is_real_user_message,
     parse_tool_envelope,
 )
 from turnledger.domain.pricing import DEFAULT_PRICING, Pricing, openai_tool_tokens
 from turnledger.domain.providers import block_json
-from turnledger.domain.state import SessionState
+from turnledger.domain.state import DigestPrefix, SessionState
 from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
 from turnledger.domain.trimming import window_for_budget, window_for_count
 from turnledger.domain.truncate import truncate_conversation_message
-from turnledger.domain.turns import is_turn_start_item, segment
+from turnledger.domain.turns import is_turn_start_item
 from turnledger.domain.window import Cut, Window
 
 __all__ = [
@@ -359,12 +361,33 @@ class PreparedRequest:
 
 # --- request accounting (one place) ---------------------------------------------------------
 
-def request_digest(messages: Iterable[ChatMessage]) -> str:
+def request_digest(
+    messages: Iterable[ChatMessage], prefix: DigestPrefix | None = None
+) -> str:
     """SHA-256 of the exact messages of a request (E6), stable across versions and platforms:
     of the compact JSON list of ``[role, content, attachments, synthetic, *provider fields]``
-    per message, which is the entries' own JSON texts joined by commas in brackets."""
-    digest = hashlib.sha256(b"[")
-    digest.update(b",".join(map(_digest_entry, messages)))
+    per message, which is the entries' own JSON texts joined by commas in brackets.
+
+    ``prefix`` (a session's memo) makes it incremental: when the messages begin with the very
+    objects last digested (a window that only grew), the hash of those is extended by the new
+    entries alone (`hashlib`'s ``copy``); a window whose start moved is hashed again from
+    ``[`` (SHA-256 cannot drop a prefix). The same bytes either way (ADR-0084).
+    """
+    if prefix is None:
+        digest = hashlib.sha256(b"[")
+        digest.update(b",".join(map(_digest_entry, messages)))
+    else:
+        messages = tuple(messages)
+        held = prefix.messages
+        if held and len(held) <= len(messages) and all(map(is_, held, messages)):
+            digest = prefix.hasher.copy()
+            if len(messages) > len(held):
+                digest.update(b",")
+                digest.update(b",".join(map(_digest_entry, messages[len(held):])))
+        else:
+            digest = hashlib.sha256(b"[")
+            digest.update(b",".join(map(_digest_entry, messages)))
+        prefix.messages, prefix.hasher = messages, digest.copy()
     digest.update(b"]")
     return digest.hexdigest()
 
@@ -419,7 +442,10 @@ def unanswered_tool_calls(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
     The newest turn runs from the last real user message (the whole history when there is
     none); pairing is the orphan sweep's (R36), so these are exactly the calls it would remove.
     """
-    turn = list(messages[segment(messages).last_turn_start or 0 :])
+    first = next(  # the newest real user message, found from the end: O(that turn)
+        (i for i in range(len(messages) - 1, -1, -1) if is_real_user_message(messages[i])), 0
+    )
+    turn = list(messages[first:])
     swept = sweep_orphans(turn)
     rewritten = dict(swept.rewritten)
     lost: list[str] = []
@@ -689,7 +715,7 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
     if estimated > resolved.window:
         batch.add(RequestRejected, **fields, detail=_rejection_text(resolved, estimated))
         return
-    digest = request_digest(messages)
+    digest = request_digest(messages, state.digest_prefix)
     batch.add(
         RequestPrepared,
         **fields,
@@ -787,7 +813,10 @@ def _decide_overflow(state: SessionState, command: RecoverFromOverflow, batch: B
 def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> None:
     if command.view is View.CHAT and unanswered_tool_calls(state.newest_turn_chat()):
         return  # the request is refused next (R18): the calls wait for their results
-    present = state.index.present_from(state.window(command.view).start)
+    start = state.window(command.view).start
+    if state.index.pairs_from(start):
+        return  # every part of the window pairs among itself: the sweep finds nothing
+    present = state.index.present_from(start)
     result = sweep_conversation_orphans([item for _, item in present])
     if not result.removed_indices and not result.rewritten:
         return

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Iterable, Mapping
-from typing import assert_never
+from typing import Any, assert_never
 from uuid import UUID
 
 import attrs
@@ -61,7 +61,7 @@ from turnledger.domain.window import (
     conversation_rows,
 )
 
-__all__ = ["Loop", "SessionState", "collect_summarised", "note_item"]
+__all__ = ["DigestPrefix", "Loop", "SessionState", "collect_summarised", "note_item"]
 
 
 class Loop(enum.Enum):
@@ -92,6 +92,17 @@ class Loop(enum.Enum):
         return not (self is Loop.LEGACY and reason is TrimReason.TURN_LIMIT)
 
 
+@attrs.define(eq=False)
+class DigestPrefix:
+    """The request digest's memo (`decider.request_digest`): the messages of the last request
+    digested and the SHA-256 of ``[`` and their entries joined, not yet closed by ``]``.
+
+    Not a fact of the session: no part of its equality; a new state starts empty."""
+
+    messages: tuple[ChatMessage, ...] = ()
+    hasher: Any = None
+
+
 def _new_index() -> WindowIndex[ConversationMessage]:
     return WindowIndex(CONVERSATION_ROWS)
 
@@ -120,6 +131,9 @@ class SessionState:
     conversation: Window = attrs.field(factory=Window)
     chat: Window = attrs.field(factory=Window)
     index: WindowIndex[ConversationMessage] = attrs.field(factory=_new_index)
+    digest_prefix: DigestPrefix = attrs.field(
+        factory=DigestPrefix, init=False, eq=False, repr=False
+    )
 
     @classmethod
     def restored(

@@ -16,6 +16,7 @@ render, price and count a trim here, so each of those rules has one home (ADR-00
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache, partial
@@ -85,13 +86,28 @@ class Rows(Generic[T]):
     an item of such a turn never matters to the orphan sweep of a longer window (R36)."""
 
 
-@lru_cache(maxsize=8192)
+_CHAT_OF: dict[int, tuple[weakref.ref[ConversationMessage], tuple[ChatMessage, ...]]] = {}
+"""`chat_of`'s memo, by the identity of the item while it lives: an equality key would hash
+the whole item (its text) on every request, and would hand out messages whose ``item`` is
+another, equal object."""
+
+
 def chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
-    """The provider-facing messages of one structured item, memoised.
+    """The provider-facing messages of one structured item, memoised while it lives.
 
     Items are immutable and a session renders its kept items again for every request.
     """
-    return tuple(to_chat_messages((item,)))
+    key = id(item)
+    known = _CHAT_OF.get(key)
+    if known is not None and known[0]() is item:
+        return known[1]
+    chat = tuple(to_chat_messages((item,)))
+    _CHAT_OF[key] = (weakref.ref(item, partial(_forget_chat, key)), chat)
+    return chat
+
+
+def _forget_chat(key: int, _: object) -> None:
+    _CHAT_OF.pop(key, None)
 
 
 def _one(_: ChatMessage) -> int:
@@ -245,6 +261,13 @@ class WindowIndex(Generic[T]):
     _system_positions: list[int] = attrs.field(init=False, factory=list)
     # The surcharges of the current turn: from the newest turn start (or `base`) to the end.
     _current_surcharge: int = attrs.field(init=False, default=0)
+    # The orphan sweep's memo (`pairs_from`): every complete held turn starting in
+    # [_paired_lo, _paired_hi) was asked `rows.paired`; `_unpaired` lists those that said no.
+    # A turn is complete once a later turn starts: appends never change it, only `_reindex`
+    # (a sweep, a pop, a restore), which forgets the memo.
+    _paired_lo: int = attrs.field(init=False, default=0)
+    _paired_hi: int = attrs.field(init=False, default=0)
+    _unpaired: list[int] = attrs.field(init=False, factory=list)
     # Cumulative sums of the region at each of its bounds (`lo`, then its turn starts).
     _bounds: list[int] = attrs.field(init=False, factory=list)
     _cum_tokens: list[int] = attrs.field(init=False, factory=list)
@@ -323,6 +346,45 @@ class WindowIndex(Generic[T]):
             for p, item in enumerate(self._items[self._at(first) :], first)
             if item is not None
         ]
+
+    def pairs_from(self, start: int) -> bool:
+        """True when the orphan sweep of `present_from` ``(start)`` can find nothing (R36).
+
+        The sweep pairs in one pass whose only state is the calls not yet answered, so a
+        history cut into parts that each pair among themselves pairs as a whole (each part
+        leaves nothing unanswered for the next). The parts here are the held turns from
+        ``start`` (a part before the first of them, if any) and nothing of the region (whose
+        turns that do not pair are its suspects): the complete turns are asked once each
+        (`rows.paired`, memoised until `_reindex`), the newest one and a leading part on
+        every call; O(the newest turn) amortised, whatever the window's length. False only
+        says the sweep must look.
+        """
+        suspects = self.region.suspects
+        if suspects and suspects[-1][0] >= start:
+            return False
+        first = max(start, self.base)
+        starts, end = self._turn_starts, self.next_position
+        at = bisect_left(starts, first)
+        if at == len(starts):  # no turn starts from ``first``: one part
+            return self._part_pairs(first, end)
+        lo, newest = starts[at], starts[-1]
+        if not (self._part_pairs(first, lo) and self._part_pairs(newest, end)):
+            return False
+        if not self._paired_lo <= lo <= self._paired_hi:
+            self._paired_lo = self._paired_hi = lo
+            self._unpaired = []
+        # Ask the complete turns not asked yet: from `_paired_hi` to the newest turn start.
+        for k in range(bisect_left(starts, self._paired_hi), len(starts) - 1):
+            if not self._part_pairs(starts[k], starts[k + 1]):
+                self._unpaired.append(starts[k])
+        self._paired_hi = max(self._paired_hi, newest)
+        unpaired = self._unpaired
+        return not unpaired or unpaired[-1] < lo
+
+    def _part_pairs(self, first: int, last: int) -> bool:
+        """`rows.paired` of the held items still in the views in ``[first, last)``."""
+        part = self._items[self._at(first) : self._at(last)]
+        return self.rows.paired([item for item in part if item is not None])
 
     def newest_held(self, start: int) -> tuple[int, T] | None:
         """The newest held item at or after ``start`` still in the views, with its position;
@@ -719,6 +781,8 @@ class WindowIndex(Generic[T]):
     def _reindex(self, items: list[T | None]) -> None:
         """Rebuild every sum from ``items`` (now owned by the index); O(window)."""
         base, rows, self._items, self._dead = self.base, self.rows, items, 0
+        self._paired_lo = self._paired_hi = base
+        self._unpaired = []
         # Per-item work through map and itertools: the pure trims index every message here.
         gaps = not all(map(_is_present, items))
         tokens = _column(rows.base_tokens, items, 0, gaps)
