@@ -2,7 +2,8 @@
 
 Each round runs one child process per tree (ours, and ``--before PATH`` first on
 ``PYTHONPATH``), interleaved; a child opens the store once (imports, tables), then times
-``open_store(url).close()`` ten times with the default pool settings and prints the median.
+``open_store(url).close()`` ten times with the default pool settings and prints the median;
+the ``ours, pool=shared`` row opens with ``&pool=shared`` (one pool per process, ADR-0084).
 The table gives the median of the rounds' medians in milliseconds.
 
 Run from the project root::
@@ -38,6 +39,9 @@ for _ in range(10):
     times.append(time.perf_counter() - started)
 print(statistics.median(times) * 1000)
 """
+SHARED = "&pool=shared"
+"""The URL option of the ``ours, pool=shared`` row (ADR-0084): every open after the first
+reuses the process's pool."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,13 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     schema = f"bench_open_{os.getpid()}"
     url = f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
-    trees = {"ours": ROOT, **({"before": args.before} if args.before else {})}
+    trees = {"ours": ROOT, "ours, pool=shared": ROOT,
+             **({"before": args.before} if args.before else {})}
     medians: dict[str, list[float]] = {name: [] for name in trees}
     try:
         for _ in range(args.rounds):
             for name, tree in trees.items():
                 done = subprocess.run(
-                    [sys.executable, "-c", CHILD, url], capture_output=True, text=True,
+                    [sys.executable, "-c", CHILD, url + (SHARED if "shared" in name else "")],
+                    capture_output=True, text=True,
                     check=True, cwd=tempfile.gettempdir(),
                     env={**os.environ, "PYTHONPATH": str(tree)},
                 )
@@ -69,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "rounds_ms": [round(v, 1) for v in values]} for name, values in medians.items()]
     print("open_store(url).close() on an existing PostgreSQL store, default pool (median ms)")
     for row in rows:
-        print(f"  {row['tree']:<7} {row['open_close_ms']:>8}")
+        print(f"  {row['tree']:<18} {row['open_close_ms']:>8}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({"benchmark": "pg_open", "rows": rows}, indent=2) + "\n",
                            encoding="utf-8")

@@ -4,7 +4,11 @@ Query options: ``schema`` (a lower-case identifier, created when missing; defaul
 ``public``), ``pool_size``,
 ``max_overflow``, ``connect_timeout`` (whole seconds to connect or to get a connection from the
 pool, default 5), ``lock_timeout`` and ``statement_timeout`` (seconds, decimals allowed; 0 or
-absent: no limit). ``postgres://`` is accepted too. Projections keep their tables in the
+absent: no limit), ``pool`` (``own``, the default: a pool per store, closed with it;
+``shared``: one pool per process for every store of the same URL and settings, kept open
+until the process exits or `close_shared_pools`, so that an ``open_store`` after the first
+costs no new pool, ADR-0084).
+``postgres://`` is accepted too. Projections keep their tables in the
 store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only when such
 a store is opened.
 
@@ -16,10 +20,12 @@ reads as well as the insert), and the library's recorders are used without their
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import math
 import re
+import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, Self
@@ -47,7 +53,7 @@ from turnledger.store.backends.port import (
     url_seconds,
 )
 
-__all__ = ["PostgresDatabase"]
+__all__ = ["PostgresDatabase", "close_shared_pools"]
 
 POSTGRES_DIALECT: Final = SqlDialect(
     name="postgresql",
@@ -59,8 +65,29 @@ POSTGRES_DIALECT: Final = SqlDialect(
 )
 
 _OPTIONS: Final = (
-    "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout"
+    "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout",
+    "pool",
 )
+_SHARED: dict[tuple[object, ...], Recorders] = {}
+"""The recorders (the library's pool, its registered types, the checked tables) of every
+``pool=shared`` store opened in this process, by what they were opened with (ADR-0084)."""
+_SHARED_LOCK = threading.Lock()
+
+
+def close_shared_pools() -> None:
+    """Close the connections of every ``pool=shared`` PostgreSQL store of this process (also
+    run at exit). A store still open on one of them fails with `StoreUnavailable`; the next
+    ``open_store`` opens a new pool."""
+    with _SHARED_LOCK:
+        shared = list(_SHARED.values())
+        _SHARED.clear()
+    for recorders in shared:
+        if recorders.close is not None:
+            with contextlib.suppress(Exception):
+                recorders.close()
+
+
+atexit.register(close_shared_pools)
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # URL option -> the library's setting, and the smallest value allowed.
 _POOL_OPTIONS: Final = (
@@ -108,8 +135,12 @@ class PostgresDatabase(Database):
         schema: str,
         pool: dict[str, str],
         limits: Limits | None = None,
+        *,
+        shared: bool = False,
     ) -> None:
         super().__init__(url)
+        self.shared = shared
+        """``pool=shared``: the process's pool for these settings (`close_shared_pools`)."""
         self.login = login
         self.schema = schema
         self.pool = pool
@@ -167,9 +198,29 @@ class PostgresDatabase(Database):
                 url, "statement_timeout", options.get("statement_timeout", "0")
             ),
         )
-        return cls(url, login, schema, pool, limits)
+        sharing = options.get("pool", "own")
+        if sharing not in ("own", "shared"):
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: pool must be own or shared, got {sharing!r}"
+            )
+        return cls(url, login, schema, pool, limits, shared=sharing == "shared")
+
+    def _shared_key(self, settings: dict[str, str]) -> tuple[object, ...]:
+        return (self.login, self.schema, tuple(sorted(self.pool.items())), self.limits,
+                tuple(sorted(settings.items())))
 
     def open(self, settings: dict[str, str]) -> Recorders:
+        if not self.shared:
+            return self._open(settings)
+        key = self._shared_key(settings)
+        with _SHARED_LOCK:  # one pool per key, even when threads open at once
+            recorders = _SHARED.get(key)
+            if recorders is None:
+                recorders = _SHARED[key] = self._open(settings)
+        self._events_table = getattr(recorders.events, "events_table_name", "stored_events")
+        return attrs.evolve(recorders, close=None)  # the process's: closing a store keeps it
+
+    def _open(self, settings: dict[str, str]) -> Recorders:
         try:
             from turnledger.store.backends import pg_recorders
         except ImportError as error:
