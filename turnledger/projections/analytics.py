@@ -100,6 +100,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
@@ -625,6 +626,7 @@ class _Batch:
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()
+                | ToolResultsCleared()
             ):
                 pass  # they move no route and list nothing: only the tallies below count them
             case RequestPrepared() | RequestRejected():
