@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turnledger as tl
 from tests.integration.test_replay import append_raw, next_stamp
+from tests.properties import examples
+from tests.strategies import conversation_histories
 from turnledger.domain.budget import Compaction, ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.compaction import cleared_text
+from turnledger.domain.compaction import cleared_text, is_cleared
 from turnledger.domain.events import MessageAppended, ToolResultsCleared
 from turnledger.domain.messages import (
     AssistantToolCalls,
     ChatMessage,
+    ConversationMessage,
     ToolCall,
     ToolResult,
     ToolResults,
 )
 from turnledger.domain.sweep import sweep_orphans
+from turnledger.domain.turns import is_breadcrumb_item, segment
 from turnledger.replay.audit import verify
 from turnledger.replay.timeline import timeline
 
@@ -121,3 +127,41 @@ def test_i24_profile_file_reads_the_compaction_table() -> None:
     assert Compaction(True, 4) == doc.runtime.compaction
     with pytest.raises(tl.InvalidProfile, match=r"compaction\.nope: unknown key"):
         parse_profile_document({"compaction": {"nope": 1}})
+
+
+@settings(max_examples=examples(40))
+@given(
+    history=conversation_histories(min_turns=1, max_turns=8),
+    keep=st.integers(1, 4),
+    budget=st.sampled_from([0, 300, 1_500, 100_000]),
+)
+def test_i24_property_clearing_never_orphans_keeps_the_newest_turn_and_replays(
+    history: list[ConversationMessage], keep: int, budget: int
+) -> None:
+    """For random histories: no request carries an orphan, the newest turn is sent as it
+    was recorded, verify explains every clearing, and restore and replay give the same
+    request without deciding anything new."""
+    profile = RuntimeProfile(
+        max_context_tokens=budget,
+        compaction=Compaction(clear_tool_results=True, keep_tool_result_turns=keep),
+    )
+    with tl.open_store("memory://") as store:
+        session = store.start_session(profile, (OPENAI,), Route("openai", "gpt-4o"))
+        session.extend([m for m in history if not is_breadcrumb_item(m)])  # ours alone
+        try:
+            request = session.prepare_request()
+        except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
+            return
+        swept = sweep_orphans(request.messages)
+        assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
+        newest = segment(request.messages).last_turn_start
+        if newest is not None:
+            sent = request.messages[newest:]
+            assert not any(is_cleared(m.content) for m in sent if m.role == "tool")
+        assert () == verify(store.backend).violations
+        restored = store.restore(session.id)
+        assert session.chat_view() == restored.chat_view()
+        again = restored.prepare_request()
+        assert request.digest == again.digest
+        assert not any(isinstance(e, ToolResultsCleared)
+                       for e in restored.events()[len(session.events()):])

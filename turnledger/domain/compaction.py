@@ -20,7 +20,7 @@ from turnledger.domain.messages import (
     tool_envelope,
 )
 
-__all__ = ["CLEARED_PREFIX", "cleared_item", "cleared_text", "is_cleared"]
+__all__ = ["cleared_item", "cleared_text"]
 
 CLEARED_PREFIX = "[tool result cleared: "
 """How every placeholder begins: a cleared result is never cleared again."""

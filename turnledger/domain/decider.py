@@ -97,7 +97,6 @@ __all__ = [
     "AppendMessage",
     "Batch",
     "ClearHistory",
-    "ClearToolResults",
     "Command",
     "Extend",
     "FitWindow",
