@@ -194,7 +194,7 @@ class HistoryPruning:
 
 @attrs.frozen
 class Compaction:
-    """The compaction stages a profile opts into (issue 24); all off by default (DECISIONS 21).
+    """The compaction stages a profile opts into (issue 24); all off by default (ADR-0086).
 
     ``clear_tool_results``: before whole turns are dropped for the token budget, the contents
     of the tool results outside the newest ``keep_tool_result_turns`` turns of the chat view

@@ -1,4 +1,4 @@
-"""Compaction stages a profile opts into (issue 24, DECISIONS 21): pure, no model called.
+"""Compaction stages a profile opts into (issue 24, ADR-0086): pure, no model called.
 
 Tool-result clearing replaces the content of older tool results (outside the newest turns a
 profile keeps) by a short placeholder that names what was cleared; the calls, their ids and

@@ -818,7 +818,7 @@ def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> N
 def _decide_clear_tool_results(state: SessionState, batch: Batch) -> None:
     compaction = state.profile.compaction
     if not compaction.clear_tool_results:
-        return  # off by default (DECISIONS 21): one attribute read per request
+        return  # off by default (ADR-0086): one attribute read per request
     keep = compaction.keep_tool_result_turns
     starts = state.index.turns_from(state.chat.start)
     if len(starts) <= keep:
