@@ -102,6 +102,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
@@ -646,6 +647,7 @@ class _Batch:
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()
+                | ToolResultsCleared()
             ):
                 pass  # they move no route and list nothing: only the tallies below count them
             case RequestPrepared() | RequestRejected():
