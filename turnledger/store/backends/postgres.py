@@ -4,13 +4,14 @@ Query options: ``schema`` (a lower-case identifier, created when missing; defaul
 ``public``), ``pool_size``,
 ``max_overflow``, ``connect_timeout`` (whole seconds to connect or to get a connection from the
 pool, default 5), ``lock_timeout`` and ``statement_timeout`` (seconds, decimals allowed; 0 or
-absent: no limit), ``pool`` (``own``, the default: a pool per store, closed with it;
-``shared``: one pool per process for every store of the same URL and settings, kept open
-until the process exits or `close_shared_pools`, so that an ``open_store`` after the first
-costs no new pool, ADR-0084).
-``postgres://`` is accepted too. Projections keep their tables in the
-store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only when such
-a store is opened.
+absent: no limit), ``log_order`` (``horizon``, the default: writers of different sessions
+commit in parallel and followers read below the transaction-id horizon; ``lock``: every insert
+takes the library's EXCLUSIVE table lock, ADR-0083), ``pool`` (``own``, the default: a pool
+per store, closed with it; ``shared``: one pool per process for every store of the same URL
+and settings, kept open until the process exits or `close_shared_pools`, so that an
+``open_store`` after the first costs no new pool, ADR-0084). ``postgres://`` is accepted too.
+Projections keep their tables in the store's schema. Needs psycopg (``pip install
+'turnledger[postgres]'``), imported only when such a store is opened.
 
 Bounded waits (ADR-0021): the timeouts are set on every connection of the pool (so they bind
 reads as well as the insert), and the library's recorders are used without their retry loop
@@ -32,7 +33,12 @@ from typing import Any, Final, Self
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    Notification,
+    StoredEvent,
+)
 
 from turnledger.store.backends.port import (
     Database,
@@ -66,8 +72,9 @@ POSTGRES_DIALECT: Final = SqlDialect(
 
 _OPTIONS: Final = (
     "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout",
-    "pool",
+    "log_order", "pool",
 )
+_LOG_ORDERS: Final = ("horizon", "lock")
 _SHARED: dict[tuple[object, ...], Recorders] = {}
 """The recorders (the library's pool, its registered types, the checked tables) of every
 ``pool=shared`` store opened in this process, by what they were opened with (ADR-0084)."""
@@ -135,10 +142,13 @@ class PostgresDatabase(Database):
         schema: str,
         pool: dict[str, str],
         limits: Limits | None = None,
+        log_order: str = "horizon",
         *,
         shared: bool = False,
     ) -> None:
         super().__init__(url)
+        self.log_order = log_order
+        """``horizon`` or ``lock`` (ADR-0083): whether inserts take the library's table lock."""
         self.shared = shared
         """``pool=shared``: the process's pool for these settings (`close_shared_pools`)."""
         self.login = login
@@ -198,16 +208,22 @@ class PostgresDatabase(Database):
                 url, "statement_timeout", options.get("statement_timeout", "0")
             ),
         )
+        log_order = options.get("log_order", "horizon")
+        if log_order not in _LOG_ORDERS:
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: option log_order must be one of "
+                f"{', '.join(_LOG_ORDERS)}, got {log_order!r}"
+            )
         sharing = options.get("pool", "own")
         if sharing not in ("own", "shared"):
             raise InvalidStoreURL(
                 f"{redact_url(url)!r}: pool must be own or shared, got {sharing!r}"
             )
-        return cls(url, login, schema, pool, limits, shared=sharing == "shared")
+        return cls(url, login, schema, pool, limits, log_order, shared=sharing == "shared")
 
     def _shared_key(self, settings: dict[str, str]) -> tuple[object, ...]:
         return (self.login, self.schema, tuple(sorted(self.pool.items())), self.limits,
-                tuple(sorted(settings.items())))
+                self.log_order, tuple(sorted(settings.items())))
 
     def open(self, settings: dict[str, str]) -> Recorders:
         if not self.shared:
@@ -257,6 +273,7 @@ class PostgresDatabase(Database):
 
         events = recorders.events
         assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
+        pg_recorders.set_log_order(events, lock=self.log_order == "lock")
         return attrs.evolve(recorders, insert_with_keys=functools.partial(
             pg_recorders.insert_with_keys, events, self.schema
         ))
@@ -330,8 +347,9 @@ class PostgresDatabase(Database):
         """The records, read under a SHARE lock on the events table (waited for up to the
         lock or connect timeout) on a connection of its own (ADR-0020, ADR-0064).
 
-        The lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it is
-        granted once a transaction whose connection was lost has committed or rolled back;
+        The lock conflicts with the ROW EXCLUSIVE lock every insert transaction holds (and
+        the EXCLUSIVE one of ``log_order=lock``), so it is granted once a transaction whose
+        connection was lost has committed or rolled back;
         a new connection, not the pool's, which may hold dead ones and wait before
         reconnecting after an outage.
         """
@@ -409,6 +427,24 @@ class PostgresDatabase(Database):
         finally:
             with contextlib.suppress(psycopg.Error):
                 connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def follow_page(
+        self,
+        recorder: ApplicationRecorder,
+        after: tuple[int, int],
+        limit: int,
+        topics: Sequence[str] = (),
+    ) -> list[tuple[tuple[int, int], Notification]]:
+        """Below the transaction-id horizon, in (transaction id, notification id) order, in
+        both log orders: a follower is right whichever option each writer runs (ADR-0083)."""
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.follow_page(_application(recorder), after, limit, topics)
+
+    def follows_after(self, recorder: ApplicationRecorder, after: tuple[int, int]) -> bool:
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.follows_after(_application(recorder), after)
 
     def session_start(self, session_id: UUID) -> int | None:
         from psycopg import sql
@@ -489,3 +525,10 @@ class PostgresDatabase(Database):
             connection.close()
             raise
         return SqlConnection(connection, POSTGRES_DIALECT)
+
+
+def _application(recorder: ApplicationRecorder) -> Any:
+    from eventsourcing.postgres import PostgresApplicationRecorder
+
+    assert isinstance(recorder, PostgresApplicationRecorder), "the recorder the store opened"
+    return recorder
