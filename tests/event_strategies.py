@@ -15,7 +15,13 @@ from uuid import UUID
 import attrs
 from hypothesis import strategies as st
 
-from turnledger.domain.budget import HistoryPruning, ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.budget import (
+    Compaction,
+    HistoryPruning,
+    ProviderProfile,
+    Route,
+    RuntimeProfile,
+)
 from turnledger.domain.events import (
     EVENT_TYPES,
     BreadcrumbInserted,
@@ -35,6 +41,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     TrimReason,
     TrimTrigger,
@@ -127,6 +134,8 @@ runtime_profiles = st.builds(
     history_pruning=st.builds(HistoryPruning, enabled=st.booleans(), max_tokens=counts),
     max_history_messages=st.none() | counts,
     max_tool_result_chars=counts,
+    compaction=st.builds(Compaction, clear_tool_results=st.booleans(),
+                         keep_tool_result_turns=st.integers(1, 50)),
 )
 
 
@@ -236,6 +245,17 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
     MessagePopped: _event(MessagePopped, position=counts, message=conversation_messages),
     HistoryCleared: _event(HistoryCleared, next_position=counts, removed=counts),
     SessionForgotten: _event(SessionForgotten, reason=names),
+    ToolResultsCleared: _event(
+        ToolResultsCleared,
+        positions=st.lists(small_counts, max_size=4).map(tuple),
+        tool_call_ids=st.lists(names, max_size=3).map(tuple),
+        rewritten=st.lists(
+            st.tuples(small_counts, conversation_messages), max_size=2
+        ).map(tuple),
+        kept_turns=small_counts,
+        tokens_before=counts,
+        tokens_after=counts,
+    ),
 }
 
 missing = set(EVENT_TYPES) - set(EVENT_STRATEGIES)

@@ -23,7 +23,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     "turnledger.domain.bodies": ("APIS", "LeftOut", "fit_messages"),
     "turnledger.domain.budget": (
-        "DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_HISTORY_TURNS", "HistoryPruning", "ProfileDocument",
+        "DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_HISTORY_TURNS", "Compaction", "HistoryPruning",
+        "ProfileDocument",
         "ProviderProfile", "ResolvedRoute", "Route", "RuntimeProfile", "effective_context_budget",
         "request_window", "resolve_capacity", "resolve_route",
     ),
@@ -41,7 +42,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "BreadcrumbInserted", "DomainEvent", "HistoryCleared", "HistoryTrimmed", "MessageAppended",
         "MessagePopped", "OrphansSwept", "OverflowRecovered", "OverflowReported",
         "OverflowUnrecoverable", "RequestPrepared", "RequestRejected", "RouteSelected",
-        "SessionForgotten", "SessionStarted", "TrimDecided",
+        "SessionForgotten", "SessionStarted", "ToolResultsCleared", "TrimDecided",
     ),
     "turnledger.domain.messages": (
         "BREADCRUMB_TEXT", "AssistantToolCalls", "Chat", "ChatMessage", "ConversationMessage",
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
     from turnledger.domain.budget import (
         DEFAULT_CONTEXT_TOKENS,
         DEFAULT_MAX_HISTORY_TURNS,
+        Compaction,
         HistoryPruning,
         ProfileDocument,
         ProviderProfile,
@@ -162,6 +164,7 @@ if TYPE_CHECKING:
         RouteSelected,
         SessionForgotten,
         SessionStarted,
+        ToolResultsCleared,
         TrimDecided,
     )
     from turnledger.domain.findings import (
@@ -258,6 +261,7 @@ __all__ = [
     "BreadcrumbInserted",
     "Chat",
     "ChatMessage",
+    "Compaction",
     "ConcurrencyConflict",
     "ContentBlock",
     "ContextWindowExceeded",
@@ -313,6 +317,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "ToolResults",
+    "ToolResultsCleared",
     "TranscriptError",
     "TrimDecided",
     "TrimResult",

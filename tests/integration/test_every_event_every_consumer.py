@@ -28,7 +28,7 @@ import pytest
 import turnledger as tl
 from tests.extras import need
 from turnledger.domain import events as events_module
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.budget import Compaction, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState, evolve
 from turnledger.domain.events import (
     EVENT_TYPES,
@@ -48,6 +48,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     View,
     as_event,
@@ -75,7 +76,10 @@ from turnledger.store.keys import new_key_text
 
 OPENAI = ProviderProfile("openai", "gpt-4o", 128_000)
 OPAQUE = ProviderProfile("opaque", "mystery")  # capacity unknown: the window is the budget
-PROFILE = RuntimeProfile(max_context_tokens=700, max_history_messages=4)
+PROFILE = RuntimeProfile(  # clearing opted in (issue 24): the recording holds it too
+    max_context_tokens=700, max_history_messages=4,
+    compaction=Compaction(clear_tool_results=True, keep_tool_result_turns=2),
+)
 TOOLS = ({"name": "search", "parameters": {"type": "object"}},)
 
 
@@ -217,6 +221,11 @@ def _check_views(recorded: Recorded, event: Event) -> None:
         case HistoryCleared():
             assert ([], []) == (chat, conversation)
             assert before.conversation_view()
+        case ToolResultsCleared():
+            assert len(before.chat_view()) == len(chat)
+            assert before.chat_tokens() - after.chat_tokens() == (
+                event.tokens_before - event.tokens_after) > 0
+            assert before.chat_view() != chat
         case (
             HistoryTrimmed()
             | RequestPrepared()
@@ -379,6 +388,9 @@ def _check_summarised(recorded: Recorded, event: Event) -> None:
             assert {**before, event.position: None} == after
         case OrphansSwept():
             assert {**before, **dict.fromkeys(event.positions), **dict(event.rewritten)} == after
+            assert before != after
+        case ToolResultsCleared():
+            assert {**before, **dict(event.rewritten)} == after
             assert before != after
         case _:
             assert before == after

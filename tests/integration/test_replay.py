@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from tests.backends import Target
 from tests.properties import examples
 from tests.strategies import conversation_histories
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.budget import Compaction, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import request_digest
 from turnledger.domain.errors import (
     ContextWindowExceeded,
@@ -341,10 +341,18 @@ def test_e6_timeline_covers_a_recorded_session(store: Store) -> None:
     popped.extend([ChatMessage.user("a"), ChatMessage.assistant("b")])
     popped.pop()
     popped.clear()
+    cleared = store.start_session(RuntimeProfile(  # issue 24: an opt-in clearing
+        compaction=Compaction(clear_tool_results=True, keep_tool_result_turns=1)))
+    for n in range(2):
+        cleared.append(ChatMessage.user(f"q{n}"))
+        cleared.append(AssistantToolCalls(None, (ToolCall(f"k{n}", "search", "{}"),)))
+        cleared.append(ToolResults((ToolResult(f"k{n}", "long result " * 20, "search"),)))
+    cleared.prepare_request()
     events = [
         *record_agent(store).session.events(),
         *record_refusals(store).session.events(),
         *popped.events(),
+        *cleared.events(),
     ]
     entries = timeline(events)
     assert [e.originator_version for e in events] == [e.position for e in entries]

@@ -29,6 +29,10 @@ float, ``nan`` and ``inf`` included), and a number outside (0, 1] is treated as 
     document_page_tokens = 1500
 
 
+    [compaction]               # opt-in stages (issue 24); off by default
+    clear_tool_results = false # older tool results' contents become a placeholder
+    keep_tool_result_turns = 3 # ... outside the newest 3 turns (at least 1)
+
     [providers.openai]         # the table key is the provider name
     model = "gpt-4o"           # required
     context_window = 128000    # optional, positive; absent = capacity unknown (R19)
@@ -81,6 +85,7 @@ __all__ = [
     "DEFAULT_MAX_HISTORY_TURNS",
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
     "AliasMap",
+    "Compaction",
     "HistoryPruning",
     "ModelAlias",
     "ProfileDocument",
@@ -188,6 +193,31 @@ class HistoryPruning:
 
 
 @attrs.frozen
+class Compaction:
+    """The compaction stages a profile opts into (issue 24); all off by default (ADR-0086).
+
+    ``clear_tool_results``: before whole turns are dropped for the token budget, the contents
+    of the tool results outside the newest ``keep_tool_result_turns`` turns of the chat view
+    are replaced by a placeholder naming what was cleared (`ToolResultsCleared`). Raises
+    `InvalidProfile` for a non-bool switch or a turn count below 1 (the newest turn's
+    results are the ones the model is answering).
+    """
+
+    clear_tool_results: bool = False
+    keep_tool_result_turns: int = 3
+
+    def __attrs_post_init__(self) -> None:
+        _check_bool("compaction.clear_tool_results", self.clear_tool_results)
+        _check_count("compaction.keep_tool_result_turns", self.keep_tool_result_turns,
+                     optional=False)
+        if self.keep_tool_result_turns < 1:
+            raise InvalidProfile(
+                "compaction.keep_tool_result_turns: must be at least 1 (the newest turn's "
+                f"results are always kept), got {self.keep_tool_result_turns}"
+            )
+
+
+@attrs.frozen
 class RuntimeProfile:
     """The history settings of one agent runtime (R11-R17, R28-R29, R38).
 
@@ -212,6 +242,9 @@ class RuntimeProfile:
     chosen; a session started with it records the default `Pricing()`, so its record says how
     it priced. A recorded profile without pricing is a session started before issue 21: it
     priced every block by its text (`session_pricing`)."""
+    compaction: Compaction = attrs.field(factory=Compaction, kw_only=True)
+    """The opt-in compaction stages (issue 24); stored only when not the default, so a
+    default profile records the same bytes as before."""
 
     def __attrs_post_init__(self) -> None:
         if self.pricing is not None and not isinstance(self.pricing, Pricing):
@@ -225,6 +258,10 @@ class RuntimeProfile:
             )
         _check_count("max_history_messages", self.max_history_messages, optional=True)
         _check_count("max_tool_result_chars", self.max_tool_result_chars, optional=False)
+        if not isinstance(self.compaction, Compaction):
+            raise InvalidProfile(
+                f"compaction: must be a Compaction, got {type(self.compaction).__name__}"
+            )
 
     @property
     def max_history_turns(self) -> int:
@@ -552,7 +589,10 @@ class ProfileDocument:
 _RUNTIME_KEYS: Final = frozenset(
     {"max_context_tokens", "context_compact_ratio", "max_history_messages", "max_tool_result_chars"}
 )
-_TOP_KEYS: Final = _RUNTIME_KEYS | {"history_pruning", "providers", "route", "pricing"}
+_TOP_KEYS: Final = _RUNTIME_KEYS | {
+    "history_pruning", "providers", "route", "pricing", "compaction"
+}
+_COMPACTION_KEYS: Final = frozenset(f.name for f in attrs.fields(Compaction))
 _PRICING_KEYS: Final = frozenset(f.name for f in attrs.fields(Pricing))
 _PRUNING_KEYS: Final = frozenset({"enabled", "max_tokens"})
 _PROVIDER_KEYS: Final = frozenset({"model", "context_window", "aliases", "api"})
@@ -594,8 +634,14 @@ def _parse_runtime(data: Mapping[str, Any]) -> RuntimeProfile:
         table = _table("pricing", data["pricing"])
         _reject_unknown("pricing", table, _PRICING_KEYS)
         pricing = Pricing(**table)
+    compaction = Compaction()
+    if "compaction" in data:
+        table = _table("compaction", data["compaction"])
+        _reject_unknown("compaction", table, _COMPACTION_KEYS)
+        compaction = Compaction(**table)
     runtime_args = {k: v for k, v in data.items() if k in _RUNTIME_KEYS}
-    return RuntimeProfile(history_pruning=pruning, pricing=pricing, **runtime_args)
+    return RuntimeProfile(history_pruning=pruning, pricing=pricing, compaction=compaction,
+                          **runtime_args)
 
 
 def _parse_alias(prefix: str, value: object) -> tuple[str, int | None]:

@@ -41,6 +41,7 @@ from turnledger.domain.budget import (
     find_provider,
     resolve_route,
 )
+from turnledger.domain.compaction import cleared_item
 from turnledger.domain.errors import InvalidMessage, InvalidProfile, TurnledgerError
 from turnledger.domain.estimate import FRAMING_TOKENS, estimate_history_tokens, text_tokens
 from turnledger.domain.events import (
@@ -63,6 +64,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     TrimReason,
     TrimTrigger,
@@ -252,6 +254,15 @@ class ClearHistory:
 
 
 @attrs.frozen
+class ClearToolResults:
+    """Replace older tool results' contents by placeholders (`ToolResultsCleared`), when the
+    profile opts in (`Compaction.clear_tool_results`, issue 24): a step of a request, before
+    its token-budget trim. Records nothing otherwise, or when nothing is left to clear."""
+
+    now: datetime
+
+
+@attrs.frozen
 class RecoverFromOverflow:
     error: str
     now: datetime
@@ -288,6 +299,7 @@ Command = (
     | FitWindow
     | PopMessage
     | ClearHistory
+    | ClearToolResults
 )
 
 
@@ -491,6 +503,8 @@ def evolve(
             state.pop(position, older)
         case HistoryCleared(next_position=position):
             state.clear(position)
+        case ToolResultsCleared(rewritten=rewritten):
+            state.sweep(dict(rewritten))  # held items of the chat window: rewritten in place
         case RouteSelected():
             state.resolved = resolve_route(state.profile, state.providers, event.route)
         case SessionStarted():
@@ -801,6 +815,51 @@ def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> N
     )
 
 
+def _decide_clear_tool_results(state: SessionState, batch: Batch) -> None:
+    compaction = state.profile.compaction
+    if not compaction.clear_tool_results:
+        return  # off by default (ADR-0086): one attribute read per request
+    keep = compaction.keep_tool_result_turns
+    starts = state.index.turns_from(state.chat.start)
+    if len(starts) <= keep:
+        return
+    boundary = starts[-keep]
+    rewritten: list[tuple[int, ConversationMessage]] = []
+    saved = 0
+    price = state.index.rows.base_tokens  # outside the current turn (keep >= 1, R22)
+    for position, item in state.index.present_from(state.chat.start):
+        if position >= boundary:
+            break
+        cleared = cleared_item(item)
+        if cleared is not None:
+            rewritten.append((position, cleared))
+            saved += price(item) - price(cleared)
+    if not rewritten:
+        return
+    before = state.chat_tokens()
+    after = before - saved
+    ids = [_result_ids(item) for _, item in rewritten]
+    batch.add(
+        ToolResultsCleared,
+        positions=tuple(p for p, _ in rewritten),
+        tool_call_ids=tuple(i for group in ids for i in group),
+        rewritten=tuple(rewritten),
+        kept_turns=keep,
+        tokens_before=before,
+        tokens_after=after,
+    )
+
+
+def _result_ids(item: ConversationMessage) -> list[str]:
+    match item:
+        case ToolResults(results=results):
+            return [r.tool_call_id for r in results]
+        case Chat(message=message):
+            call_id = chat_tool_call_id(message)
+            return [call_id] if call_id else []
+    return []
+
+
 def _decide_pop(state: SessionState, command: PopMessage, batch: Batch) -> None:
     newest = state.newest_in_view(command.summarised)
     if newest is not None:
@@ -814,7 +873,7 @@ def _decide_clear(state: SessionState, batch: Batch) -> None:
         batch.add(HistoryCleared, next_position=state.next_position, removed=removed)
 
 
-def _decide(state: SessionState, command: Command, batch: Batch) -> None:
+def _decide(state: SessionState, command: Command, batch: Batch) -> None:  # noqa: C901  # flat table
     """Add the events one step of ``command`` produces to ``batch``; never mutates ``state``."""
     match command:
         case StartSession():
@@ -839,6 +898,8 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:
             _decide_pop(state, command, batch)
         case ClearHistory():
             _decide_clear(state, batch)
+        case ClearToolResults():
+            _decide_clear_tool_results(state, batch)
         case ImportConversation() | Extend() | FitWindow():
             raise TypeError(f"{type(command).__name__} is run as its steps (`run`), not decided "
                             "alone")
@@ -892,6 +953,7 @@ def _steps(command: Command) -> list[Command]:
         case FitWindow(now=now):
             return [
                 EnforceTurnLimit(TrimTrigger.PREPARE, now),
+                ClearToolResults(now),  # opt-in (issue 24): before whole turns are dropped
                 EnforceTokenBudget(TrimTrigger.PREPARE, None, now),
                 SweepOrphans(now, view=View.CHAT),
             ]
@@ -901,6 +963,7 @@ def _steps(command: Command) -> list[Command]:
         case PrepareRequest():
             return [
                 EnforceTurnLimit(TrimTrigger.PREPARE, command.now),  # R27a
+                ClearToolResults(command.now),  # opt-in (issue 24): before turns are dropped
                 EnforceTokenBudget(TrimTrigger.PREPARE, None, command.now),  # R24
                 SweepOrphans(command.now, view=View.CHAT),  # R36: no orphan is sent
                 command,

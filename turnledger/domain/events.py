@@ -46,6 +46,7 @@ __all__ = [
     "RouteSelected",
     "SessionForgotten",
     "SessionStarted",
+    "ToolResultsCleared",
     "TrimDecided",
     "TrimReason",
     "TrimTrigger",
@@ -343,6 +344,26 @@ class SessionForgotten(DomainEvent):
     reason: str = ""
 
 
+@attrs.frozen
+class ToolResultsCleared(DomainEvent):
+    """Older tool results' contents left the views for placeholders (issue 24 point 3).
+
+    Recorded before a request's token-budget trim when the profile opts in
+    (`Compaction.clear_tool_results`): each tool result outside the newest ``kept_turns``
+    turns of the chat view is replaced by `cleared_text` (calls and ids kept). ``rewritten``
+    holds the items as the views now show them, at their log ``positions``; the log keeps
+    the originals, which `verify` compares them with. ``tool_call_ids`` names what was
+    cleared, ``tokens_before``/``tokens_after`` price the chat view around it.
+    """
+
+    positions: tuple[int, ...]
+    tool_call_ids: tuple[str, ...]
+    rewritten: tuple[tuple[int, ConversationMessage], ...]
+    kept_turns: int
+    tokens_before: int
+    tokens_after: int
+
+
 def _record_seed_structure(message: object) -> None:
     """Record in a v1 encoded `Chat` how the code that wrote it read it: the seed's rule.
 
@@ -380,6 +401,7 @@ Event: TypeAlias = (
     | MessagePopped
     | HistoryCleared
     | SessionForgotten
+    | ToolResultsCleared
 )
 """Every event a session records: the one list of them (issue 20, ADR-0073).
 

@@ -45,6 +45,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     TrimReason,
     View,
@@ -389,6 +390,8 @@ def note_item(
                 older[event.position] = None
         case OrphansSwept():
             older.update((p, None) for p in event.positions if p in span)
+            older.update((p, item) for p, item in event.rewritten if p in span)
+        case ToolResultsCleared():
             older.update((p, item) for p, item in event.rewritten if p in span)
         case _:
             assert_never(event)

@@ -23,6 +23,8 @@ integers that start at 0. Timestamps are ISO-8601 UTC text with microseconds
 
 - ``name`` (text, primary key): the projection's name, ``analytics``.
 - ``position`` (integer): notification id of the last event applied; 0 before the first.
+  The row ``analytics.horizon`` holds the rest of the follower's cursor: that event's
+  transaction id on PostgreSQL, 0 elsewhere (ADR-0083); the two are written together.
 
 ``tl_session_route`` — the route each session is on now (so a restarted follower attributes
 the next events to the right route).
@@ -100,11 +102,12 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
-from turnledger.store.backends.port import SqlConnection, SqlDialect, database_errors
+from turnledger.store.backends.port import LogCursor, SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
 
 __all__ = [
@@ -119,6 +122,8 @@ log = logging.getLogger("turnledger.analytics")
 
 TRACKING_NAME: Final = "analytics"
 """The ``tl_tracking.name`` of this projection."""
+HORIZON_NAME: Final = "analytics.horizon"
+"""The ``tl_tracking.name`` of the horizon key of this projection's cursor (ADR-0083)."""
 
 TABLES: Final = (
     "tl_tracking", "tl_session_route", "tl_session_stats", "tl_session_list", "tl_route_stats"
@@ -263,7 +268,9 @@ class _Statements:
     drop: tuple[str, ...]
     init_tracking: str
     position: str
+    cursor: str
     claim: str
+    set_horizon: str
     session_row: str
     route_row: str
     session_route: str
@@ -294,7 +301,11 @@ class _Statements:
                 "ON CONFLICT (name) DO NOTHING"
             ),
             position=f"SELECT position FROM tl_tracking WHERE name = {p}",
+            cursor=f"SELECT name, position FROM tl_tracking WHERE name IN ({p}, {p})",
+            # The notification id alone is compared: each is the cursor of one record, and a
+            # record is applied once, so a value never comes back (no ABA).
             claim=f"UPDATE tl_tracking SET position = {p} WHERE name = {p} AND position = {p}",
+            set_horizon=f"UPDATE tl_tracking SET position = {p} WHERE name = {p}",
             session_row=(
                 f"SELECT {', '.join(SESSION_STATS_COLUMNS)} FROM tl_session_stats "
                 f"WHERE session_id = {p}"
@@ -476,7 +487,8 @@ class Analytics:
         with self._database("rebuild the analytics tables") as db, db.transaction():
             for statement in (*db.sql.drop, *db.sql.create):
                 db.run(statement)
-            db.run(db.sql.init_tracking, (TRACKING_NAME,))
+            for name in (TRACKING_NAME, HORIZON_NAME):
+                db.run(db.sql.init_tracking, (name,))
         return self.catch_up(batch_size, progress)
 
     # -- queries --
@@ -541,12 +553,17 @@ class Analytics:
         with self._database("create the analytics tables") as db, db.transaction():
             for statement in db.sql.create:
                 db.run(statement)
-            db.run(db.sql.init_tracking, (TRACKING_NAME,))
+            for name in (TRACKING_NAME, HORIZON_NAME):
+                db.run(db.sql.init_tracking, (name,))
 
     @staticmethod
     def _position(db: _Database) -> int:
         found = db.rows(db.sql.position, (TRACKING_NAME,))
         return int(found[0][0]) if found else 0
+
+    @staticmethod
+    def _cursor(db: _Database) -> LogCursor:
+        return _read_cursor(db)
 
     def _catch_up(
         self,
@@ -566,32 +583,37 @@ class Analytics:
                 break
             limit = batch_size if stop_after is None else min(batch_size, stop_after - applied)
             with self._database("apply events") as db:
-                position = self._position(db)
-                page = self.backend.read_notifications(position + 1, limit)
-                if not page:
+                cursor = self._cursor(db)
+                page, end = self.backend.follow_notifications(cursor, limit)
+                if end == cursor:
                     break
                 try:
                     with db.transaction():
-                        self._apply(db, position, page)
+                        self._apply(db, cursor, page, end)
                 except _Lost:
-                    log.debug("analytics: another follower applied from %d first", position)
+                    log.debug("analytics: another follower applied from %s first", cursor)
                     continue  # re-read the position and go on from there
             applied += len(page)
             if progress is not None:
-                new_position = page[-1][0]
-                progress(new_position, max(head, new_position))
+                progress(end[1], max(head, end[1]))
         return applied
 
     def _apply(
-        self, db: _Database, position: int, page: Sequence[tuple[int, DomainEvent]]
+        self,
+        db: _Database,
+        cursor: LogCursor,
+        page: Sequence[tuple[LogCursor, DomainEvent]],
+        end: LogCursor,
     ) -> None:
-        """Fold one batch into the tables and claim its position, inside one transaction."""
+        """Fold one batch into the tables and claim its cursor, inside one transaction."""
         # Claim first: the row lock serialises racing followers, and a loser sees 0 rows.
-        if db.run(db.sql.claim, (page[-1][0], TRACKING_NAME, position)) != 1:
+        if db.run(db.sql.claim, (end[1], TRACKING_NAME, cursor[1])) != 1:
             raise _Lost
+        if end[0] != cursor[0]:
+            db.run(db.sql.set_horizon, (end[0], HORIZON_NAME))
         batch = _Batch(db)
         # Decoded by the store's codec: `Event`s alone, unchecked as in `unchecked_events`.
-        for _, event in cast("Sequence[tuple[int, Event]]", page):
+        for _, event in cast("Sequence[tuple[LogCursor, Event]]", page):
             batch.add(event)
         batch.write()
 
@@ -625,6 +647,7 @@ class _Batch:
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()
+                | ToolResultsCleared()
             ):
                 pass  # they move no route and list nothing: only the tallies below count them
             case RequestPrepared() | RequestRejected():
@@ -737,9 +760,8 @@ def listed_sessions(
     found: dict[UUID, Listed] = {}
     try:
         with closing(_Database(backend.connect_sql())) as db:
-            found_position = db.rows(db.sql.position, (TRACKING_NAME,))
             # read before the rows: they are at least this far
-            position = int(found_position[0][0]) if found_position else 0
+            cursor = _read_cursor(db)
             p = db.sql.dialect.placeholder
             for first in range(0, len(session_ids), _LISTED_CHUNK):
                 chunk = [str(sid) for sid in session_ids[first:first + _LISTED_CHUNK]]
@@ -758,11 +780,17 @@ def listed_sessions(
     except database_errors() as error:  # no tables (or no database): fold instead
         log.debug("analytics: no session list in %s: %s", backend.url, describe_error(error))
         return {}
-    # Records commit in notification order (one writer, or the table lock, ADR-0038): when
-    # nothing is newer than the position now, the rows read after it hold every event.
-    if found and backend.max_notification_id() == position:
+    # The cursor's order is one no record can commit before (ADR-0083): when no committed
+    # record follows the cursor now, the rows read after it hold every event.
+    if found and not backend.follows_after(cursor):
         found = {sid: attrs.evolve(listed, current=True) for sid, listed in found.items()}
     return found
+
+
+def _read_cursor(db: _Database) -> LogCursor:
+    """The tracking cursor (one statement: both rows as committed together)."""
+    found = dict(db.rows(db.sql.cursor, (TRACKING_NAME, HORIZON_NAME)))
+    return int(found.get(HORIZON_NAME, 0)), int(found.get(TRACKING_NAME, 0))
 
 
 def _normalise(row: dict[str, Any]) -> dict[str, Any]:

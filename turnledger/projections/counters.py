@@ -33,6 +33,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     TrimReason,
     unchecked_events,
@@ -183,6 +184,7 @@ class Tally:
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()
+                | ToolResultsCleared()
             ):
                 pass  # no counter of their own: they only count as events
             case _:

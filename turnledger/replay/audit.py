@@ -40,6 +40,7 @@ from uuid import UUID
 import attrs
 from eventsourcing.persistence import StoredEvent
 
+from turnledger.domain.compaction import cleared_item
 from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord, SessionNotFound, bounded
 from turnledger.domain.events import (
@@ -59,6 +60,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     unchecked_events,
 )
@@ -488,6 +490,7 @@ class _SessionVerifier:
                     | OverflowUnrecoverable()
                     | OrphansSwept()
                     | SessionForgotten()
+                    | ToolResultsCleared()
                 ):
                     pass  # no rule reads them alone (`run` checks the start)
                 case _:
@@ -513,6 +516,8 @@ class _SessionVerifier:
                 if state.newest_in_view(state.log) != (popped, message):
                     self.report(position, Rule.REPLAY, f"MessagePopped names log position "
                                 f"{popped}, which is not the newest message the view showed")
+            case ToolResultsCleared():
+                self._check_cleared(state, event)
             case HistoryCleared(next_position=next_position):
                 if next_position != state.next_position:
                     self.report(position, Rule.REPLAY, f"HistoryCleared says the log goes on "
@@ -532,6 +537,20 @@ class _SessionVerifier:
                 pass  # none removes a message; a sweep's removals are the fold's (R36)
             case _:
                 assert_never(event)
+
+    def _check_cleared(self, state: FoldedState, event: ToolResultsCleared) -> None:
+        """Each cleared item is the log's item with its results replaced by placeholders
+        (`cleared_item`), at a position the chat view shows (issue 24)."""
+        positions = tuple(p for p, _ in event.rewritten)
+        if positions != event.positions:
+            self.report(event.originator_version, Rule.REPLAY, "ToolResultsCleared names "
+                        f"positions {event.positions} but rewrites {positions}")
+        for position, item in event.rewritten:
+            held = state.log.get(position)
+            if position < state.chat.start or held is None or cleared_item(held) != item:
+                self.report(event.originator_version, Rule.REPLAY, "ToolResultsCleared at "
+                            f"log position {position} is not the log's item with its tool "
+                            "results cleared")
 
     # -- R31-R34: each trim and its notices --
 

@@ -59,6 +59,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     TrimTrigger,
     View,
@@ -216,6 +217,7 @@ class _Session:
                     | OverflowReported()
                     | OverflowRecovered()
                     | SessionForgotten()
+                    | ToolResultsCleared()
                 ):
                     pass  # drawn as the trim they go with, or as their timeline row alone
                 case OrphansSwept():
@@ -816,7 +818,7 @@ _ROW_CLASSES: Final = {
     RequestRejected: "decision rejected", RouteSelected: "decision route",
     OrphansSwept: "decision sweep", OverflowReported: "decision overflow",
     OverflowRecovered: "decision overflow", OverflowUnrecoverable: "decision overflow",
-    MessagePopped: "decision", HistoryCleared: "decision",
+    MessagePopped: "decision", HistoryCleared: "decision", ToolResultsCleared: "decision",
 }
 
 

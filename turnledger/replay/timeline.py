@@ -51,6 +51,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     TrimReason,
     TrimTrigger,
@@ -343,6 +344,8 @@ def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per eve
             return _started(event)
         case SessionForgotten():
             return _forgotten(event)
+        case ToolResultsCleared():
+            return _tool_results_cleared(event)
         case _:
             assert_never(event)
 
@@ -451,6 +454,16 @@ def _swept(event: OrphansSwept) -> str:
     if event.orphan_tool_call_ids:
         text += f" (tool call ids {', '.join(event.orphan_tool_call_ids)})"
     return text + " (R36, E5)"
+
+
+def _tool_results_cleared(event: ToolResultsCleared) -> str:
+    positions = ", ".join(map(str, event.positions))
+    calls = f" (calls {', '.join(event.tool_call_ids)})" if event.tool_call_ids else ""
+    return (
+        f"tool results cleared at log positions {positions}{calls}, outside the newest "
+        f"{_plural(event.kept_turns, 'turn')}: {event.tokens_before:,} -> "
+        f"{event.tokens_after:,} tokens (issue 24)"
+    )
 
 
 def _forgotten(event: SessionForgotten) -> str:

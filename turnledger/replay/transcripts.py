@@ -46,6 +46,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     as_event,
 )
@@ -396,6 +397,7 @@ def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
                 | OverflowRecovered()
                 | OverflowUnrecoverable()
                 | SessionForgotten()
+                | ToolResultsCleared()
             ):
                 pass  # they change no message of the record (see above)
             case _:

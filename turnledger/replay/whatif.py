@@ -73,6 +73,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    ToolResultsCleared,
     TrimDecided,
     as_event,
     unchecked_events,
@@ -409,6 +410,7 @@ class _Replay:
                 | OverflowRecovered()
                 | OverflowUnrecoverable()
                 | SessionForgotten()
+                | ToolResultsCleared()
             ):
                 pass  # outcomes (of a command, of `Store.forget`): the what-if side has its own
             case OrphansSwept():

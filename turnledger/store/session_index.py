@@ -17,7 +17,7 @@ from eventsourcing.persistence import TrackingRecorder
 from turnledger.domain.errors import SessionForgottenError, SessionNotFound
 from turnledger.domain.events import DomainEvent
 from turnledger.store.backend_core import BackendCore, to_uuid
-from turnledger.store.backends.port import SqlConnection
+from turnledger.store.backends.port import LogCursor, SqlConnection
 
 __all__ = ["SessionIndex"]
 
@@ -104,10 +104,11 @@ class SessionIndex(BackendCore):
     ) -> list[tuple[int, DomainEvent]]:
         """Up to ``limit`` (notification id, event) pairs with id >= ``start``, in global order.
 
-        The order is the commit order across sessions, for projections that keep a tracking
-        position (read from ``last id + 1`` next time). ``event_types`` restricts the topics;
-        ids stay the global ones, so they may skip. Raises `CorruptRecord` for a record that
-        cannot be decoded.
+        The order of the ids, which is the commit order only where writers commit one at a
+        time (SQLite, memory, PostgreSQL's ``log_order=lock``): a projection that resumes
+        where it stopped follows `follow_notifications` instead (ADR-0083). ``event_types``
+        restricts the topics; ids stay the global ones, so they may skip. Raises
+        `CorruptRecord` for a record that cannot be decoded.
         """
         self._check_open()
         if limit < 1:
@@ -123,6 +124,39 @@ class SessionIndex(BackendCore):
             except SessionForgottenError:
                 continue  # erased content: what was counted before stays counted
         return found
+
+    def follow_notifications(
+        self, after: LogCursor, limit: int
+    ) -> tuple[list[tuple[LogCursor, DomainEvent]], LogCursor]:
+        """What a projection applies next: up to ``limit`` events after the cursor ``after``
+        (``(0, 0)`` at first), in an order in which no event can commit before one already
+        returned, each with its cursor; and the cursor of the last record read (a projection
+        stores it: the next call starts there). The events of erased sessions are left out
+        but still move the cursor. An empty page with the same cursor: nothing to apply now.
+
+        On PostgreSQL the order is (transaction id, notification id), read below the oldest
+        transaction in progress (ADR-0083); elsewhere notification ids commit in order.
+        Raises `CorruptRecord` for a record that cannot be decoded.
+        """
+        self._check_open()
+        if limit < 1:
+            return [], after
+        with self._translate("read the notification log"):
+            page = self.database.follow_page(self.recorder, after, limit)
+        decode = self.mapper.to_domain_event
+        found: list[tuple[LogCursor, DomainEvent]] = []
+        for cursor, notification in page:
+            try:
+                found.append((cursor, decode(notification)))
+            except SessionForgottenError:
+                continue  # erased content: what was counted before stays counted
+        return found, (page[-1][0] if page else after)
+
+    def follows_after(self, after: LogCursor) -> bool:
+        """Whether a committed event follows the cursor ``after`` (`follow_notifications`)."""
+        self._check_open()
+        with self._translate("read the notification log"):
+            return self.database.follows_after(self.recorder, after)
 
     def tracking_recorder(self) -> TrackingRecorder:
         """A library tracking recorder in the same database (``tracking`` table), for projections

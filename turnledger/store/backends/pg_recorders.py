@@ -18,7 +18,12 @@ from uuid import UUID
 
 import psycopg
 import psycopg_pool
-from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
+from eventsourcing.persistence import (
+    InterfaceError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+)
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
@@ -31,12 +36,16 @@ from eventsourcing.utils import Environment
 from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
+    "add_horizon",
     "bounded_factory",
     "connection_options",
     "delete_snapshots",
+    "follow_page",
+    "follows_after",
     "insert_with_keys",
     "missing_objects",
     "replace_snapshot",
+    "set_log_order",
     "set_up_tables",
 ]
 
@@ -81,6 +90,11 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
     select_notifications = _reconnecting(PostgresApplicationRecorder.select_notifications)
     max_notification_id = _reconnecting(PostgresApplicationRecorder.max_notification_id)
 
+    lock_ordered = False
+    """Whether an insert takes the library's EXCLUSIVE table lock and NOTIFY (``log_order=lock``);
+    otherwise writers of different sessions commit in parallel and followers read below the
+    transaction-id horizon (ADR-0083). Set by the store after the factory built the recorder."""
+
     def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
         # The library's "SET LOCAL lock_timeout = '<int>s'" would replace the connection's
@@ -88,6 +102,24 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
         self.lock_table_statements = [
             s for s in self.lock_table_statements if "lock_timeout" not in repr(s)
         ]
+
+    def _insert_stored_events(
+        self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> None:
+        if self.lock_ordered:  # the library's own: lock, notify, insert
+            super()._insert_stored_events(curs, stored_events, **kwargs)
+            return
+        # No table lock and no NOTIFY (its commit takes a database-wide lock; nothing here
+        # listens): the row's transaction_id column default orders it for the followers.
+        PostgresAggregateRecorder._insert_stored_events(  # noqa: SLF001
+            self, curs, stored_events, **kwargs
+        )
+
+
+def set_log_order(recorder: PostgresApplicationRecorder, *, lock: bool) -> None:
+    """Make ``recorder``'s inserts take the library's table lock (``lock``) or not."""
+    if isinstance(recorder, _ApplicationRecorder):
+        recorder.lock_ordered = lock
 
 
 class _AggregateRecorder(PostgresAggregateRecorder):
@@ -122,11 +154,14 @@ def missing_objects(
     relations: list[str] = []
     types: list[str] = []
     functions: list[str] = []
+    columns: list[str] = []
     for recorder in recorders:
         relations.append(recorder.events_table_name)
         types.append(recorder.stored_event_type_name)
         if isinstance(recorder, PostgresApplicationRecorder):
             relations.append(recorder.notification_id_index_name)
+            relations.append(horizon_index_name(recorder))
+            columns.append(f"{recorder.events_table_name}.{HORIZON_COLUMN}")
             functions.append(recorder.pg_function_name_insert_events)
     found = connection.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -135,19 +170,114 @@ def missing_objects(
         " ON n.oid = t.typnamespace WHERE n.nspname = %(schema)s AND t.typname = ANY(%(types)s)"
         " UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n"
         " ON n.oid = p.pronamespace WHERE n.nspname = %(schema)s"
-        " AND p.proname = ANY(%(functions)s)",
-        {"schema": schema, "relations": relations, "types": types, "functions": functions},
+        " AND p.proname = ANY(%(functions)s)"
+        " UNION ALL SELECT c.relname || '.' || a.attname FROM pg_attribute a"
+        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %(schema)s AND NOT a.attisdropped"
+        " AND c.relname || '.' || a.attname = ANY(%(columns)s)",
+        {"schema": schema, "relations": relations, "types": types, "functions": functions,
+         "columns": columns},
     ).fetchall()
     present = {row[0] for row in found}
-    return [name for name in [*relations, *types, *functions] if name not in present]
+    return [name for name in [*relations, *types, *functions, *columns] if name not in present]
+
+
+HORIZON_COLUMN = "transaction_id"
+"""The events table's column of the inserting transaction's id (``xid8``, ADR-0083)."""
+
+
+def horizon_index_name(recorder: PostgresApplicationRecorder) -> str:
+    return f"{recorder.events_table_name}_horizon_idx"
+
+
+def add_horizon(cursor: Any, recorder: PostgresApplicationRecorder) -> None:
+    """Give the events table its ``transaction_id`` column and index (ADR-0083), in the
+    caller's transaction. Rows that exist get 0, which orders them before every new row
+    (a transaction id is at least 3) and among themselves by notification id: the order they
+    committed in under the library's table lock. Adding a column with a constant default
+    rewrites no row; the index is built from the whole table once."""
+    from psycopg.sql import SQL, Identifier
+
+    names = {
+        "table": Identifier(recorder.datastore.schema, recorder.events_table_name),
+        "column": Identifier(HORIZON_COLUMN),
+        "index": Identifier(horizon_index_name(recorder)),
+    }
+    for statement in (
+        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} xid8 NOT NULL DEFAULT '0'",
+        "ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT pg_current_xact_id()",
+        "CREATE INDEX IF NOT EXISTS {index} ON {table} ({column}, notification_id)",
+    ):
+        cursor.execute(SQL(statement).format(**names))
+
+
+def follow_page(
+    recorder: PostgresApplicationRecorder,
+    after: tuple[int, int],
+    limit: int,
+    topics: Sequence[str] = (),
+) -> list[tuple[tuple[int, int], Notification]]:
+    """`Database.follow_page` on PostgreSQL: the rows after ``after`` in (transaction id,
+    notification id) order whose transaction id is below the oldest transaction in progress
+    in this statement's snapshot (`turnledger.store.backends.port.horizon_page`, ADR-0083)."""
+    from psycopg.sql import SQL, Identifier
+
+    statement = SQL(
+        "SELECT {column}::text AS horizon, notification_id, originator_id, originator_version,"
+        " topic, state FROM {table}"
+        " WHERE ({column}, notification_id) > (%s::text::xid8, %s)"
+        " AND {column} < pg_snapshot_xmin(pg_current_snapshot()){topics}"
+        " ORDER BY {column}, notification_id LIMIT %s"
+    ).format(
+        column=Identifier(HORIZON_COLUMN),
+        table=Identifier(recorder.datastore.schema, recorder.events_table_name),
+        topics=SQL(" AND topic = ANY(%s)" if topics else ""),
+    )
+    params: list[Any] = [str(after[0]), after[1]]
+    if topics:
+        params.append(list(topics))
+    params.append(limit)
+    with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+        curs.execute(statement, params, prepare=True)
+        return [
+            ((int(row["horizon"]), int(row["notification_id"])), Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            ))
+            for row in curs.fetchall()
+        ]
+
+
+def follows_after(recorder: PostgresApplicationRecorder, after: tuple[int, int]) -> bool:
+    """`Database.follows_after` on PostgreSQL: a committed row beyond ``after`` (any horizon)."""
+    from psycopg.sql import SQL, Identifier
+
+    statement = SQL(
+        "SELECT EXISTS (SELECT 1 FROM {table} WHERE ({column}, notification_id)"
+        " > (%s::text::xid8, %s)) AS found"
+    ).format(
+        column=Identifier(HORIZON_COLUMN),
+        table=Identifier(recorder.datastore.schema, recorder.events_table_name),
+    )
+    with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+        curs.execute(statement, [str(after[0]), after[1]], prepare=True)
+        row = curs.fetchone()
+        return bool(row is not None and row["found"])
 
 
 def set_up_tables(factory: Any, recorders: Sequence[Any], *, create: bool) -> None:
-    """Run the library's DDL for ``recorders`` (``create``), or only register the composite
-    types they insert with; then let later recorders (tracking) create their own table."""
+    """Run the library's DDL for ``recorders`` (``create``) and add the horizon column to the
+    events table, or only register the composite types they insert with; then let later
+    recorders (tracking) create their own table."""
     if create:
         for recorder in recorders:
             recorder.create_table()
+            if isinstance(recorder, PostgresApplicationRecorder):
+                with recorder.datastore.transaction(commit=True) as cursor:
+                    add_horizon(cursor, recorder)
     else:
         factory.datastore.register_type_adapters()
     if isinstance(factory, _BoundedFactory):

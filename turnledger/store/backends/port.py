@@ -44,6 +44,7 @@ from eventsourcing.persistence import (
     Compressor,
     DatabaseError,
     InfrastructureFactory,
+    Notification,
     StoredEvent,
     TrackingRecorder,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "Erasure",
     "InvalidStoreURL",
     "Limits",
+    "LogCursor",
     "Recorders",
     "SqlConnection",
     "SqlDialect",
@@ -65,6 +67,7 @@ __all__ = [
     "StoreUnavailable",
     "damage_errors",
     "database_errors",
+    "horizon_page",
     "open_library_recorders",
     "redact_text",
     "redact_url",
@@ -262,6 +265,32 @@ class Database(abc.ABC):
         """
         return None
 
+    # -- the follower's cursor on the notification log (ADR-0083) --
+
+    def follow_page(
+        self,
+        recorder: ApplicationRecorder,
+        after: LogCursor,
+        limit: int,
+        topics: Sequence[str] = (),
+    ) -> list[tuple[LogCursor, Notification]]:
+        """Up to ``limit`` records that follow ``after`` in the order a follower applies
+        them, each with its cursor, such that no record can ever commit before the last one
+        returned: a follower that resumes from the last cursor skips and repeats nothing.
+
+        This default is for a database whose notification ids commit in their order (one
+        writer at a time: SQLite, memory): the cursor is ``(0, notification id)``. A
+        database whose writers commit in parallel overrides it (PostgreSQL's transaction-id
+        horizon). Raises what the library or the driver raises.
+        """
+        page = recorder.select_notifications(after[1] + 1, limit, topics=topics)
+        return [((0, n.id), n) for n in page]
+
+    def follows_after(self, recorder: ApplicationRecorder, after: LogCursor) -> bool:
+        """Whether a committed record follows ``after`` (a follower at ``after`` has not
+        applied everything committed now). Raises what the library or the driver raises."""
+        return (recorder.max_notification_id() or 0) > after[1]
+
     def session_start(self, session_id: UUID) -> int | None:
         """The notification id of ``session_id``'s first record (0: no such session), read
         by the key, so a session list can start after it; None: this database cannot tell
@@ -426,6 +455,23 @@ def run_transaction(
         cursor.execute("ROLLBACK")
         raise
     cursor.execute("COMMIT")
+
+
+LogCursor = tuple[int, int]
+"""Where a follower of the notification log stands: ``(horizon key, notification id)`` of the
+last record it applied, ``(0, 0)`` before the first; cursors compare as tuples. The horizon
+key is the writing transaction's id on PostgreSQL (ADR-0083) and 0 where ids commit in order."""
+
+
+def horizon_page(
+    rows: Iterable[LogCursor], horizon: int, after: LogCursor, limit: int
+) -> list[LogCursor]:
+    """The follower's rule, as PostgreSQL's `follow_page` runs it in SQL (ADR-0083): of the
+    committed ``rows`` (``(transaction id, notification id)``), those after ``after`` whose
+    transaction id is below ``horizon`` (the reader's snapshot's oldest transaction still in
+    progress: every transaction below it has ended, so no row below it can appear later),
+    in cursor order, at most ``limit``."""
+    return sorted(row for row in rows if row > after and row[0] < horizon)[:limit]
 
 
 def _uuid(value: UUID | str) -> UUID:

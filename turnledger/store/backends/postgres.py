@@ -4,9 +4,11 @@ Query options: ``schema`` (a lower-case identifier, created when missing; defaul
 ``public``), ``pool_size``,
 ``max_overflow``, ``connect_timeout`` (whole seconds to connect or to get a connection from the
 pool, default 5), ``lock_timeout`` and ``statement_timeout`` (seconds, decimals allowed; 0 or
-absent: no limit). ``postgres://`` is accepted too. Projections keep their tables in the
-store's schema. Needs psycopg (``pip install 'turnledger[postgres]'``), imported only when such
-a store is opened.
+absent: no limit), ``log_order`` (``horizon``, the default: writers of different sessions
+commit in parallel and followers read below the transaction-id horizon; ``lock``: every insert
+takes the library's EXCLUSIVE table lock, ADR-0083). ``postgres://`` is accepted too.
+Projections keep their tables in the store's schema. Needs psycopg (``pip install
+'turnledger[postgres]'``), imported only when such a store is opened.
 
 Bounded waits (ADR-0021): the timeouts are set on every connection of the pool (so they bind
 reads as well as the insert), and the library's recorders are used without their retry loop
@@ -26,7 +28,12 @@ from typing import Any, Final, Self
 from uuid import UUID
 
 import attrs
-from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    Notification,
+    StoredEvent,
+)
 
 from turnledger.store.backends.port import (
     Database,
@@ -59,8 +66,10 @@ POSTGRES_DIALECT: Final = SqlDialect(
 )
 
 _OPTIONS: Final = (
-    "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout"
+    "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout",
+    "log_order",
 )
+_LOG_ORDERS: Final = ("horizon", "lock")
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # URL option -> the library's setting, and the smallest value allowed.
 _POOL_OPTIONS: Final = (
@@ -108,8 +117,11 @@ class PostgresDatabase(Database):
         schema: str,
         pool: dict[str, str],
         limits: Limits | None = None,
+        log_order: str = "horizon",
     ) -> None:
         super().__init__(url)
+        self.log_order = log_order
+        """``horizon`` or ``lock`` (ADR-0083): whether inserts take the library's table lock."""
         self.login = login
         self.schema = schema
         self.pool = pool
@@ -167,7 +179,13 @@ class PostgresDatabase(Database):
                 url, "statement_timeout", options.get("statement_timeout", "0")
             ),
         )
-        return cls(url, login, schema, pool, limits)
+        log_order = options.get("log_order", "horizon")
+        if log_order not in _LOG_ORDERS:
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: option log_order must be one of "
+                f"{', '.join(_LOG_ORDERS)}, got {log_order!r}"
+            )
+        return cls(url, login, schema, pool, limits, log_order)
 
     def open(self, settings: dict[str, str]) -> Recorders:
         try:
@@ -206,6 +224,7 @@ class PostgresDatabase(Database):
 
         events = recorders.events
         assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
+        pg_recorders.set_log_order(events, lock=self.log_order == "lock")
         return attrs.evolve(recorders, insert_with_keys=functools.partial(
             pg_recorders.insert_with_keys, events, self.schema
         ))
@@ -279,8 +298,9 @@ class PostgresDatabase(Database):
         """The records, read under a SHARE lock on the events table (waited for up to the
         lock or connect timeout) on a connection of its own (ADR-0020, ADR-0064).
 
-        The lock conflicts with the EXCLUSIVE lock every insert transaction holds, so it is
-        granted once a transaction whose connection was lost has committed or rolled back;
+        The lock conflicts with the ROW EXCLUSIVE lock every insert transaction holds (and
+        the EXCLUSIVE one of ``log_order=lock``), so it is granted once a transaction whose
+        connection was lost has committed or rolled back;
         a new connection, not the pool's, which may hold dead ones and wait before
         reconnecting after an outage.
         """
@@ -358,6 +378,24 @@ class PostgresDatabase(Database):
         finally:
             with contextlib.suppress(psycopg.Error):
                 connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def follow_page(
+        self,
+        recorder: ApplicationRecorder,
+        after: tuple[int, int],
+        limit: int,
+        topics: Sequence[str] = (),
+    ) -> list[tuple[tuple[int, int], Notification]]:
+        """Below the transaction-id horizon, in (transaction id, notification id) order, in
+        both log orders: a follower is right whichever option each writer runs (ADR-0083)."""
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.follow_page(_application(recorder), after, limit, topics)
+
+    def follows_after(self, recorder: ApplicationRecorder, after: tuple[int, int]) -> bool:
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.follows_after(_application(recorder), after)
 
     def session_start(self, session_id: UUID) -> int | None:
         from psycopg import sql
@@ -438,3 +476,10 @@ class PostgresDatabase(Database):
             connection.close()
             raise
         return SqlConnection(connection, POSTGRES_DIALECT)
+
+
+def _application(recorder: ApplicationRecorder) -> Any:
+    from eventsourcing.postgres import PostgresApplicationRecorder
+
+    assert isinstance(recorder, PostgresApplicationRecorder), "the recorder the store opened"
+    return recorder
