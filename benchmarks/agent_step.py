@@ -19,10 +19,31 @@ Each run is a user message, three tool steps and a final answer (all recorded on
 the three tool steps are timed. The ratio is SDK / turnledger: above 1, turnledger is faster.
 Goal (issue 22): >= 1x at 100 turns.
 
+**LangGraph** (LangChain 1.x ``create_agent``, the agent LangGraph users build now), the same
+step inside a real graph run: two agents on the same scripted chat model and tool (a turn of
+four messages, ~2.4 KB: question, reasoning + tool call, ~1.5 KB tool result, answer), each
+with a durable checkpointer of its own (``SqliteSaver``; ``PostgresSaver`` of
+``langgraph-checkpoint-postgres``), run with ``durability="sync"`` (every checkpoint written
+before the next node, as turnledger records before the model call):
+
+- **LangGraph**: a ``wrap_model_call`` middleware that trims the state's messages with
+  ``trim_messages`` (``strategy="last"``, ``max_tokens=32000``, ``start_on="human"``,
+  ``count_tokens_approximately``) before each model call;
+- **turnledger**: ``TurnledgerMiddleware`` (default profile: 50 turns, 32,000 tokens). It does
+  not replace the checkpointer: the graph state must keep the thread's messages (the middleware
+  records what is new against it), so a durable deployment has both, and the middleware's
+  ``after_model`` is a graph node: one more checkpoint per step.
+
+A step is timed from the moment a model call returns to the moment the next one starts
+(timestamps taken inside the scripted model): the graph records the reply and the tool result
+(checkpoints, middleware), runs the (trivial) tool and builds the next model input. Runs are
+interleaved one by one. Ratio = LangGraph / turnledger.
+
 Run from the project root::
 
     .venv/bin/python -m benchmarks.agent_step            # full run, writes results/agent_step.json
     .venv/bin/python -m benchmarks.agent_step --quick    # 100 and 1,000 turns, JSON to tmp
+    .venv/bin/python -m benchmarks.agent_step --parts langgraph   # one part, JSON to tmp
 
 ``--postgres URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``; fresh schemas,
 dropped after), ``--no-postgres`` to skip PostgreSQL.
@@ -64,6 +85,7 @@ RESULTS = Path(__file__).parent / "results" / "agent_step.json"
 MAX_TURNS = 50  # turnledger's default turn limit (R29), applied on the SDK side too
 BUDGET = 32_000  # turnledger's default token budget (R11), applied on the SDK side too
 Item = dict[str, Any]
+PARTS = ("agents", "langgraph")
 
 
 def user_trim(items: list[Item], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Item]:
@@ -158,6 +180,225 @@ async def bench_size(backend: Backend, turns: int, runs: int) -> dict[str, Any]:
             "sdk_over_turnledger": sdk / mine}
 
 
+# --- LangGraph: create_agent with a checkpointer --------------------------------------------
+
+LG_STEPS = 3  # tool steps a run, as on the SDK side
+THREAD = {"configurable": {"thread_id": "bench-thread"}}
+
+
+def _lc_turn(n: int, text: Text) -> list[Any]:
+    """One filled turn as LangChain messages (ids given, as the graph's reducer would)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    call = {"id": f"call_{n}", "name": "search", "args": {"q": text(40)}}
+    return [HumanMessage(f"Question {n}: {text(200)}", id=f"h_{n}"),
+            AIMessage(text(300), tool_calls=[call], id=f"ai_{n}"),
+            ToolMessage(text(1500), tool_call_id=f"call_{n}", id=f"t_{n}"),
+            AIMessage(text(400), id=f"a_{n}")]
+
+
+def _step_model(script: list[Any]) -> Any:
+    """A chat model that answers from ``script`` and notes when each call enters and leaves."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from pydantic import Field
+
+    class StepModel(BaseChatModel):
+        script: list[Any] = Field(default_factory=list)
+        entered: list[float] = Field(default_factory=list)
+        left: list[float] = Field(default_factory=list)
+        seen: list[int] = Field(default_factory=list)
+
+        @property
+        def _llm_type(self) -> str:
+            return "scripted-steps"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            self.entered.append(time.perf_counter())
+            self.seen.append(len(messages))
+            result = ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
+            self.left.append(time.perf_counter())
+            return result
+
+    return StepModel(script=script)
+
+
+def _lg_run(n: int, text: Text) -> tuple[Any, list[Any], dict[str, str]]:
+    """A run: its question, the model's replies (three tool calls, an answer), tool outputs."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    user = HumanMessage(f"Question {n}: {text(200)}", id=f"h_{n}")
+    replies, outputs = [], {}
+    for k in range(LG_STEPS):
+        q = f"{n}-{k}"
+        replies.append(AIMessage(text(300), id=f"ai_{n}_{k}",
+                                 tool_calls=[{"id": f"call_{n}_{k}", "name": "search",
+                                              "args": {"q": q}}]))
+        outputs[q] = text(1500)
+    replies.append(AIMessage(text(400), id=f"a_{n}"))
+    return user, replies, outputs
+
+
+def _trim_middleware() -> Any:
+    from langchain.agents.middleware import wrap_model_call
+    from langchain_core.messages import trim_messages
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    @wrap_model_call  # type: ignore[arg-type]
+    def trim_to_budget(request: Any, handler: Any) -> Any:
+        window = trim_messages(request.messages, max_tokens=BUDGET, strategy="last",
+                               token_counter=count_tokens_approximately, start_on="human",
+                               include_system=True)
+        return handler(request.override(messages=window))
+
+    return trim_to_budget
+
+
+class _Checkpointers:
+    """A fresh durable checkpointer per agent: SqliteSaver files, or PostgresSaver schemas."""
+
+    def __init__(self, directory: Path, postgres: str | None) -> None:
+        self.directory, self.postgres = directory, postgres
+        self.closers: list[Any] = []
+        self.schemas: list[str] = []
+
+    def saver(self, name: str) -> Any:
+        if self.postgres is None:
+            import sqlite3
+
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            connection = sqlite3.connect(self.directory / f"{name}.db", check_same_thread=False)
+            self.closers.append(connection.close)
+            return SqliteSaver(connection)
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+
+        schema = f"bench_lg_{name}_{uuid.uuid4().hex[:8]}".replace("-", "_")
+        self.schemas.append(schema)
+        with psycopg.connect(_conninfo(self.postgres), autocommit=True) as pg:
+            pg.execute(f'CREATE SCHEMA "{schema}"')
+        connection = psycopg.connect(_conninfo(self.postgres), autocommit=True,
+                                     prepare_threshold=0, row_factory=dict_row,
+                                     options=f"-c search_path={schema}")
+        self.closers.append(connection.close)
+        saver = PostgresSaver(connection)  # type: ignore[arg-type]
+        saver.setup()
+        return saver
+
+    def ours_url(self, name: str) -> str:
+        if self.postgres is None:
+            return f"sqlite:///{self.directory / f'{name}-turnledger.db'}"
+        schema = f"bench_lg_{name}_{uuid.uuid4().hex[:8]}_tl".replace("-", "_")
+        self.schemas.append(schema)
+        return f"{self.postgres}?schema={schema}"
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+        if self.postgres is not None:
+            import psycopg
+
+            with psycopg.connect(_conninfo(self.postgres), autocommit=True) as pg:
+                for schema in self.schemas:
+                    pg.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _conninfo(url: str) -> str:
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return (f"host={parts.hostname} port={parts.port or 5432} user={parts.username} "
+            f"dbname={parts.path.lstrip('/')}")
+
+
+def _lg_agent(saver: Any, middleware: Any, outputs: dict[str, str]) -> tuple[Any, Any]:
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+
+    @tool
+    def search(q: str) -> str:
+        """Search the documents."""
+        return outputs[q]
+
+    model = _step_model([])
+    return create_agent(model, [search], middleware=[middleware], checkpointer=saver), model
+
+
+def _lg_fill(agent: Any, messages: list[Any], middleware: Any) -> None:
+    """The thread's checkpoint holds ``messages`` (one checkpoint, as if grown run by run);
+    turnledger's log holds them too, 100 turns a transaction."""
+    nodes = agent.get_graph().nodes
+    last = next((n for n in nodes if n.endswith(".after_agent")), "model")
+    agent.update_state(THREAD, {"messages": messages}, as_node=last)
+    assert agent.get_state(THREAD).next == (), "the filled thread must be at rest"
+    if middleware is not None:
+        for end in range(400, len(messages) + 400, 400):
+            middleware.trimmer.record(messages[:end], THREAD)
+
+
+def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
+                    runs: int) -> dict[str, Any]:
+    """Median step time of each agent after ``turns`` turns, ``runs`` runs of three steps."""
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    text = Text(turns)
+    history = [m for n in range(turns) for m in _lc_turn(n, text)]
+    outputs: dict[str, str] = {}
+    tag = f"{turns}"
+    times: dict[str, list[float]] = {"langgraph": [], "turnledger": []}
+    seen: dict[str, int] = {}
+    with tl.open_store(savers.ours_url(tag)) as store:
+        ours = TurnledgerMiddleware(store)
+        agents = {"langgraph": _lg_agent(savers.saver(f"lg{tag}"), _trim_middleware(), outputs),
+                  "turnledger": _lg_agent(savers.saver(f"tl{tag}"), ours, outputs)}
+        _lg_fill(agents["langgraph"][0], history, None)
+        _lg_fill(agents["turnledger"][0], history, ours)
+        del history
+        text = Text(turns + 7)
+        for r in range(runs):
+            user, replies, run_outputs = _lg_run(turns + r, text)
+            outputs.update(run_outputs)
+            sides = ("langgraph", "turnledger") if r % 2 == 0 else ("turnledger", "langgraph")
+            for side in sides:
+                agent, scripted = agents[side]
+                scripted.script[:] = [m.model_copy() for m in replies]
+                scripted.entered.clear()
+                scripted.left.clear()
+                scripted.seen.clear()
+                agent.invoke({"messages": [user.model_copy()]}, THREAD, durability="sync")
+                times[side] += [scripted.entered[k + 1] - scripted.left[k]
+                                for k in range(LG_STEPS)]
+                seen[side] = scripted.seen[-1]
+    theirs, mine = statistics.median(times["langgraph"]), statistics.median(times["turnledger"])
+    return {"backend": backend, "turns": turns, "steps": len(times["langgraph"]),
+            "langgraph_ms": theirs * 1e3, "turnledger_ms": mine * 1e3,
+            "langgraph_messages": seen["langgraph"], "turnledger_messages": seen["turnledger"],
+            "langgraph_over_turnledger": theirs / mine}
+
+
+def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
+    rows = []
+    for backend, postgres in (("SQLite", None), ("PostgreSQL", args.postgres)):
+        if postgres is not None and args.no_postgres:
+            continue
+        savers = _Checkpointers(directory, postgres)
+        try:
+            for turns in sizes:
+                # A checkpoint of 10,000 turns is ~25 MB, written two or three times a step.
+                runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
+                rows.append(bench_langgraph(savers, backend, turns, runs))
+        finally:
+            savers.close()
+    return rows
+
+
 async def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
     runs = 4 if args.quick else 8
@@ -189,23 +430,48 @@ def report(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def report_langgraph(rows: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        "LangGraph create_agent, one agent step (reply + tool result checkpointed/recorded, "
+        "next model input built); median ms; ratio LangGraph / turnledger",
+        ["backend", "turns", "steps", "LangGraph ms", "turnledger ms", "LangGraph messages",
+         "turnledger messages", "ratio"],
+        [[r["backend"], r["turns"], r["steps"], r["langgraph_ms"], r["turnledger_ms"],
+          r["langgraph_messages"], r["turnledger_messages"],
+          f"{r['langgraph_over_turnledger']:.2f}x"] for r in rows],
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="100 and 1,000 turns; JSON to tmp")
     parser.add_argument("--postgres", default=PG_DEFAULT)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, of {', '.join(PARTS)} (not all: JSON to tmp)")
     args = parser.parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tl-bench-step-") as tmp:
-        rows = asyncio.run(run(args, Path(tmp)))
-    print(report(rows))
-    output = Path(tempfile.gettempdir()) / "agent_step.json" if args.quick else RESULTS
+        if "agents" in parts:
+            results["steps"] = asyncio.run(run(args, Path(tmp)))
+            print(report(results["steps"]))
+        if "langgraph" in parts:
+            results["langgraph"] = run_langgraph(args, Path(tmp))
+            print(report_langgraph(results["langgraph"]))
+    partial = args.quick or set(parts) != set(PARTS)
+    output = Path(tempfile.gettempdir()) / "agent_step.json" if partial else RESULTS
     output.parent.mkdir(parents=True, exist_ok=True)
     meta = {"when": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": "python -m benchmarks.agent_step" + (" --quick" * args.quick)
-            + (" --no-postgres" * args.no_postgres),
+            + (" --no-postgres" * args.no_postgres)
+            + (f" --parts {args.parts}" * (set(parts) != set(PARTS))),
             "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "max_turns": MAX_TURNS, "budget_tokens": BUDGET}
-    output.write_text(json.dumps({**meta, "steps": rows}, indent=2) + "\n", encoding="utf-8")
+    output.write_text(json.dumps({**meta, **results}, indent=2) + "\n", encoding="utf-8")
     print(f"results: {output}")
 
 

@@ -232,3 +232,97 @@ def test_r24_pydantic_ai_agent_loop_trims_between_tool_steps(kind: str, tmp_path
         child = subprocess.run([sys.executable, str(CHILD), target.url, "user-42"],
                                capture_output=True, text=True, timeout=120, check=True)
         assert window == child.stdout.strip()
+
+
+
+# -- concurrency: many history objects of one conversation (issue 22) --
+
+
+def _run_steps(worker: int, n: int) -> list[list[Any]]:
+    """The messages a run adds before each model request and at its end, as pydantic-ai
+    builds them: the question; the tool call with its result; the answer."""
+    m = _pa()
+    run = f"w{worker}-run{n}"
+    call = f"w{worker}-{n}"
+    return [
+        [m.ModelRequest(parts=[m.UserPromptPart(f"w{worker} q{n}", timestamp=T0)], run_id=run)],
+        [m.ModelResponse(parts=[m.ToolCallPart("lookup", {"q": call}, tool_call_id=call)],
+                         timestamp=T0, run_id=run),
+         m.ModelRequest(parts=[m.ToolReturnPart("lookup", f"found {call}", tool_call_id=call,
+                                                timestamp=T0)], run_id=run)],
+        [m.ModelResponse(parts=[m.TextPart(f"w{worker} answer {n}")], timestamp=T0, run_id=run)],
+    ]
+
+
+def _check_shared_log(store: Any, everyone: range, runs: int) -> None:
+    from turnledger.domain.messages import AssistantToolCalls, Chat, ToolResults
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+    from turnledger.replay.transcripts import record_of
+
+    session = TurnledgerHistory.open(store, "shared").session
+    log = list(record_of(session.events()))
+    assert 4 * len(everyone) * runs == len(log)  # question, call, result, answer: each once
+    texts = sorted(m.message.content for m in log if isinstance(m, Chat))
+    assert sorted([f"w{w} q{n}" for w in everyone for n in range(runs)]
+                  + [f"w{w} answer {n}" for w in everyone for n in range(runs)]) == texts
+    calls = [i for i, m in enumerate(log) if isinstance(m, AssistantToolCalls)]
+    assert len(everyone) * runs == len(calls)
+    for i in calls:  # the step's call and its result, together (one transaction)
+        result = log[i + 1]
+        assert isinstance(result, ToolResults)
+        assert [c.id for c in log[i].tool_calls] == [r.tool_call_id for r in result.results]
+    assert any(isinstance(e, HistoryTrimmed) for e in session.events())
+    assert verify(store.backend).ok
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_i22_pydantic_ai_many_history_objects_of_one_conversation_all_land(
+    kind: str, tmp_path: Path
+) -> None:
+    """Six threads (a store each) and six coroutines, each with its own history object of one
+    conversation, record their runs step by step at once, as the capability does before each
+    model request (``window``) on a budget that trims: every message lands once, each tool
+    call next to its result, and verify passes."""
+    import asyncio
+    import threading
+
+    from turnledger.integrations import off_loop
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    workers, runs = 6, 3
+    profile = RuntimeProfile(max_context_tokens=300)
+
+    def one_run(history: Any, worker: int, n: int) -> None:
+        so_far: list[Any] = []
+        for step in _run_steps(worker, n):
+            so_far += step
+            history.window(so_far, f"w{worker}-run{n}")
+
+    with fresh_target(kind, tmp_path) as target:
+        errors: list[BaseException] = []
+
+        def thread_worker(worker: int) -> None:
+            try:
+                with open_store(target.url) as store:
+                    for n in range(runs):  # a new history object per run, as a web worker
+                        one_run(TurnledgerHistory.open(store, "shared", profile=profile),
+                                worker, n)
+            except BaseException as error:  # reported by the test
+                errors.append(error)
+
+        threads = [threading.Thread(target=thread_worker, args=(w,)) for w in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [] == errors
+
+        async def coroutines(store: Any) -> None:
+            histories = [TurnledgerHistory.open(store, "shared", profile=profile)
+                         for _ in range(workers)]
+            await asyncio.gather(*(off_loop(one_run, histories[w], workers + w, n)
+                                   for w in range(workers) for n in range(runs)))
+
+        with open_store(target.url) as store:
+            asyncio.run(coroutines(store))
+            _check_shared_log(store, range(2 * workers), runs)
