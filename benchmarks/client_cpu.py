@@ -34,7 +34,7 @@ PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 CHILD = r"""
 import json, os, statistics, sys, tempfile, time
-sys.path.insert(1, sys.argv[2])  # the benchmarks package of the current tree
+sys.path.append(sys.argv[2])  # benchmarks.session, when the tree on PYTHONPATH has none
 from benchmarks.session import Workload
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.messages import Chat, ChatMessage
