@@ -36,7 +36,6 @@ from eventsourcing.utils import Environment
 from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
-    "add_horizon",
     "bounded_factory",
     "connection_options",
     "delete_snapshots",
