@@ -42,7 +42,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "BreadcrumbInserted", "DomainEvent", "HistoryCleared", "HistoryTrimmed", "MessageAppended",
         "MessagePopped", "OrphansSwept", "OverflowRecovered", "OverflowReported",
         "OverflowUnrecoverable", "RequestPrepared", "RequestRejected", "RouteSelected",
-        "SessionForgotten", "SessionStarted", "ToolResultsCleared", "TrimDecided",
+        "SessionForgotten", "SessionStarted", "SummaryRefusal", "SummaryRefused",
+        "ToolResultsCleared", "TrimDecided", "TurnsSummarized",
     ),
     "turnledger.domain.messages": (
         "BREADCRUMB_TEXT", "AssistantToolCalls", "Chat", "ChatMessage", "ConversationMessage",
@@ -68,6 +69,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "turnledger.replay.whatif": ("WhatIfReport", "what_if"),
     "turnledger.store.backend": ("retry_on_conflict",),
     "turnledger.store.session": ("Session", "SessionView", "Store", "open_store"),
+    "turnledger.store.summaries": ("Summarizer",),
 }
 _HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for name in names}
 
@@ -164,8 +166,11 @@ if TYPE_CHECKING:
         RouteSelected,
         SessionForgotten,
         SessionStarted,
+        SummaryRefusal,
+        SummaryRefused,
         ToolResultsCleared,
         TrimDecided,
+        TurnsSummarized,
     )
     from turnledger.domain.findings import (
         Finding,
@@ -245,6 +250,7 @@ if TYPE_CHECKING:
         Store,
         open_store,
     )
+    from turnledger.store.summaries import Summarizer
 
 __all__ = [
     "APIS",
@@ -310,6 +316,9 @@ __all__ = [
     "SessionView",
     "Store",
     "StoreUnavailable",
+    "Summarizer",
+    "SummaryRefusal",
+    "SummaryRefused",
     "SweepResult",
     "TextBlock",
     "ThinkingBlock",
@@ -322,6 +331,7 @@ __all__ = [
     "TrimDecided",
     "TrimResult",
     "TurnledgerError",
+    "TurnsSummarized",
     "UnansweredToolCalls",
     "UnkeyedChain",
     "VerifyReport",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from operator import is_
@@ -44,7 +44,12 @@ from turnledger.domain.budget import (
 )
 from turnledger.domain.compaction import cleared_item
 from turnledger.domain.errors import InvalidMessage, InvalidProfile, TurnledgerError
-from turnledger.domain.estimate import FRAMING_TOKENS, estimate_history_tokens, text_tokens
+from turnledger.domain.estimate import (
+    BREADCRUMB_TOKENS,
+    FRAMING_TOKENS,
+    estimate_history_tokens,
+    text_tokens,
+)
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
@@ -65,10 +70,13 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefusal,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
     TrimTrigger,
+    TurnsSummarized,
     View,
     unchecked_events,
 )
@@ -88,12 +96,20 @@ from turnledger.domain.messages import (
 )
 from turnledger.domain.pricing import DEFAULT_PRICING, Pricing, openai_tool_tokens
 from turnledger.domain.providers import block_json
-from turnledger.domain.state import DigestPrefix, SessionState
-from turnledger.domain.sweep import sweep_conversation_orphans, sweep_orphans
-from turnledger.domain.trimming import window_for_budget, window_for_count
+from turnledger.domain.state import DigestPrefix, SessionState, Summary, summary_message
+from turnledger.domain.sweep import (
+    pairs_among_themselves,
+    sweep_conversation_orphans,
+    sweep_orphans,
+)
+from turnledger.domain.trimming import (
+    turns_to_drop_for_budget,
+    window_for_budget,
+    window_for_count,
+)
 from turnledger.domain.truncate import truncate_conversation_message
-from turnledger.domain.turns import is_turn_start_item
-from turnledger.domain.window import Cut, Window
+from turnledger.domain.turns import is_system_item, is_turn_start_item
+from turnledger.domain.window import Cut, Window, chat_of
 
 __all__ = [
     "AppendMessage",
@@ -110,9 +126,13 @@ __all__ = [
     "SelectRoute",
     "SessionState",
     "StartSession",
+    "Summarize",
+    "SummaryOutcome",
+    "SummaryPlan",
     "SweepOrphans",
     "evolve",
     "execute",
+    "plan_summary",
     "request_digest",
     "run",
 ]
@@ -156,12 +176,59 @@ class EnforceTurnLimit:
 
 
 @attrs.frozen
+class SummaryPlan:
+    """What a summarizer is asked to summarise (issue 24, `plan_summary`): the chat messages
+    of the whole turns at log positions ``first_position..last_position`` a token-budget trim
+    keeping the turns from ``kept_start`` drops (their system messages stay in the view and
+    are not among them), and the summary the view shows now (``previous``: summaries roll).
+
+    ``covers_from``: where the new summary's coverage begins (the previous one's, else
+    ``first_position``); ``digest``, the request digest of ``messages``; ``replaced_tokens``,
+    what the summary would replace (the dropped turns and the breadcrumb or previous summary);
+    ``paired``: False when a call of the range is not answered within it, which no summary
+    may cover."""
+
+    first_position: int
+    last_position: int
+    kept_start: int
+    messages: tuple[ChatMessage, ...]
+    previous: str | None
+    covers_from: int
+    digest: str
+    replaced_tokens: int
+    target: int
+    paired: bool
+
+
+@attrs.frozen
+class SummaryOutcome:
+    """What the runtime's summarizer made of a `SummaryPlan`: ``text``, or the ``refusal``
+    (and its ``detail``) that makes the trim the plain one. Carried by `EnforceTokenBudget`
+    into the decision (ADR-0086): the decider checks the plan still holds."""
+
+    plan: SummaryPlan
+    summarizer: str
+    text: str | None = None
+    refusal: SummaryRefusal | None = None
+    detail: str = ""
+
+
+Summarize = Callable[[SummaryPlan], SummaryOutcome]
+"""The call `run` makes between two decisions of a budget trim (the store's, around the
+runtime's summarizer, its time limit and its failures): never inside `decide`."""
+
+
+@attrs.frozen
 class EnforceTokenBudget:
-    """Trim the chat view to ``target`` tokens (None: the route's budget, R24)."""
+    """Trim the chat view to ``target`` tokens (None: the route's budget, R24).
+
+    ``summary``: the summarizer's outcome for this trim (issue 24), set by `run`; the trim
+    then shows the summary in place of the breadcrumb, or records why not."""
 
     trigger: TrimTrigger
     target: int | None
     now: datetime
+    summary: SummaryOutcome | None = attrs.field(default=None, kw_only=True)
 
 
 _OPENAI_APIS: Final = (API_OPENAI_CHAT, API_OPENAI_RESPONSES)
@@ -514,6 +581,7 @@ def evolve(
             | OverflowRecovered()
             | OverflowUnrecoverable()
             | SessionForgotten()
+            | SummaryRefused()
         ):
             pass  # requests, rejections, overflow reports and notices change no view
         case TrimDecided(view=view, first_kept_position=position):
@@ -531,6 +599,9 @@ def evolve(
             state.clear(position)
         case ToolResultsCleared(rewritten=rewritten):
             state.sweep(dict(rewritten))  # held items of the chat window: rewritten in place
+        case TurnsSummarized():
+            state.summary = Summary(event.covers_from, event.last_position, event.text,
+                                    event.summarizer, event.tokens)
         case RouteSelected():
             state.resolved = resolve_route(state.profile, state.providers, event.route)
         case SessionStarted():
@@ -690,11 +761,150 @@ def _decide_token_budget(state: SessionState, command: EnforceTokenBudget, batch
     target = state.route.budget if command.target is None else command.target
     if target <= 0:
         return  # R12: an explicit zero disables proactive trimming
-    kept = window_for_budget(state.index, state.chat, target)
+    if command.summary is not None:
+        _decide_summarised_trim(state, command, command.summary, target, batch)
+        return
+    if state.summary is None:  # every session without summaries: as before
+        kept = window_for_budget(state.index, state.chat, target)
+    else:
+        kept = _budget_window(state, target, BREADCRUMB_TOKENS)
     if kept is not None:
         reason = TrimReason.TOKEN_BUDGET
         _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
               limit=target)
+
+
+# --- summaries (issue 24, ADR-0086) ---------------------------------------------------------
+
+def _budget_window(state: SessionState, target: int, shown: int) -> Window | None:
+    """The window a budget trim keeps when the chat view's own estimate is `chat_tokens`
+    (which prices a summary it shows) and a kept window shows something of ``shown`` tokens
+    in place of its breadcrumb (a summary, or the breadcrumb itself); None: nothing drops.
+    The newest turn is kept even over budget (R6)."""
+    index, chat = state.index, state.chat
+    starts = index.turns_from(chat.start)
+    extra = shown - BREADCRUMB_TOKENS
+
+    def tokens_after(dropped: int) -> int:
+        if not dropped:
+            return state.chat_tokens()
+        return index.tokens(Window(starts[dropped], True)) + extra
+
+    dropped = turns_to_drop_for_budget(len(starts), tokens_after, target)
+    return Window(starts[dropped], True) if dropped else None
+
+
+def summary_tokens(state: SessionState, text: str) -> int:
+    """The estimate of the summary message of ``text`` in this session's chat view."""
+    return state.index.rows.base_tokens(Chat(summary_message(text)))
+
+
+def plan_summary(
+    state: SessionState, target: int | None = None, shown: int = BREADCRUMB_TOKENS
+) -> SummaryPlan | None:
+    """What a budget trim to ``target`` (None: the route's budget) would drop, for a
+    summarizer, when the kept turns show ``shown`` tokens in place of the breadcrumb; None
+    when it drops nothing. Pure; O(the dropped turns)."""
+    target = state.route.budget if target is None else target
+    if target <= 0:
+        return None
+    kept = _budget_window(state, target, shown)
+    if kept is None:
+        return None
+    index, chat = state.index, state.chat
+    items = [(p, item) for p, item in index.present_from(chat.start) if p < kept.start]
+    dropped = [item for _, item in items if not is_system_item(item)]
+    messages = tuple(m for item in dropped for m in chat_of(item))
+    previous = state.summary
+    return SummaryPlan(
+        first_position=chat.start,
+        last_position=kept.start - 1,
+        kept_start=kept.start,
+        messages=messages,
+        previous=None if previous is None else previous.text,
+        covers_from=chat.start if previous is None else previous.covers_from,
+        digest=request_digest(messages),
+        replaced_tokens=state.chat_tokens() - index.tokens(kept) + BREADCRUMB_TOKENS,
+        target=target,
+        paired=pairs_among_themselves(dropped),
+    )
+
+
+def _with_summary(state: SessionState, step: EnforceTokenBudget, summarize: Summarize,
+                  attempts: int = 3) -> EnforceTokenBudget:
+    """``step`` with the summarizer's outcome, asked between two decisions (ADR-0086): the
+    plan of the plain trim first; when the summary and the kept turns exceed the budget, the
+    plan that drops more, summarised again (``attempts`` calls at most)."""
+    plan = plan_summary(state, step.target)
+    if plan is None:
+        return step  # nothing drops: no summarizer is called
+    if not plan.paired:
+        return attrs.evolve(step, summary=SummaryOutcome(
+            plan, "", refusal=SummaryRefusal.UNPAIRED,
+            detail="a tool call of the dropped turns is not answered within them"))
+    outcome = summarize(plan)
+    for _ in range(attempts - 1):
+        if outcome.text is None:
+            break
+        wider = plan_summary(state, step.target, summary_tokens(state, outcome.text))
+        if wider is None or wider.kept_start <= plan.kept_start or not wider.paired:
+            break
+        plan, outcome = wider, summarize(wider)
+    return attrs.evolve(step, summary=outcome)
+
+
+def _decide_summarised_trim(
+    state: SessionState, command: EnforceTokenBudget, outcome: SummaryOutcome, target: int,
+    batch: Batch,
+) -> None:
+    """The budget trim with the summarizer's outcome: `TurnsSummarized` after the trim to
+    the planned turns when the summary is valid, fits and is smaller than what it replaces;
+    otherwise the plain trim and `SummaryRefused` saying why (the request still goes out)."""
+    plain = _budget_window(state, target, BREADCRUMB_TOKENS)
+    if plain is None:
+        return  # nothing drops (no plan is decided on another state than its own)
+    plan, refusal, detail = outcome.plan, outcome.refusal, outcome.detail
+    text = outcome.text
+    fresh = plan_summary(state, target, BREADCRUMB_TOKENS)
+    if refusal is None and (fresh is None or fresh.first_position != plan.first_position
+                            or plan.kept_start < plain.start
+                            or plan.kept_start not in state.index.turns_from(plain.start)):
+        refusal, detail = SummaryRefusal.INVALID, "the plan no longer matches the session"
+    if refusal is None and (not isinstance(text, str) or not text.strip()):
+        refusal, detail = SummaryRefusal.INVALID, "the summarizer returned no text"
+    tokens = summary_tokens(state, text) if refusal is None and text else 0
+    kept = Window(plan.kept_start, True)
+    if refusal is None:
+        replaced = state.chat_tokens() - state.index.tokens(kept) + BREADCRUMB_TOKENS
+        if tokens > replaced:
+            refusal = SummaryRefusal.OVERSIZE
+            detail = f"the summary is {tokens:,} tokens, what it replaces {replaced:,}"
+        elif state.index.tokens(kept) - BREADCRUMB_TOKENS + tokens > target:
+            refusal = SummaryRefusal.DOES_NOT_FIT
+            detail = f"the kept turns and the summary exceed the budget of {target:,} tokens"
+    reason = TrimReason.TOKEN_BUDGET
+    if refusal is not None:
+        _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=plain,
+              limit=target)
+        batch.add(SummaryRefused, first_position=plan.first_position,
+                  last_position=plan.last_position, summarizer=outcome.summarizer,
+                  reason=refusal, detail=detail[:2000])
+        return
+    assert text is not None
+    _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
+          limit=target)
+    batch.add(
+        TurnsSummarized,
+        view=View.CHAT,
+        first_position=plan.first_position,
+        last_position=plan.last_position,
+        covers_from=plan.covers_from,
+        digest=plan.digest,
+        text=text,
+        summarizer=outcome.summarizer,
+        tokens=tokens,
+        replaced_tokens=state.chat_tokens() - state.index.tokens(kept) + BREADCRUMB_TOKENS,
+    )
 
 
 def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) -> None:
@@ -1000,15 +1210,21 @@ def _steps(command: Command) -> list[Command]:
     return [command]
 
 
-def run(state: SessionState, command: Command) -> Batch:
+def run(state: SessionState, command: Command, summarize: Summarize | None = None) -> Batch:
     """Run one command to completion: decide a step, evolve it, decide the next (in place).
 
     Returns the batch of every event the command produced, in order, already applied to
     ``state``, with the prepared request of a `PrepareRequest`. On an exception ``state`` may
     hold part of the command: the caller rebuilds it from the store.
+
+    ``summarize`` (issue 24): asked, between two decisions, for a summary of the turns each
+    token-budget trim of the command drops (`SummaryPlan`); its outcome goes into the
+    trim's command, decided like any other (ADR-0086). Never called when nothing drops.
     """
     batch = _batch_for(state, command)
     for step in _steps(command):
+        if summarize is not None and isinstance(step, EnforceTokenBudget):
+            step = _with_summary(state, step, summarize)
         done = len(batch.events)
         _decide(state, step, batch)
         older = step.summarised if isinstance(step, PopMessage) else None

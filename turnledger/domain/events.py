@@ -46,10 +46,13 @@ __all__ = [
     "RouteSelected",
     "SessionForgotten",
     "SessionStarted",
+    "SummaryRefusal",
+    "SummaryRefused",
     "ToolResultsCleared",
     "TrimDecided",
     "TrimReason",
     "TrimTrigger",
+    "TurnsSummarized",
     "View",
     "as_event",
     "unchecked_events",
@@ -76,6 +79,24 @@ class View(enum.StrEnum):
 
     CONVERSATION = "conversation"
     CHAT = "chat"
+
+
+class SummaryRefusal(enum.StrEnum):
+    """Why a runtime's summary was not used, and the plain trim with its breadcrumb was
+    recorded instead (issue 24, `SummaryRefused`)."""
+
+    RAISED = "raised"
+    """The summarizer raised."""
+    TIMED_OUT = "timed_out"
+    """The summarizer did not answer within its time limit."""
+    OVERSIZE = "oversize"
+    """The summary costs more tokens than the turns (and previous summary) it replaces."""
+    DOES_NOT_FIT = "does_not_fit"
+    """The newest turn and the summary together exceed the budget."""
+    INVALID = "invalid"
+    UNPAIRED = "unpaired"
+    """A tool call of the dropped turns is not answered within them: no summary covers it."""
+    """The summarizer returned something that is not a non-empty text."""
 
 
 class RouteReason(enum.StrEnum):
@@ -364,6 +385,46 @@ class ToolResultsCleared(DomainEvent):
     tokens_after: int
 
 
+@attrs.frozen
+class TurnsSummarized(DomainEvent):
+    """The turns a token-budget trim just dropped are shown as a runtime's summary (issue 24).
+
+    Follows the trim's `TrimDecided` (view ``chat``), `BreadcrumbInserted` and
+    `HistoryTrimmed`: the chat view shows the summary where the breadcrumb would be. The
+    summary covers the log positions ``first_position`` to ``last_position`` (the whole
+    turns the trim dropped, every one of their tool calls answered within them) and, when it
+    rolls an earlier one in, everything from ``covers_from`` on; ``digest`` is the request
+    digest of the chat messages of ``first_position..last_position`` the summarizer was
+    given, which `verify` recomputes from the log. ``text`` is the summary as the runtime's
+    summarizer (declared ``summarizer``) returned it: replay and restore read it here and
+    never call a summarizer. ``tokens`` prices the summary message, ``replaced_tokens`` what
+    it replaces. The log keeps the original messages.
+    """
+
+    view: View
+    first_position: int
+    last_position: int
+    covers_from: int
+    digest: str
+    text: str
+    summarizer: str
+    tokens: int
+    replaced_tokens: int
+
+
+@attrs.frozen
+class SummaryRefused(DomainEvent):
+    """A summary of the turns a trim dropped was not used (issue 24): the summarizer raised,
+    timed out, returned too large a text, or a summary would not fit. The trim it follows is
+    the plain one, with the breadcrumb; the request still goes out. Changes no view."""
+
+    first_position: int
+    last_position: int
+    summarizer: str
+    reason: SummaryRefusal
+    detail: str = ""
+
+
 def _record_seed_structure(message: object) -> None:
     """Record in a v1 encoded `Chat` how the code that wrote it read it: the seed's rule.
 
@@ -402,6 +463,8 @@ Event: TypeAlias = (
     | HistoryCleared
     | SessionForgotten
     | ToolResultsCleared
+    | TurnsSummarized
+    | SummaryRefused
 )
 """Every event a session records: the one list of them (issue 20, ADR-0073).
 

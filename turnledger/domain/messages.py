@@ -50,6 +50,9 @@ __all__ = [
 
 ROLES: Final = ("system", "user", "assistant", "tool")
 BREADCRUMB_TEXT: Final = "[earlier turns omitted to fit the context window]"
+SUMMARY_PREFIX: Final = "[summary of earlier turns, omitted to fit the context window]\n"
+"""How the synthetic message that shows a runtime's summary in place of the breadcrumb begins
+(issue 24): it says what it is, as the breadcrumb does (R31)."""
 TOOL_RESULTS_PREFIX: Final = "[Tool results]"
 
 
@@ -131,8 +134,10 @@ class ChatMessage:
             raise InvalidMessage(f"attachments are only allowed on tool messages, not {self.role}")
         if not isinstance(self.synthetic, bool):
             raise InvalidMessage("synthetic must be a bool")
-        if self.synthetic and (self.role != "user" or self.content != BREADCRUMB_TEXT):
-            raise InvalidMessage("synthetic is reserved for the breadcrumb user message")
+        if self.synthetic and (self.role != "user" or (
+                self.content != BREADCRUMB_TEXT and not self.content.startswith(SUMMARY_PREFIX))):
+            raise InvalidMessage("synthetic is reserved for the breadcrumb user message (or "
+                                 "the summary shown in its place)")
         if self.blocks or self.extra or self.envelope is not None or self.item is not None:
             self._check_structure()
 

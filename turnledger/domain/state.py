@@ -28,6 +28,7 @@ from turnledger.domain.budget import (
     session_pricing,
 )
 from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.estimate import BREADCRUMB_TOKENS
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
@@ -45,13 +46,15 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
+    TurnsSummarized,
     View,
     unchecked_events,
 )
-from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.messages import SUMMARY_PREFIX, ChatMessage, ConversationMessage
 from turnledger.domain.pricing import Pricing
 from turnledger.domain.window import (
     CONVERSATION_ROWS,
@@ -62,7 +65,33 @@ from turnledger.domain.window import (
     conversation_rows,
 )
 
-__all__ = ["DigestPrefix", "Loop", "SessionState", "collect_summarised", "note_item"]
+__all__ = [
+    "DigestPrefix", "Loop", "SessionState", "Summary", "collect_summarised", "note_item",
+    "summary_message",
+]
+
+def summary_message(text: str) -> ChatMessage:
+    """The synthetic message the chat view shows in place of the breadcrumb (issue 24)."""
+    return ChatMessage("user", SUMMARY_PREFIX + text, synthetic=True)
+
+
+@attrs.frozen
+class Summary:
+    """The summary the chat view shows in place of its breadcrumb (`TurnsSummarized`): it
+    covers the log from ``covers_from`` to ``last_position``; ``tokens`` prices its message.
+    A fact of the state (snapshots carry it); ``message`` is built from ``text`` once, so a
+    request repeats the same object (the digest's memo, `request_digest`)."""
+
+    covers_from: int
+    last_position: int
+    text: str
+    summarizer: str
+    tokens: int
+    message: ChatMessage = attrs.field(eq=False, repr=False)
+
+    @message.default
+    def _message(self) -> ChatMessage:
+        return summary_message(self.text)
 
 
 class Loop(enum.Enum):
@@ -132,6 +161,10 @@ class SessionState:
     conversation: Window = attrs.field(factory=Window)
     chat: Window = attrs.field(factory=Window)
     index: WindowIndex[ConversationMessage] = attrs.field(factory=_new_index)
+    summary: Summary | None = None
+    """The summary the chat view shows in place of its breadcrumb (issue 24); None: the
+    breadcrumb, if any. Reset by every trim that moves the chat window, set by
+    `TurnsSummarized` right after the trim it explains."""
     digest_prefix: DigestPrefix = attrs.field(
         factory=DigestPrefix, init=False, eq=False, repr=False
     )
@@ -154,6 +187,7 @@ class SessionState:
         items: Iterable[ConversationMessage | None],
         lo: int | None = None,
         region: Region[ConversationMessage] | None = None,
+        summary: Summary | None = None,
     ) -> SessionState:
         """A state rebuilt from a snapshot: its facts, and its index from the kept
         messages and the summary of the region ``[lo, base)`` (ADR-0030).
@@ -167,7 +201,8 @@ class SessionState:
         )
         resolved = resolve_route(profile, providers, route)
         return cls(
-            session_id, version, profile, providers, legacy, resolved, conversation, chat, index
+            session_id, version, profile, providers, legacy, resolved, conversation, chat, index,
+            summary,
         )
 
     # -- facts --
@@ -225,7 +260,11 @@ class SessionState:
 
         Held whole by every state its events could make; ``older`` (the log's items) serves
         a log whose trims no decider made (a forged one, read by the audit)."""
-        return [m for item in self.index.render(self.chat, older) for m in chat_of(item)]
+        view = [m for item in self.index.render(self.chat, older) for m in chat_of(item)]
+        summary = self.summary
+        if summary is not None:  # issue 24: the summary stands where the breadcrumb is
+            view = [summary.message if m.synthetic else m for m in view]
+        return view
 
     def newest_turn_chat(self) -> list[ChatMessage]:
         """The chat view's newest turn (its whole body when it has no turn); O(that turn).
@@ -249,7 +288,11 @@ class SessionState:
 
     def chat_tokens(self) -> int:
         """The estimate of `chat_view` (R20-R23); O(1)."""
-        return self.index.tokens(self.chat)
+        tokens = self.index.tokens(self.chat)
+        summary = self.summary
+        if summary is not None:
+            tokens += summary.tokens - BREADCRUMB_TOKENS
+        return tokens
 
     # -- changes, applied by `evolve` --
 
@@ -265,6 +308,7 @@ class SessionState:
         drags it along. A legacy session's single window moves both starts.
         """
         kept = Window(first_kept)
+        chat = self.chat
         if self.loop.window_of(view) is View.CONVERSATION:
             self.conversation = kept
             if self.chat.start < first_kept:
@@ -273,6 +317,8 @@ class SessionState:
             self.chat = kept
             if self.loop is Loop.LEGACY:
                 self.conversation = Window(first_kept, self.conversation.breadcrumb)
+        if self.summary is not None and self.chat != chat:
+            self.summary = None  # the summary explained the window it was recorded with
         # A legacy session's conversation start follows its chat start, so this is its window.
         self.index.forget_before(min(self.conversation.start, self.chat.start))
         self.index.compact_before(self.chat.start)
@@ -319,6 +365,7 @@ class SessionState:
         """Remove every message from the views: the log goes on at ``next_position``."""
         self.index = WindowIndex(self.index.rows, base=next_position)
         self.conversation = self.chat = Window(next_position)
+        self.summary = None
 
     def pop(
         self,
@@ -397,6 +444,8 @@ def note_item(
             | OverflowRecovered()
             | OverflowUnrecoverable()
             | SessionForgotten()
+            | TurnsSummarized()
+            | SummaryRefused()
         ):
             pass  # the log's items stay as they are: a trim or a clear only moves the views
         case MessagePopped():

@@ -102,8 +102,10 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
+    TurnsSummarized,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable
@@ -648,6 +650,8 @@ class _Batch:
                 | HistoryCleared()
                 | SessionForgotten()
                 | ToolResultsCleared()
+                | TurnsSummarized()
+                | SummaryRefused()
             ):
                 pass  # they move no route and list nothing: only the tallies below count them
             case RequestPrepared() | RequestRejected():

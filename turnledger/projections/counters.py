@@ -33,9 +33,11 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
+    TurnsSummarized,
     unchecked_events,
 )
 
@@ -185,6 +187,8 @@ class Tally:
                 | HistoryCleared()
                 | SessionForgotten()
                 | ToolResultsCleared()
+                | TurnsSummarized()
+                | SummaryRefused()
             ):
                 pass  # no counter of their own: they only count as events
             case _:

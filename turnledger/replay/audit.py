@@ -41,7 +41,7 @@ import attrs
 from eventsourcing.persistence import StoredEvent
 
 from turnledger.domain.compaction import cleared_item
-from turnledger.domain.decider import SessionState
+from turnledger.domain.decider import SessionState, request_digest, summary_tokens
 from turnledger.domain.errors import CorruptRecord, SessionNotFound, bounded
 from turnledger.domain.events import (
     BreadcrumbInserted,
@@ -60,8 +60,11 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
+    TurnsSummarized,
+    View,
     unchecked_events,
 )
 from turnledger.domain.findings import Finding, ProblemKind, Rule, Violation
@@ -71,7 +74,10 @@ from turnledger.domain.messages import (
     parse_tool_envelope,
     to_chat_messages,
 )
-from turnledger.domain.sweep import SweepResult, sweep_orphans
+from turnledger.domain.state import Summary
+from turnledger.domain.sweep import SweepResult, pairs_among_themselves, sweep_orphans
+from turnledger.domain.turns import is_system_item
+from turnledger.domain.window import chat_of
 from turnledger.replay.timeline import FoldedState, audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import describe_error
@@ -328,6 +334,8 @@ class _SessionVerifier:
         self.violations: list[Finding] = []
         self.notes: list[Finding] = []
         self._seen: set[tuple[int, Rule]] = set()
+        # The chat window's start and summary before the last trim (`_check_summarized`).
+        self._before_trim: tuple[int, Summary | None] = (0, None)
 
     def report(self, position: int, rule: Rule, detail: str) -> None:
         self.violations.append(Finding(str(self.session_id), position, rule, detail))
@@ -457,6 +465,8 @@ class _SessionVerifier:
         for index, event in enumerate(unchecked_events(events)):  # the store's codec decoded them
             position = event.originator_version
             pending = self._check_follower(event, pending)
+            if event.__class__ is TrimDecided:  # what a summary after it must name
+                self._before_trim = (state.chat.start, state.summary)
             self._check_removal(state, event)
             try:
                 state.fold(event)
@@ -491,6 +501,8 @@ class _SessionVerifier:
                     | OrphansSwept()
                     | SessionForgotten()
                     | ToolResultsCleared()
+                    | TurnsSummarized()
+                    | SummaryRefused()
                 ):
                     pass  # no rule reads them alone (`run` checks the start)
                 case _:
@@ -518,6 +530,8 @@ class _SessionVerifier:
                                 f"{popped}, which is not the newest message the view showed")
             case ToolResultsCleared():
                 self._check_cleared(state, event)
+            case TurnsSummarized():
+                self._check_summarized(state, event)
             case HistoryCleared(next_position=next_position):
                 if next_position != state.next_position:
                     self.report(position, Rule.REPLAY, f"HistoryCleared says the log goes on "
@@ -533,6 +547,7 @@ class _SessionVerifier:
                 | OverflowUnrecoverable()
                 | OrphansSwept()
                 | SessionForgotten()
+                | SummaryRefused()
             ):
                 pass  # none removes a message; a sweep's removals are the fold's (R36)
             case _:
@@ -551,6 +566,36 @@ class _SessionVerifier:
                 self.report(event.originator_version, Rule.REPLAY, "ToolResultsCleared at "
                             f"log position {position} is not the log's item with its tool "
                             "results cleared")
+
+    def _check_summarized(self, state: FoldedState, event: TurnsSummarized) -> None:
+        """A summary names the whole turns the trim it follows dropped, pairing among
+        themselves, and the digest of their messages as the log holds them (issue 24)."""
+        version = event.originator_version
+        start, previous = self._before_trim
+        first, last = event.first_position, event.last_position
+        covers = start if previous is None else previous.covers_from
+        if (event.view is not View.CHAT or not state.chat.breadcrumb or first != start
+                or last + 1 != state.chat.start or first > last or event.covers_from != covers):
+            self.report(version, Rule.REPLAY, f"TurnsSummarized names log positions {first}-"
+                        f"{last} (covering from {event.covers_from}), but the trim before it "
+                        f"dropped {start}-{state.chat.start - 1} of the chat view (covering "
+                        f"from {covers})")
+            return
+        items = [item for p in range(first, last + 1)
+                 if (item := state.log.get(p)) is not None and not is_system_item(item)]
+        digest = request_digest(m for item in items for m in chat_of(item))
+        if digest != event.digest:
+            self.report(version, Rule.DIGEST, f"TurnsSummarized of log positions {first}-{last}"
+                        f" says digest {event.digest[:16]}…, the log's messages hash to "
+                        f"{digest[:16]}…")
+        if not pairs_among_themselves(items):
+            self.report(version, Rule.TOOL_PAIRING, f"TurnsSummarized covers log positions "
+                        f"{first}-{last}, whose tool calls and results do not pair among "
+                        "themselves")
+        if event.tokens != summary_tokens(state, event.text):
+            self.report(version, Rule.REPLAY, f"TurnsSummarized prices its summary at "
+                        f"{event.tokens:,} tokens, the estimate is "
+                        f"{summary_tokens(state, event.text):,}")
 
     # -- R31-R34: each trim and its notices --
 

@@ -59,9 +59,11 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
     TrimTrigger,
+    TurnsSummarized,
     View,
     as_event,
 )
@@ -218,6 +220,8 @@ class _Session:
                     | OverflowRecovered()
                     | SessionForgotten()
                     | ToolResultsCleared()
+                    | TurnsSummarized()
+                    | SummaryRefused()
                 ):
                     pass  # drawn as the trim they go with, or as their timeline row alone
                 case OrphansSwept():
@@ -819,6 +823,7 @@ _ROW_CLASSES: Final = {
     OrphansSwept: "decision sweep", OverflowReported: "decision overflow",
     OverflowRecovered: "decision overflow", OverflowUnrecoverable: "decision overflow",
     MessagePopped: "decision", HistoryCleared: "decision", ToolResultsCleared: "decision",
+    TurnsSummarized: "decision", SummaryRefused: "decision",
 }
 
 

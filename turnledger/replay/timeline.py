@@ -51,10 +51,12 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
     TrimTrigger,
+    TurnsSummarized,
     as_event,
 )
 from turnledger.domain.messages import (
@@ -346,6 +348,10 @@ def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per eve
             return _forgotten(event)
         case ToolResultsCleared():
             return _tool_results_cleared(event)
+        case TurnsSummarized():
+            return _summarized(event)
+        case SummaryRefused():
+            return _summary_refused(event)
         case _:
             assert_never(event)
 
@@ -463,6 +469,25 @@ def _tool_results_cleared(event: ToolResultsCleared) -> str:
         f"tool results cleared at log positions {positions}{calls}, outside the newest "
         f"{_plural(event.kept_turns, 'turn')}: {event.tokens_before:,} -> "
         f"{event.tokens_after:,} tokens (issue 24)"
+    )
+
+
+def _summarized(event: TurnsSummarized) -> str:
+    rolled = (f", rolling in the summary from log position {event.covers_from}"
+              if event.covers_from < event.first_position else "")
+    return (
+        f"turns at log positions {event.first_position}-{event.last_position} summarised by "
+        f"{event.summarizer!r}{rolled}: {event.replaced_tokens:,} -> {event.tokens:,} tokens, "
+        f"shown in place of the breadcrumb (issue 24)"
+    )
+
+
+def _summary_refused(event: SummaryRefused) -> str:
+    detail = f": {event.detail}" if event.detail else ""
+    name = f" by {event.summarizer!r}" if event.summarizer else ""
+    return (
+        f"summary{name} of log positions {event.first_position}-{event.last_position} refused "
+        f"({event.reason.value}{detail}); the plain trim and its breadcrumb stand (issue 24)"
     )
 
 

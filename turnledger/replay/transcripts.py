@@ -46,8 +46,10 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
+    TurnsSummarized,
     as_event,
 )
 from turnledger.domain.messages import (
@@ -398,6 +400,8 @@ def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
                 | OverflowUnrecoverable()
                 | SessionForgotten()
                 | ToolResultsCleared()
+                | TurnsSummarized()
+                | SummaryRefused()
             ):
                 pass  # they change no message of the record (see above)
             case _:

@@ -73,8 +73,10 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
+    TurnsSummarized,
     as_event,
     unchecked_events,
 )
@@ -411,6 +413,8 @@ class _Replay:
                 | OverflowUnrecoverable()
                 | SessionForgotten()
                 | ToolResultsCleared()
+                | TurnsSummarized()
+                | SummaryRefused()
             ):
                 pass  # outcomes (of a command, of `Store.forget`): the what-if side has its own
             case OrphansSwept():

@@ -44,6 +44,7 @@ from turnledger.domain.decider import (
     ImportConversation,
     SessionState,
     StartSession,
+    Summarize,
     evolve,
     run,
 )
@@ -263,7 +264,9 @@ class Pipeline:
             position.behind = False
         return position
 
-    def save(self, position: Position, command: Command) -> Batch:
+    def save(
+        self, position: Position, command: Command, summarize: Summarize | None = None
+    ) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
         The store's head is not read first: the position knows it (the chain returned by its
@@ -286,7 +289,7 @@ class Pipeline:
         if position.head_checks > 0 and position.state.session_id is not None:
             position.head_checks -= 1
             self._check_head(position)
-        batch = self.decide(position, command)
+        batch = self.decide(position, command, summarize)
         if batch.events:
             self._record(position, command, batch)
             self._take_snapshot(position)
@@ -357,11 +360,14 @@ class Pipeline:
                 "it catches up before its next use; retry"
             )
 
-    def decide(self, position: Position, command: Command) -> Batch:
-        """Apply ``command`` to the position's state in memory only; the batch it produced."""
+    def decide(
+        self, position: Position, command: Command, summarize: Summarize | None = None
+    ) -> Batch:
+        """Apply ``command`` to the position's state in memory only; the batch it produced.
+        ``summarize``: the runtime's summarizer, asked between two decisions (`run`)."""
         before = position.state.version
         try:
-            return run(position.state, command)
+            return run(position.state, command, summarize)
         except BaseException:
             if position.state.version != before:
                 self._reload_after(position)  # a later step failed after an earlier one applied

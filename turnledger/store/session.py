@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -36,6 +37,7 @@ from turnledger.domain.decider import (
     SelectRoute,
     SessionState,
     StartSession,
+    Summarize,
     SweepOrphans,
 )
 from turnledger.domain.errors import (
@@ -67,6 +69,12 @@ from turnledger.store.pipeline import (
     Pipeline,
     Position,
     log_items,
+)
+from turnledger.store.summaries import (
+    Summarizer,
+    SummaryFunction,
+    as_summarizer,
+    summary_outcome,
 )
 
 __all__ = ["Session", "SessionView", "Store", "open_store", "parse_session_id"]
@@ -178,6 +186,19 @@ class Session:
         self._pipeline = pipeline
         self._position = position
         self._lock = threading.RLock()
+        self._summarizer: Summarizer | None = None
+
+    @property
+    def summarizer(self) -> Summarizer | None:
+        """The runtime's summarizer of the turns a token-budget trim drops (issue 24); None
+        (the default): the plain trim and its breadcrumb. Set it to a `Summarizer` or a
+        callable ``(turns, previous) -> text``; a restored session object starts without
+        one (the summaries recorded are in its log either way)."""
+        return self._summarizer
+
+    @summarizer.setter
+    def summarizer(self, value: Summarizer | SummaryFunction | None) -> None:
+        self._summarizer = as_summarizer(value)
 
     # -- identity --
 
@@ -269,13 +290,15 @@ class Session:
             )
         return self._run(Extend(tuple(messages), _now())).events
 
-    def fit_window(self) -> list[ChatMessage]:
+    def fit_window(
+        self, *, summarizer: Summarizer | SummaryFunction | None = None
+    ) -> list[ChatMessage]:
         """Apply and record the trims a request would (turn limit, token budget, orphan sweep),
         and return the chat view: for a runtime that builds its request itself (an agent
         framework's session). Unlike `prepare_request`, records no request and raises nothing
-        about unanswered tool calls or the capacity."""
+        about unanswered tool calls or the capacity. ``summarizer``: as `prepare_request`."""
         with self._lock:
-            self._run(FitWindow(_now()))
+            self._run(FitWindow(_now()), self._summarize(summarizer))
             return self._stored_state().chat_view()
 
     def pop(self) -> ConversationMessage | None:
@@ -300,6 +323,8 @@ class Session:
         tools: Iterable[object] = (),
         hooks: Iterable[str] = (),
         final_summary: bool = False,
+        *,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> PreparedRequest:
         """Trim what must be trimmed and return the request to send (R24, R27a, R18).
 
@@ -311,6 +336,12 @@ class Session:
         proactive trimming is disabled; `UnansweredToolCalls` (recorded as `RequestRejected`
         with reason ``unanswered_tool_calls``) when the newest turn has a tool call without its
         result. Orphans a trim or an out-of-order append left are swept first (`OrphansSwept`).
+
+        ``summarizer`` (default: the session's `summarizer`; issue 24, docs/behaviour.md
+        C4-C6): when the token-budget trim drops turns, they are shown as its summary in place
+        of the breadcrumb (`TurnsSummarized`); a summarizer that raises, times out or returns
+        too large a text leaves the plain trim, recorded (`SummaryRefused`). Never raises for
+        what the summarizer does.
         """
         schemas = tuple(_schema_text(t) for t in tools)
         hook_texts = tuple(hooks)
@@ -321,7 +352,7 @@ class Session:
             state = self._stored_state()  # how this session prices its tool schemas (K6)
             batch = self._run(PrepareRequest.from_texts(
                 schemas, hook_texts, bool(final_summary), _now(), api=state.route.api,
-                pricing=state.pricing))
+                pricing=state.pricing), self._summarize(summarizer))
             last = batch.events[-1]
             unanswered = RejectionReason.UNANSWERED_TOOL_CALLS
             if isinstance(last, RequestRejected) and last.reason is unanswered:
@@ -381,9 +412,15 @@ class Session:
         the whole log in O(page) memory, however long the session."""
         return self._pipeline.backend.read_pages(self._position.session_id, page_size=page_size)
 
-    def _run(self, command: Command) -> Batch:
+    def _summarize(
+        self, summarizer: Summarizer | SummaryFunction | None
+    ) -> Summarize | None:
+        chosen = as_summarizer(summarizer) if summarizer is not None else self._summarizer
+        return None if chosen is None else partial(summary_outcome, chosen)
+
+    def _run(self, command: Command, summarize: Summarize | None = None) -> Batch:
         with self._lock:
-            return self._pipeline.save(self._position, command)
+            return self._pipeline.save(self._position, command, summarize)
 
 
 def _schema_text(tool: object) -> str:

@@ -40,11 +40,13 @@ from uuid import UUID
 import attrs
 import cattrs
 import msgpack
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState
 from turnledger.domain.errors import CorruptRecord, SnapshotMismatch
 from turnledger.domain.messages import ConversationMessage
+from turnledger.domain.state import Summary
 from turnledger.domain.window import Region, Window
 from turnledger.store.codec import describe_error, generated_decoder, make_converter
 
@@ -59,7 +61,9 @@ __all__ = [
 ]
 
 SNAPSHOT_FORMAT = 4
-"""The one format written and read (ADR-0060, ADR-0074)."""
+"""The one format written and read (ADR-0060, ADR-0074). Its ``summary`` (issue 24,
+ADR-0086) is left out while None: a snapshot without it is one of a state without a summary,
+which is every state an older version wrote, so the bytes they wrote still read."""
 OLD_FORMATS = frozenset({1, 2, 3})
 """The formats older versions wrote (1: undigested; 2: ADR-0023; 3: ADR-0030): misses now."""
 _UNDIGESTED_KEYS = frozenset({
@@ -79,6 +83,17 @@ check per integer (ADR-0060). The converter's hooks for this type pack and unpac
 A list, not a tuple: a restore hands the columns it decoded to the state's `Region` as they
 are, where a tuple would cost a copy of each (20,000 numbers at 10,000 turns with the turn
 limit off, 1 % of the restore, ADR-0074)."""
+
+
+@attrs.frozen
+class _Summary:
+    """`Summary` as a snapshot holds it (its message is rebuilt from its text)."""
+
+    covers_from: int
+    last_position: int
+    text: str
+    summarizer: str
+    tokens: int
 
 
 @attrs.frozen
@@ -109,6 +124,9 @@ class _Snapshot:
     chat_cursor: int
     conv_breadcrumb: bool
     chat_breadcrumb: bool
+    summary: _Summary | None = None
+    """The summary the chat view shows in place of its breadcrumb (issue 24), or None: then
+    not in the bytes (`_with_columns`), which are those of a snapshot before issue 24."""
 
 
 _LEVEL = 1
@@ -164,6 +182,8 @@ def _structure_column(value: object, _: object) -> IntColumn:
 def _with_columns(converter: cattrs.Converter) -> cattrs.Converter:
     converter.register_unstructure_hook(IntColumn, _pack_ints)
     converter.register_structure_hook(IntColumn, _structure_column)
+    converter.register_unstructure_hook(_Snapshot, make_dict_unstructure_fn(
+        _Snapshot, converter, summary=override(omit_if_default=True)))
     return converter
 
 
@@ -228,6 +248,10 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
         chat_cursor=chat.start,
         conv_breadcrumb=state.conversation.breadcrumb,
         chat_breadcrumb=chat.breadcrumb,
+        summary=None if (summary := state.summary) is None else _Summary(
+            summary.covers_from, summary.last_position, summary.text, summary.summarizer,
+            summary.tokens,
+        ),
     )
 
 
@@ -367,4 +391,7 @@ def _state_of(snapshot: _Snapshot) -> SessionState:
         items=snapshot.items,
         lo=snapshot.lo,
         region=region,
+        summary=None if (held := snapshot.summary) is None else Summary(
+            held.covers_from, held.last_position, held.text, held.summarizer, held.tokens,
+        ),
     )
