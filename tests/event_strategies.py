@@ -41,10 +41,13 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefusal,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
     TrimTrigger,
+    TurnsSummarized,
     View,
 )
 from turnledger.domain.messages import (
@@ -255,6 +258,26 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
         kept_turns=small_counts,
         tokens_before=counts,
         tokens_after=counts,
+    ),
+    TurnsSummarized: _event(
+        TurnsSummarized,
+        view=st.sampled_from(View),
+        first_position=small_counts,
+        last_position=small_counts,
+        covers_from=small_counts,
+        digest=names,
+        text=names,
+        summarizer=names,
+        tokens=counts,
+        replaced_tokens=counts,
+    ),
+    SummaryRefused: _event(
+        SummaryRefused,
+        first_position=small_counts,
+        last_position=small_counts,
+        summarizer=names,
+        reason=st.sampled_from(SummaryRefusal),
+        detail=names,
     ),
 }
 

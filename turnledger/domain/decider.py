@@ -132,7 +132,6 @@ __all__ = [
     "SweepOrphans",
     "evolve",
     "execute",
-    "plan_summary",
     "request_digest",
     "run",
 ]

@@ -23,7 +23,7 @@ from turnledger.domain.decider import SummaryOutcome, SummaryPlan
 from turnledger.domain.events import SummaryRefusal
 from turnledger.domain.messages import ChatMessage
 
-__all__ = ["DEFAULT_SUMMARY_TIMEOUT", "Summarizer", "as_summarizer", "summary_outcome"]
+__all__ = ["Summarizer", "as_summarizer", "summary_outcome"]
 
 DEFAULT_SUMMARY_TIMEOUT = 30.0
 """Seconds a summarizer may take before the plain trim is recorded instead."""
