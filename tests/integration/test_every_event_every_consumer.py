@@ -48,8 +48,10 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
+    TurnsSummarized,
     View,
     as_event,
 )
@@ -63,6 +65,7 @@ from turnledger.domain.messages import (
     ToolResults,
     to_chat_messages,
 )
+from turnledger.domain.estimate import BREADCRUMB_TOKENS
 from turnledger.domain.state import collect_summarised
 from turnledger.projections.analytics import COUNTER_COLUMNS, Analytics
 from turnledger.projections.counters import Counters, Tally, event_time, fold_counters
@@ -90,9 +93,24 @@ def _prepare(session: tl.Session) -> None:
         session.prepare_request(TOOLS, ("Be brief.",))
 
 
+def _summarizer() -> tl.Summarizer:
+    """Summarises the first trim it is asked, raises for the second (issue 24): the recording
+    holds a `TurnsSummarized` and a `SummaryRefused`."""
+    calls: list[int] = []
+
+    def summarize(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        calls.append(len(turns))
+        if len(calls) == 2:
+            raise RuntimeError("the summary model is down")
+        return f"{len(turns)} messages about why, answered by search"
+
+    return tl.Summarizer("every-event", summarize)
+
+
 def _record(store: tl.Store) -> tl.Session:
     """A session that records every member of `Event` but `SessionForgotten`."""
     session = store.start_session(PROFILE, (OPENAI, OPAQUE), Route("openai", "gpt-4o"))
+    session.summarizer = _summarizer()
     session.append(ChatMessage.system("You are a careful agent."))
     for n in range(5):  # trims of both views, each with its breadcrumb and notice (R31-R33)
         session.append(ChatMessage.user(f"question {n}: " + "why " * 40))
@@ -226,6 +244,11 @@ def _check_views(recorded: Recorded, event: Event) -> None:
             assert before.chat_tokens() - after.chat_tokens() == (
                 event.tokens_before - event.tokens_after) > 0
             assert before.chat_view() != chat
+        case TurnsSummarized():  # the summary stands where the breadcrumb stood
+            assert (1, 0) == (_breadcrumbs(before.chat_view()), _breadcrumbs(chat))
+            assert len(before.chat_view()) == len(chat)
+            assert [m for m in chat if m.synthetic][0].content.endswith(event.text)
+            assert after.chat_tokens() - before.chat_tokens() == event.tokens - BREADCRUMB_TOKENS
         case (
             HistoryTrimmed()
             | RequestPrepared()
@@ -234,6 +257,7 @@ def _check_views(recorded: Recorded, event: Event) -> None:
             | OverflowRecovered()
             | OverflowUnrecoverable()
             | SessionForgotten()
+            | SummaryRefused()
         ):
             assert unchanged
 

@@ -212,9 +212,11 @@ class SummaryOutcome:
     detail: str = ""
 
 
-Summarize = Callable[[SummaryPlan], SummaryOutcome]
+Summarize = Callable[[SummaryPlan], SummaryOutcome | None]
 """The call `run` makes between two decisions of a budget trim (the store's, around the
-runtime's summarizer, its time limit and its failures): never inside `decide`."""
+runtime's summarizer, its time limit and its failures; a what-if's, reading the recorded
+summaries): never inside `decide`. None: no summary for this plan, the plain trim stands
+and nothing is recorded about a summary."""
 
 
 @attrs.frozen
@@ -843,13 +845,16 @@ def _with_summary(state: SessionState, step: EnforceTokenBudget, summarize: Summ
             detail="a tool call of the dropped turns is not answered within them"))
     outcome = summarize(plan)
     for _ in range(attempts - 1):
-        if outcome.text is None:
+        if outcome is None or outcome.text is None:
             break
         wider = plan_summary(state, step.target, summary_tokens(state, outcome.text))
         if wider is None or wider.kept_start <= plan.kept_start or not wider.paired:
             break
-        plan, outcome = wider, summarize(wider)
-    return attrs.evolve(step, summary=outcome)
+        again = summarize(wider)
+        if again is None:
+            break
+        plan, outcome = wider, again
+    return step if outcome is None else attrs.evolve(step, summary=outcome)
 
 
 def _decide_summarised_trim(

@@ -51,9 +51,11 @@ from turnledger.domain.decider import (
     SelectRoute,
     SessionState,
     StartSession,
+    SummaryOutcome,
+    SummaryPlan,
     SweepOrphans,
-    execute,
 )
+from turnledger.domain.decider import run as run_command
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
@@ -377,6 +379,9 @@ class _Replay:
         self.avoided = 0
         self.events: list[DomainEvent] = []  # what the what-if session records
         self.log: dict[int, ConversationMessage | None] = {}  # its log's items, for its pops
+        # The recorded summaries and refusals by range (issue 24): reused where a what-if
+        # trim drops the same turns; no summarizer is called.
+        self.summaries: dict[tuple[int, int], TurnsSummarized | SummaryRefused] = {}
 
     def replay(self, event: Event) -> None:
         """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
@@ -386,11 +391,24 @@ class _Replay:
             command = self.command_for(event)
             if command is not None:
                 self.run(command)
+        if isinstance(event, TurnsSummarized | SummaryRefused):
+            self.summaries[event.first_position, event.last_position] = event
         self.recorded.counters = count(self.recorded.counters, event)
         self.recorded_state.fold(event)
 
+    def recorded_summary(self, plan: SummaryPlan) -> SummaryOutcome | None:
+        """The recorded outcome of a summary of the same turns (same range and digest)."""
+        found = self.summaries.get((plan.first_position, plan.last_position))
+        match found:
+            case TurnsSummarized(digest=digest, text=text) if digest == plan.digest:
+                return SummaryOutcome(plan, found.summarizer, text=text)
+            case SummaryRefused(reason=reason, detail=detail):
+                return SummaryOutcome(plan, found.summarizer, refusal=reason, detail=detail)
+        return None
+
     def run(self, command: Command) -> list[DomainEvent]:
-        new = execute(self.state, command)
+        summarize = self.recorded_summary if self.summaries else None
+        new = run_command(self.state, command, summarize).events
         self.events += new
         collect_summarised(self.log, new)
         self.what_if.counters = fold_counters(new, self.what_if.counters)
