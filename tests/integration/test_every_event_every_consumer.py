@@ -30,6 +30,7 @@ from tests.extras import need
 from turnledger.domain import events as events_module
 from turnledger.domain.budget import Compaction, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState, evolve
+from turnledger.domain.estimate import BREADCRUMB_TOKENS
 from turnledger.domain.events import (
     EVENT_TYPES,
     BreadcrumbInserted,
@@ -65,7 +66,6 @@ from turnledger.domain.messages import (
     ToolResults,
     to_chat_messages,
 )
-from turnledger.domain.estimate import BREADCRUMB_TOKENS
 from turnledger.domain.state import collect_summarised
 from turnledger.projections.analytics import COUNTER_COLUMNS, Analytics
 from turnledger.projections.counters import Counters, Tally, event_time, fold_counters

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import turnledger as tl
 from tests.backends import Target
 from tests.properties import examples
 from tests.strategies import conversation_histories
@@ -348,11 +349,25 @@ def test_e6_timeline_covers_a_recorded_session(store: Store) -> None:
         cleared.append(AssistantToolCalls(None, (ToolCall(f"k{n}", "search", "{}"),)))
         cleared.append(ToolResults((ToolResult(f"k{n}", "long result " * 20, "search"),)))
     cleared.prepare_request()
+    summarised = store.start_session(RuntimeProfile(max_context_tokens=150))  # issue 24
+    answers = iter(["what was asked and answered", RuntimeError("down")])
+
+    def summarize(turns: object, previous: object) -> str:
+        answer = next(answers, "later")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    for n in range(6):
+        summarised.extend([ChatMessage.user(f"question {n} " * 8),
+                           ChatMessage.assistant(f"answer {n} " * 8)])
+        summarised.prepare_request(summarizer=tl.Summarizer("replay", summarize))
     events = [
         *record_agent(store).session.events(),
         *record_refusals(store).session.events(),
         *popped.events(),
         *cleared.events(),
+        *summarised.events(),
     ]
     entries = timeline(events)
     assert [e.originator_version for e in events] == [e.position for e in entries]
