@@ -247,8 +247,9 @@ def _check_views(recorded: Recorded, event: Event) -> None:
         case TurnsSummarized():  # the summary stands where the breadcrumb stood
             assert (1, 0) == (_breadcrumbs(before.chat_view()), _breadcrumbs(chat))
             assert len(before.chat_view()) == len(chat)
-            assert [m for m in chat if m.synthetic][0].content.endswith(event.text)
-            assert after.chat_tokens() - before.chat_tokens() == event.tokens - BREADCRUMB_TOKENS
+            assert next(m for m in chat if m.synthetic).content.endswith(event.text)
+            assert after.chat_tokens() - before.chat_tokens() == (
+                event.tokens - BREADCRUMB_TOKENS)
         case (
             HistoryTrimmed()
             | RequestPrepared()

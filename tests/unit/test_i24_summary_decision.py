@@ -103,7 +103,8 @@ def test_i24_the_summarizer_gets_exactly_the_dropped_turns_and_the_summary_stand
         1, trim.first_kept_position - 1, 1)
     view = state.chat_view()
     assert "Be brief." == view[0].content
-    assert SUMMARY_PREFIX + "they asked 0-2" == view[1].content and view[1].synthetic
+    assert SUMMARY_PREFIX + "they asked 0-2" == view[1].content
+    assert view[1].synthetic
     assert BREADCRUMB_TEXT not in [m.content for m in view]
     assert state.chat_tokens() <= 200
     assert "answer 5 " * 6 == view[-1].content  # the newest turn is kept
@@ -195,7 +196,8 @@ def test_i24_nothing_to_drop_calls_no_summarizer() -> None:
 def test_i24_plans_with_tool_turns_pair_among_themselves() -> None:
     state = _state(budget=250, tools=True)
     plan = plan_summary(state)
-    assert plan is not None and plan.paired
+    assert plan is not None
+    assert plan.paired
     roles = [m.role for m in plan.messages]
     assert roles.count("tool") == roles.count("user") > 0  # each call with its result
 
