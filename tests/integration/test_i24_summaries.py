@@ -1,0 +1,272 @@
+"""Issue 24 points 1-2: summaries of the turns a trim drops, supplied by the runtime and
+recorded, on SQLite through a real session: what the view shows, restore (from a snapshot
+and from the events), verify (a forged summary is caught), the timeline, and a property test
+over random histories and summarizers that succeed, raise or answer too much."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from uuid import UUID, uuid4
+
+import attrs
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import turnledger as tl
+from tests.integration.test_replay import append_raw, next_stamp
+from tests.properties import examples
+from tests.strategies import conversation_histories
+from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.decider import SessionState, evolve
+from turnledger.domain.events import (
+    RequestPrepared,
+    SummaryRefusal,
+    SummaryRefused,
+    TrimDecided,
+    TurnsSummarized,
+    as_event,
+)
+from turnledger.domain.messages import (
+    SUMMARY_PREFIX,
+    AssistantToolCalls,
+    ChatMessage,
+    ConversationMessage,
+    ToolCall,
+    ToolResult,
+    ToolResults,
+    to_chat_messages,
+)
+from turnledger.domain.sweep import sweep_orphans
+from turnledger.domain.turns import is_breadcrumb_item, is_turn_start_item, segment
+from turnledger.replay.audit import verify
+from turnledger.replay.timeline import fold, timeline
+from turnledger.replay.whatif import replay_what_if
+from turnledger.store.snapshots import decode_snapshot
+
+OPENAI = ProviderProfile("openai", "gpt-4o", 128_000)
+ROUTE = Route("openai", "gpt-4o")
+
+
+class Recorder:
+    """A summarizer that says what it was given, and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[ChatMessage], str | None]] = []
+
+    def __call__(self, turns: Sequence[ChatMessage], previous: str | None) -> str:
+        self.calls.append((list(turns), previous))
+        return f"summary {len(self.calls)} of {len(turns)} messages"
+
+
+def _turns(session: tl.Session, first: int, last: int, summarizer: object) -> None:
+    for n in range(first, last):
+        session.extend([
+            ChatMessage.user(f"question {n} " * 8),
+            AssistantToolCalls("Looking.", (ToolCall(f"c{n}", "search", "{}"),)),
+            ToolResults((ToolResult(f"c{n}", f"result {n} " * 8, "search"),)),
+            ChatMessage.assistant(f"answer {n} " * 8),
+        ])
+        session.prepare_request(summarizer=summarizer)  # type: ignore[arg-type]
+
+
+def test_i24_summaries_on_sqlite_view_restore_verify_timeline(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'summaries.db'}"
+    recorder = Recorder()
+    summarizer = tl.Summarizer("recorder-v1", recorder)
+    with tl.open_store(url, snapshot_interval=7) as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=500), (OPENAI,), ROUTE)
+        session.append(ChatMessage.system("You are a careful agent."))
+        _turns(session, 0, 10, summarizer)
+        events = session.events()
+        summaries = [e for e in events if isinstance(e, TurnsSummarized)]
+        assert len(summaries) >= 2
+        assert len(recorder.calls) == len(summaries)  # each call is one recorded summary
+        assert recorder.calls[0][1] is None
+        assert summaries[0].text == recorder.calls[1][1]  # summaries roll
+        assert {"recorder-v1"} == {e.summarizer for e in summaries}
+        # Exactly the dropped turns, as the chat view showed them, no system message.
+        appended = [e for e in events if isinstance(e, tl.MessageAppended)]
+        first = summaries[0]
+        given = recorder.calls[0][0]
+        assert "question 0 " * 8 == given[0].content
+        assert all(m.role != "system" for m in given)
+        assert first.last_position + 1 == next(
+            e.first_kept_position for e in events if isinstance(e, TrimDecided))
+        assert appended[-1].position == session.next_position - 1
+        # The view: system, the summary in place of the breadcrumb, the kept turns.
+        view = session.chat_view()
+        assert "You are a careful agent." == view[0].content
+        assert SUMMARY_PREFIX + summaries[-1].text == view[1].content
+        assert not any(tl.BREADCRUMB_TEXT == m.content for m in view)
+        assert "answer 9 " * 8 == view[-1].content
+        last = [e for e in events if isinstance(e, RequestPrepared)][-1]
+        assert last.estimated_tokens <= 500
+        # The log keeps the originals.
+        assert "question 0 " * 8 == appended[1].message.message.content
+        tokens = session.state.chat_tokens()
+        assert () == verify(store.backend).violations
+        lines = [e.summary for e in timeline(events) if e.type == "TurnsSummarized"]
+        assert lines[0].startswith(f"turns at log positions {first.first_position}-"
+                                   f"{first.last_position} summarised by 'recorder-v1'")
+    calls = len(recorder.calls)
+    with tl.open_store(url, snapshot_interval=7) as again:  # restore from the snapshot
+        snapshot = again.backend.load_snapshot(UUID(session.id))
+        assert snapshot is not None
+        held = decode_snapshot(snapshot[1], session_id=UUID(session.id), version=snapshot[0])
+        assert held is not None
+        assert held[0].summary is not None  # the snapshot carries the summary
+        live = SessionState()
+        for e in events[: snapshot[0]]:
+            evolve(live, as_event(e))
+        assert live == held[0]  # the state's one form (ADR-0076), its summary included
+        restored = again.restore(session.id)
+        assert view == restored.chat_view()
+        assert tokens == restored.state.chat_tokens()
+        assert calls == len(recorder.calls)  # restore never calls a summarizer
+        request = restored.prepare_request()  # nothing new to trim: the same request
+        assert last.digest == request.digest
+        assert calls == len(recorder.calls)
+    assert view == tl.views_at(events, len(events))[0]  # and from the events alone
+
+
+def test_i24_restore_without_a_snapshot_equals_the_live_state(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    with tl.open_store(url, snapshot_interval=10_000) as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        _turns(session, 0, 8, Recorder())
+        view, tokens, events = session.chat_view(), session.state.chat_tokens(), session.events()
+    with tl.open_store(url, snapshot_interval=10_000) as store:
+        restored = store.restore(session.id)
+        assert (view, tokens) == (restored.chat_view(), restored.state.chat_tokens())
+        folded = fold(events)
+        assert folded.summary is not None
+        assert view == folded.chat_view()
+
+
+def test_i24_refusals_are_recorded_and_the_request_still_goes_out(tmp_path: Path) -> None:
+    def boom(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        raise RuntimeError("summary model unavailable")
+
+    def huge(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        return "very long summary " * 500
+
+    with tl.open_store(f"sqlite:///{tmp_path / 'refused.db'}") as store:
+        for fn, reason in ((boom, SummaryRefusal.RAISED), (huge, SummaryRefusal.OVERSIZE)):
+            session = store.start_session(
+                RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+            session.summarizer = tl.Summarizer(fn.__name__, fn)
+            _turns(session, 0, 6, None)
+            refused = [e for e in session.events() if isinstance(e, SummaryRefused)]
+            assert refused
+            assert {reason} == {e.reason for e in refused}
+            assert not any(isinstance(e, TurnsSummarized) for e in session.events())
+            assert tl.BREADCRUMB_TEXT in [m.content for m in session.chat_view()]
+            assert isinstance(session.events()[-1], RequestPrepared)
+        assert () == verify(store.backend).violations
+
+
+def test_i24_verify_catches_a_forged_summary() -> None:
+    with tl.open_store("memory://") as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        _turns(session, 0, 6, Recorder())
+        assert () == verify(store.backend).violations
+        good = next(e for e in session.events() if isinstance(e, TurnsSummarized))
+        # A summary claiming other turns than the trim dropped, and one with a wrong digest.
+        append_raw(store, session.id, attrs.evolve(
+            good, **next_stamp(store, session.id), first_position=good.first_position + 1))
+        found = verify(store.backend).violations
+        assert [tl.Rule.REPLAY] == [v.rule for v in found]
+        assert "TurnsSummarized names log positions" in found[0].detail
+    with tl.open_store("memory://") as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        _turns(session, 0, 6, Recorder())
+        events = session.events()
+        summary = next(e for e in events if isinstance(e, TurnsSummarized))
+        # The same events as another session's, its summary's digest forged.
+        other = uuid4()
+        copied = [attrs.evolve(e, originator_id=other) for e in events[:summary.originator_version]]
+        copied[-1] = attrs.evolve(copied[-1], digest="0" * 64)
+        append_raw(store, str(other), *copied)
+        rules = {v.rule for v in verify(store.backend).violations}
+        assert tl.Rule.DIGEST in rules
+
+
+def test_i24_what_if_reuses_the_recorded_summaries() -> None:
+    """Under the recorded profile a what-if sends the same requests, no summarizer called."""
+    recorder = Recorder()
+    with tl.open_store("memory://") as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        _turns(session, 0, 6, recorder)
+        calls = len(recorder.calls)
+        run = replay_what_if(session.events(), session.profile)
+        assert run.report.recorded == run.report.what_if
+        assert all(row.same_messages for row in run.report.requests)
+        assert calls == len(recorder.calls)
+
+
+@pytest.fixture
+def _store() -> tl.Store:
+    return tl.open_store("memory://")
+
+
+def _summarizer(kind: str) -> tl.Summarizer:
+    def summarize(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        if kind == "raise":
+            raise RuntimeError("down")
+        if kind == "oversize":
+            return "words " * 4000
+        return f"{len(turns)} messages" + (" after the previous summary" if previous else "")
+
+    return tl.Summarizer(kind, summarize)
+
+
+@settings(max_examples=examples(40))
+@given(
+    history=conversation_histories(min_turns=1, max_turns=8),
+    kinds=st.lists(st.sampled_from(["ok", "raise", "oversize"]), min_size=1, max_size=3),
+    budget=st.sampled_from([150, 300, 800, 100_000]),
+)
+def test_i24_property_summaries_never_orphan_keep_the_newest_turn_and_replay(
+    history: list[ConversationMessage], kinds: list[str], budget: int
+) -> None:
+    """For random histories and summarizers that succeed, raise or answer too much: no
+    request carries an orphan, the newest turn is sent, verify explains every summary, and
+    restore and what-if give the same request digests without calling a summarizer."""
+    mine = [m for m in history if not is_breadcrumb_item(m)]
+    with tl.open_store("memory://") as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=budget), (OPENAI,),
+                                      ROUTE)
+        digests: list[str] = []
+        half = max(1, len(mine) // 2)
+        for k, part in enumerate((mine[:half], mine[half:])):
+            if not part:
+                continue
+            session.extend(part)
+            try:
+                request = session.prepare_request(summarizer=_summarizer(kinds[k % len(kinds)]))
+            except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
+                continue
+            digests.append(request.digest)
+            swept = sweep_orphans(request.messages)
+            assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
+            newest = segment(request.messages).last_turn_start
+            sent = mine[: half if k == 0 else len(mine)]
+            starts = [item for item in sent if is_turn_start_item(item)]
+            if starts:  # the newest turn is kept: its first message is sent
+                assert newest is not None
+                assert to_chat_messages(starts[-1:]) == request.messages[newest:newest + 1]
+        assert () == verify(store.backend).violations
+        events = session.events()
+        event("summarised" if any(isinstance(e, TurnsSummarized) for e in events) else
+              "refused" if any(isinstance(e, SummaryRefused) for e in events) else "plain")
+        recorded = [e.digest for e in events if isinstance(e, RequestPrepared)]
+        assert digests == recorded
+        restored = store.restore(session.id)
+        assert session.chat_view() == restored.chat_view()
+        if digests and not isinstance(events[-1], tl.RequestRejected):
+            again = restored.prepare_request()  # no summarizer: nothing new is decided
+            assert digests[-1] == again.digest
+        run = replay_what_if(events, session.profile)
+        assert run.report.recorded == run.report.what_if
