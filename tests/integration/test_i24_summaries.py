@@ -5,6 +5,7 @@ over random histories and summarizers that succeed, raise or answer too much."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -206,11 +207,6 @@ def test_i24_what_if_reuses_the_recorded_summaries() -> None:
         assert calls == len(recorder.calls)
 
 
-@pytest.fixture
-def _store() -> tl.Store:
-    return tl.open_store("memory://")
-
-
 def _summarizer(kind: str) -> tl.Summarizer:
     def summarize(turns: Sequence[ChatMessage], previous: str | None) -> str:
         if kind == "raise":
@@ -270,3 +266,15 @@ def test_i24_property_summaries_never_orphan_keep_the_newest_turn_and_replay(
             assert digests[-1] == again.digest
         run = replay_what_if(events, session.profile)
         assert run.report.recorded == run.report.what_if
+
+
+def test_i24_readme_summaries_example_prints_what_it_says(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README's summaries example runs as written and prints what the README says."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Summaries of trimmed turns", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section, re.DOTALL)
+    assert found is not None
+    exec(compile(found.group(1), "README.md", "exec"), {"__name__": "__readme__"})
+    assert found.group(2) == capsys.readouterr().out
