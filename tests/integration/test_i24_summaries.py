@@ -278,3 +278,20 @@ def test_i24_readme_summaries_example_prints_what_it_says(
     assert found is not None
     exec(compile(found.group(1), "README.md", "exec"), {"__name__": "__readme__"})
     assert found.group(2) == capsys.readouterr().out
+
+
+def test_i24_fit_window_takes_a_summarizer_and_the_default_takes_none() -> None:
+    """`fit_window(summarizer=...)` summarises as a request does; a session without one
+    records no summary event (the default behaves as before, DECISIONS 21)."""
+    with tl.open_store("memory://") as store:
+        plain = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        _turns(plain, 0, 6, None)
+        assert not any(isinstance(e, TurnsSummarized | SummaryRefused) for e in plain.events())
+        session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        for n in range(6):
+            session.extend([ChatMessage.user(f"question {n} " * 8),
+                            ChatMessage.assistant(f"answer {n} " * 8)])
+            view = session.fit_window(summarizer=Recorder())
+        assert view[0].content.startswith(SUMMARY_PREFIX)
+        assert any(isinstance(e, TurnsSummarized) for e in session.events())
+        assert () == verify(store.backend).violations

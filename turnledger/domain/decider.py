@@ -715,14 +715,23 @@ def _trim(
     reason: TrimReason,
     kept: Window,
     limit: int,
+    shown: int = BREADCRUMB_TOKENS,
 ) -> Cut:
     """Record one trim of ``view`` down to ``kept`` and return its numbers (R31-R34).
 
     `TrimDecided`, then, when ``kept`` has a breadcrumb, `BreadcrumbInserted` and
-    `HistoryTrimmed`.
+    `HistoryTrimmed`. ``shown``: the estimate of what ``kept`` shows in the breadcrumb's
+    place (a summary, issue 24), which its tokens after count.
     """
     # The conversation view counts history items, the chat view the messages sent (R32).
     cut = state.index.cut(state.window(view), kept, sent=view is View.CHAT)
+    if state.summary is not None or shown != BREADCRUMB_TOKENS:  # issue 24: as shown
+        chat = state.loop.window_of(view) is View.CHAT
+        cut = attrs.evolve(
+            cut,
+            tokens_before=state.chat_tokens() if chat else cut.tokens_before,
+            tokens_after=cut.tokens_after + shown - BREADCRUMB_TOKENS,
+        )
     batch.add(
         TrimDecided,
         view=view,
@@ -896,7 +905,7 @@ def _decide_summarised_trim(
         return
     assert text is not None
     _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
-          limit=target)
+          limit=target, shown=tokens)
     batch.add(
         TurnsSummarized,
         view=View.CHAT,

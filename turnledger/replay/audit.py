@@ -465,8 +465,6 @@ class _SessionVerifier:
         for index, event in enumerate(unchecked_events(events)):  # the store's codec decoded them
             position = event.originator_version
             pending = self._check_follower(event, pending)
-            if event.__class__ is TrimDecided:  # what a summary after it must name
-                self._before_trim = (state.chat.start, state.summary)
             self._check_removal(state, event)
             try:
                 state.fold(event)
@@ -522,8 +520,10 @@ class _SessionVerifier:
         """A pop names the newest message the view showed; a clear, the log's next position."""
         position = event.originator_version
         match event:
-            case MessageAppended() | RequestPrepared() | TrimDecided():
+            case MessageAppended() | RequestPrepared():
                 pass  # the most frequent events first: none of them removes a message
+            case TrimDecided():  # removes none; what a summary after it must name (C6)
+                self._before_trim = (state.chat.start, state.summary)
             case MessagePopped(position=popped, message=message):
                 if state.newest_in_view(state.log) != (popped, message):
                     self.report(position, Rule.REPLAY, f"MessagePopped names log position "
