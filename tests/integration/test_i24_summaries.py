@@ -287,7 +287,7 @@ def test_i24_fit_window_takes_a_summarizer_and_the_default_takes_none() -> None:
         plain = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
         _turns(plain, 0, 6, None)
         assert not any(isinstance(e, TurnsSummarized | SummaryRefused) for e in plain.events())
-        session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
+        session = store.start_session(RuntimeProfile(max_context_tokens=150), (OPENAI,), ROUTE)
         for n in range(6):
             session.extend([ChatMessage.user(f"question {n} " * 8),
                             ChatMessage.assistant(f"answer {n} " * 8)])
