@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,7 +59,10 @@ def _free_port() -> int:
 def bouncer_port() -> Iterator[int]:
     """PgBouncer in transaction mode on a free port (as ``nobody`` when run as root: it
     refuses to run as root), stopped at the end."""
-    program = need_program("pgbouncer")
+    program = shutil.which("pgbouncer") or (  # Debian's is in /usr/sbin, not on every PATH
+        "/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK)
+        else need_program("pgbouncer")
+    )
     port = _free_port()
     folder = Path(tempfile.mkdtemp(prefix="tl-pgbouncer-"))
     folder.chmod(0o755)  # readable by nobody

@@ -45,6 +45,7 @@ __all__ = [
     "follows_after",
     "insert_with_keys",
     "missing_objects",
+    "local_settings",
     "pooler_connection",
     "replace_snapshot",
     "set_log_order",
