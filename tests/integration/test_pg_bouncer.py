@@ -255,6 +255,51 @@ def test_each_transaction_sets_its_own_timeouts_and_none_leaks_to_the_server_con
     assert rows[0][0] == 0
 
 
+def test_the_lock_timeout_binds_the_pipelined_insert_behind_pgbouncer(
+    bouncer_port: int, pg_schema: str
+) -> None:
+    """The URL's lock timeout reaches the library's insert (set in its transaction, queued
+    with the BEGIN in the pipeline): an insert blocked by a table lock fails within it."""
+    import psycopg
+
+    from tests.backends import PG_CONNINFO
+    from turnledger.store.backends.port import StoreUnavailable
+
+    url = (f"postgresql://postgres@127.0.0.1:{bouncer_port}/test?schema={pg_schema}"
+           "&pooler=transaction&lock_timeout=0.5")
+    with open_store(url) as store:
+        session = store.start_session()
+        session.append(ChatMessage.user("before"))
+        with psycopg.connect(PG_CONNINFO) as blocker:
+            blocker.execute(f'LOCK TABLE "{pg_schema}".stored_events IN ACCESS EXCLUSIVE MODE')
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="lock_timeout"):
+                session.append(ChatMessage.user("blocked"))
+            assert time.monotonic() - started < 10
+        assert [m.content for m in store.restore(session.id).chat_view()] == ["before"]
+
+
+def test_an_encrypted_store_forgets_a_session_behind_pgbouncer(urls: tuple[str, str]) -> None:
+    """The keys table (its search path set in each transaction), the rewrite, the snapshots'
+    delete and the erasure's VACUUM (schema-qualified: it cannot run in a transaction)."""
+    from turnledger.domain.errors import SessionForgottenError
+    from turnledger.store.keys import new_key_text
+
+    bounced, direct = urls
+    key = new_key_text()
+    with open_store(bounced, key=key, snapshot_interval=4) as store:
+        gone, kept = store.start_session(), store.start_session()
+        for i in range(6):
+            gone.append(ChatMessage.user(f"secret {i}"))
+            kept.append(ChatMessage.user(f"kept {i}"))
+        assert store.forget(gone.id, reason="erasure request") is True
+    for url in (bounced, direct):
+        with open_store(url, key=key) as store:
+            with pytest.raises(SessionForgottenError):
+                store.restore(gone.id)
+            assert len(store.restore(kept.id).chat_view()) == 6
+
+
 def test_the_option_is_checked_and_the_default_keeps_session_settings(pg_schema: str) -> None:
     with pytest.raises(InvalidStoreURL, match="pooler must be one of none, transaction"):
         open_store(f"{PG_URL}?schema={pg_schema}&pooler=session")

@@ -342,7 +342,8 @@ class PostgresDatabase(Database):
             return self._server_limits
         try:
             with self._connect(
-                "" if self.pooler else pg_recorders.connection_options(self.limits)
+                "" if self.pooler else pg_recorders.connection_options(self.limits),
+                autocommit=False,
             ) as connection:
                 rows = connection.execute(
                     "SELECT name, setting::float / 1000 FROM pg_settings"
@@ -400,16 +401,16 @@ class PostgresDatabase(Database):
             ) from error
         return [(int(version), str(topic), bytes(state)) for version, topic, state in rows]
 
-    def _connect(self, options: str = "") -> Any:
-        """A direct connection in autocommit mode; behind a pooler, one that prepares no
-        statement (PgBouncer's transaction mode does not keep them)."""
+    def _connect(self, options: str = "", *, autocommit: bool = True) -> Any:
+        """A direct connection; behind a pooler, one that prepares no statement (PgBouncer's
+        transaction mode does not keep them)."""
         import psycopg
 
         if self.pooler:
             return psycopg.connect(
-                self.login.conninfo(options), autocommit=True, prepare_threshold=None
+                self.login.conninfo(options), autocommit=autocommit, prepare_threshold=None
             )
-        return psycopg.connect(self.login.conninfo(options), autocommit=True)
+        return psycopg.connect(self.login.conninfo(options), autocommit=autocommit)
 
     @contextlib.contextmanager
     def _setup_connection(self) -> Iterator[Any]:
