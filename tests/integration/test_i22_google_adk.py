@@ -214,10 +214,6 @@ def test_r24_adk_agent_loop_trims_between_tool_steps(kind: str, tmp_path: Path) 
 # -- concurrency: many callback objects of one conversation (issue 22) --
 
 
-@pytest.mark.xfail(reason="bug found by this test, not fixed yet: a callback finds what is new "
-                   "by the newest recorded content; when that is another writer's, it is not in "
-                   "this writer's contents and all of them are recorded again (duplicates)",
-                   strict=False)
 @pytest.mark.parametrize("kind", SHARED_BACKENDS)
 def test_i22_adk_many_callback_objects_of_one_conversation_all_land(
     kind: str, tmp_path: Path

@@ -355,3 +355,49 @@ def test_i22_readme_langchain_examples_run_as_written_without_a_warning(
             exec(compile(code, f"{README}:LangChain", "exec"), {"__name__": "__readme__"})
         assert [] == [f"{w.category.__name__}: {w.message}" for w in caught]
         assert expected == out.getvalue()
+
+
+def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window of each model call is the last one plus the step's messages: each message
+    is built as a LangChain message once per trimmer (the window equals a fresh conversion,
+    breadcrumb and tool messages included), and what is handed out is a copy, so a model or
+    middleware that edits its input in place does not change the next window."""
+    need("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    import turnledger.integrations.langchain as lc
+
+    built: list[int] = []
+    convert = lc.to_langchain_messages
+
+    def counting(history: Any) -> Any:
+        out = convert(history)
+        built.append(len(out))
+        return out
+
+    monkeypatch.setattr(lc, "to_langchain_messages", counting)
+    with open_store(f"sqlite:///{tmp_path}/s.db") as store:
+        trimmer = lc.TurnledgerTrimmer(store, session_id="t",
+                                       profile=RuntimeProfile(max_context_tokens=400))
+        messages: list[Any] = []
+        for n in range(8):
+            messages += [HumanMessage(f"q{n} " + PADDING, id=f"h{n}"),
+                         AIMessage("", id=f"a{n}", tool_calls=[
+                             {"id": f"c{n}", "name": "lookup", "args": {"q": n}},
+                             {"id": f"d{n}", "name": "lookup", "args": {"q": [n]}}]),
+                         ToolMessage(f"r{n}", tool_call_id=f"c{n}", id=f"t{n}"),
+                         ToolMessage([{"type": "text", "text": f"s{n}"}], tool_call_id=f"d{n}",
+                                     id=f"u{n}")]
+            built.clear()
+            window = trimmer.window(messages)
+            assert sum(built) <= 1 + 4 + 1  # the last answer, the step's, a new breadcrumb
+            assert convert(trimmer.session_for().chat_view()) == window
+            window[-1].content.append({"type": "text", "text": "edited"})  # in place
+            window[-3].tool_calls[0]["args"]["q"] = "edited"
+            window[0].content = "edited"
+            messages.append(AIMessage(f"answer {n}", id=f"b{n}"))
+            trimmer.record(messages)
+        assert BREADCRUMB_TEXT == trimmer.window(messages)[0].content
+        assert convert(trimmer.session_for().chat_view()) == trimmer.window(messages)

@@ -326,3 +326,137 @@ def test_i22_pydantic_ai_many_history_objects_of_one_conversation_all_land(
         with open_store(target.url) as store:
             asyncio.run(coroutines(store))
             _check_shared_log(store, range(2 * workers), runs)
+
+
+_QUESTION: Any = None  # the question of the run a model call belongs to (a ContextVar)
+
+
+def _concurrent_agent(history: Any, sent: list[list[Any]]) -> Any:
+    """An agent whose model (pydantic-ai's FunctionModel, async) calls ``lookup`` once per
+    question, then answers; it yields to the other runs inside each call. ``sent`` gets each
+    model input whose last part is not its own run's (the question in `_QUESTION`)."""
+    import asyncio
+    import contextvars
+    import random
+
+    global _QUESTION
+    if _QUESTION is None:
+        _QUESTION = contextvars.ContextVar("question")
+
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    async def model(messages: list[Any], info: AgentInfo) -> Any:
+        await asyncio.sleep(random.random() / 200)
+        # The run's own part is the last (pydantic-ai merges the request another writer's
+        # tool return ends with into the next one).
+        last = messages[-1].parts[-1]
+        question = _QUESTION.get()
+        if getattr(last, "content", None) not in (question, f"found {question}"):
+            sent.append(list(messages))
+        if isinstance(last, ToolReturnPart):
+            return ModelResponse(parts=[TextPart(f"{last.content} answered")])
+        question = str(last.content)
+        return ModelResponse(parts=[TextPart(f"looking {question}"), ToolCallPart(
+            "lookup", {"q": question}, tool_call_id=f"call-{question}")])
+
+    agent = Agent(FunctionModel(model), capabilities=[history])
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        return f"found {q}"
+
+    return agent
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_i22_pydantic_ai_concurrent_agent_runs_of_one_conversation(
+    kind: str, tmp_path: Path
+) -> None:
+    """Real ``agent.run`` calls at once on one conversation: eight coroutines on one history
+    object, and four threads (a store and a history object each) running ``run_sync``. The
+    window a run's model gets ends with that run's current request (pydantic-ai refuses a
+    history ending with another writer's reply), every run answers, every message lands once,
+    each tool call next to its result, verify passes."""
+    import asyncio
+    import threading
+    import time
+
+    from turnledger.domain.messages import AssistantToolCalls, Chat, ToolResults
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+    from turnledger.replay.transcripts import record_of
+
+    need("pydantic_ai")
+
+    def slowed(history: Any) -> Any:
+        """The history with its window read a moment after its record, as under load: the
+        other runs record in between."""
+        fit = history.session.fit_window
+
+        def fit_window() -> Any:
+            time.sleep(0.005)
+            return fit()
+
+        history.session.fit_window = fit_window
+        return history
+
+    profile = RuntimeProfile(max_context_tokens=400)
+    coroutines, threads_n, rounds = 12, 4, 3
+    sent: list[list[Any]] = []
+
+    with fresh_target(kind, tmp_path) as target:
+        errors: list[BaseException] = []
+        outputs: list[str] = []
+
+        def thread_worker(worker: int) -> None:
+            try:
+                with open_store(target.url) as store:
+                    history = slowed(TurnledgerHistory.open(store, "shared", profile=profile))
+                    agent = _concurrent_agent(history, sent)
+                    for n in range(rounds):
+                        question = f"t{worker}-{n}"
+                        _QUESTION.set(question)
+                        outputs.append(agent.run_sync(question).output)
+            except BaseException as error:  # reported by the test
+                errors.append(error)
+
+        with open_store(target.url) as store:
+            history = slowed(TurnledgerHistory.open(store, "shared", profile=profile))
+            agent = _concurrent_agent(history, sent)
+
+            async def one(question: str) -> Any:
+                _QUESTION.set(question)
+                return await agent.run(question)
+
+            async def everyone() -> list[Any]:
+                return await asyncio.gather(*(one(f"c{w}-{n}")
+                                              for w in range(coroutines) for n in range(rounds)))
+
+            threads = [threading.Thread(target=thread_worker, args=(w,))
+                       for w in range(threads_n)]
+            for thread in threads:
+                thread.start()
+            results = asyncio.run(everyone())
+            for thread in threads:
+                thread.join()
+            assert [] == errors
+            outputs += [r.output for r in results]
+            questions = [f"c{w}-{n}" for w in range(coroutines) for n in range(rounds)] + [
+                f"t{w}-{n}" for w in range(threads_n) for n in range(rounds)]
+            assert [] == sent  # every model input ended with its own run's request
+            assert sorted(f"found {q} answered" for q in questions) == sorted(outputs)
+
+            session = TurnledgerHistory.open(store, "shared").session
+            log = list(record_of(session.events()))
+            assert 4 * len(questions) == len(log)  # question, call, result, answer: each once
+            texts = sorted(m.message.content for m in log if isinstance(m, Chat))
+            assert sorted([*questions, *(f"found {q} answered" for q in questions)]) == texts
+            calls = [i for i, m in enumerate(log) if isinstance(m, AssistantToolCalls)]
+            assert len(questions) == len(calls)
+            for i in calls:
+                result = log[i + 1]
+                assert isinstance(result, ToolResults)
+                assert [c.id for c in log[i].tool_calls] == [  # type: ignore[attr-defined]
+                    r.tool_call_id for r in result.results]
+            assert verify(store.backend).ok

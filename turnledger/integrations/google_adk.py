@@ -20,11 +20,15 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   would make (`Session.fit_window`) and replaces ``llm_request.contents`` with that window:
   whole turns, the breadcrumb when older turns were cut, no function response without its call.
   ADK's own session keeps every event; only the request is trimmed. ``after_model`` records
-  each reply as it arrives, so the log holds the run's last answer when the run ends.
+  each reply without function calls as it arrives, so the log holds the run's last answer when
+  the run ends; a reply with calls is recorded by the next model call, with its responses.
 
 One turnledger session per ADK session (its id, named by `session_uuid`), or the one
-``session_id`` given. What is new is found by the newest recorded content: the contents after
-its last occurrence, or all of them when it is not there (a new ADK session continuing a
+``session_id`` given. What is new is told per ADK session: the contents after the last one
+this object saw recorded for it (several ADK sessions, objects or processes may write one
+conversation at once, so the newest recorded content may be another writer's). On this
+object's first call for an ADK session, the contents after the last occurrence of the newest
+recorded content, or all of them when it is not there (a new ADK session continuing a
 conversation turnledger holds, e.g. in a new process). ADK's system instruction lives in the
 request's config, not its contents: it is neither recorded nor trimmed. Store calls run in a
 worker thread (`off_loop`); a write that loses a race is decided again (`retrying`, ADR-0065).
@@ -374,16 +378,39 @@ def _unanswered(window: Sequence[ChatMessage]) -> list[ToolCall]:
             for c in m.item.tool_calls if c.id not in answered]
 
 
-def _new_contents(contents: Sequence[types.Content], newest: types.Content | None) -> int:
-    """Where the contents not recorded yet begin: after the last one equal to the newest
-    recorded content, or 0 when it is not there."""
-    if newest is None:
-        return 0
-    target = _dump(newest)
+def _after_last(contents: Sequence[types.Content], target: Json) -> int | None:
+    """The index after the last content whose JSON is ``target``; None when none is."""
     for i in range(len(contents) - 1, -1, -1):
         if _dump(contents[i]) == target:
             return i + 1
-    return 0
+    return None
+
+
+def _new_contents(
+    contents: Sequence[types.Content], seen: tuple[int, Json] | None,
+    newest: types.Content | None,
+) -> int:
+    """Where the contents not recorded yet begin.
+
+    ``seen``: how many contents of this ADK session this object has seen recorded and the JSON
+    of the last of them. The ADK session's contents grow by appending, so the new ones follow
+    that one: at the same index, or (when ADK's contents changed before it) after its last
+    occurrence. Without ``seen`` (the first call of this object for this ADK session, e.g. in a
+    new process) they follow the last content equal to the newest recorded one, or all are new
+    when it is not there (a fresh ADK session continuing the conversation). Judging by the
+    newest recorded content only would be wrong once this object has recorded: with several
+    writers that content is another writer's, absent from these contents, and all of them
+    would be recorded again."""
+    if seen is not None:
+        count, target = seen
+        if 0 < count <= len(contents) and _dump(contents[count - 1]) == target:
+            return count
+        found = _after_last(contents, target)
+        if found is not None:
+            return found
+    if newest is None:
+        return 0
+    return _after_last(contents, _dump(newest)) or 0
 
 
 class TurnledgerCallback:
@@ -409,6 +436,9 @@ class TurnledgerCallback:
         self._budget = conflict_budget(conflict_budget_seconds)
         self._options = (profile, tuple(providers), route)
         self._sessions: dict[str, Session] = {}
+        # ADK session name -> (how many of its contents are recorded, the last one's JSON):
+        # what tells this object's new contents from those it recorded (`_new_contents`).
+        self._seen: dict[str | None, tuple[int, Json]] = {}
         self._lock = threading.Lock()
 
     def session_for(self, name: str | None = None) -> Session:
@@ -436,22 +466,35 @@ class TurnledgerCallback:
         and return the window the model should see."""
         session = self.session_for(name)
         return self._retrying(session, "the model callback",
-                              lambda: self._record_new(session, contents))
+                              lambda: self._record_new(session, contents, name))
 
     def _record_new(
-        self, session: Session, contents: Sequence[types.Content]
+        self, session: Session, contents: Sequence[types.Content], name: str | None
     ) -> list[types.Content]:
         # Judged on each attempt: after a conflict, another writer may have recorded them.
         window = session.chat_view()
-        recorded = to_genai(window)
-        start = _new_contents(contents, recorded[-1] if recorded else None)
+        seen = self._seen.get(name)
+        newest = None
+        if seen is None:
+            recorded = to_genai(window)
+            newest = recorded[-1] if recorded else None
+        start = _new_contents(contents, seen, newest)
         new = from_genai(contents[start:], unanswered=_unanswered(window))
         if new:
             session.extend(new)
+        if contents:  # recorded now: a retry of the trim below must not record them again
+            self._seen[name] = (len(contents), _dump(contents[-1]))
         return to_genai(session.fit_window())
 
     def record_reply(self, content: types.Content, name: str | None = None) -> None:
-        """Record a model reply as it arrives (so the log has the run's last answer)."""
+        """Record a model reply as it arrives (so the log has the run's last answer).
+
+        A reply with function calls is not recorded here: the next model call records it
+        with its responses, in one transaction, so the log keeps each call next to its
+        response even while other writers record into the conversation (and no restore
+        sweeps a call whose response is still being computed)."""
+        if any(part.function_call is not None for part in content.parts or []):
+            return
         session = self.session_for(name)
 
         def write() -> None:
@@ -459,6 +502,8 @@ class TurnledgerCallback:
             session.extend(from_genai([content], unanswered=_unanswered(window)))
 
         self._retrying(session, "the reply callback", write)
+        seen = self._seen.get(name)  # ADK appends the reply to this session's contents
+        self._seen[name] = ((seen[0] if seen else 0) + 1, _dump(content))
 
     def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
         return retrying(write, f"{what} of session {session.id}", self._budget)

@@ -163,6 +163,26 @@ def to_langchain_messages(
     return [_message_of(raw) for raw in to_openai_chat(history)]
 
 
+def _fresh_json(value: Any) -> Any:
+    """A copy of a JSON value (dicts and lists copied, leaves shared: they are immutable)."""
+    if type(value) is dict:
+        return {key: _fresh_json(inner) for key, inner in value.items()}
+    if type(value) is list:
+        return [_fresh_json(inner) for inner in value]
+    return value
+
+
+def _fresh_message(message: BaseMessage) -> BaseMessage:
+    """A copy of ``message`` sharing nothing mutable with it (its content blocks, tool calls
+    and other dict or list fields copied), ~8x cheaper than building it again."""
+    copied = message.model_copy()
+    fields = copied.__dict__
+    for key, value in fields.items():
+        if value and type(value) in (dict, list):
+            fields[key] = _fresh_json(value)
+    return copied
+
+
 def to_langchain(message: ConversationMessage | ChatMessage) -> BaseMessage:
     """The LangChain message of one turnledger message (`to_langchain_messages`)."""
     converted = to_langchain_messages([message])
@@ -316,6 +336,10 @@ class TurnledgerTrimmer:
         self._options = (profile, tuple(providers), route)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        # Each window message's LangChain message, built once (turnledger messages are
+        # immutable values); these never leave the object: what is handed out is a copy
+        # (`_fresh_message`), so a model or middleware that edits its input edits only its own.
+        self._converted: dict[ChatMessage, BaseMessage] = {}
 
     def session_for(self, config: RunnableConfig | None = None) -> Session:
         """The session of the thread of ``config`` (or of ``session_id``); opened once."""
@@ -343,7 +367,26 @@ class TurnledgerTrimmer:
 
         chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
                         self._budget)
-        return to_langchain_messages(chat)
+        return self._langchain_of(chat)
+
+    def _langchain_of(self, chat: Sequence[ChatMessage]) -> list[BaseMessage]:
+        """`to_langchain_messages` of a window, each message converted once per trimmer (a
+        step's window is the last one plus the step's messages), handed out as copies."""
+        with self._lock:
+            cache = self._converted
+            if len(cache) > 2 * len(chat) + 256:
+                cache.clear()  # what trims removed from the window (and other threads')
+            out = []
+            for message in chat:
+                converted = cache.get(message)
+                if converted is None:
+                    one = to_langchain_messages([message])
+                    if len(one) != 1:  # not one provider message: not cached
+                        out.extend(one)
+                        continue
+                    converted = cache[message] = one[0]
+                out.append(_fresh_message(converted))
+            return out
 
     def record(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> int:
         """Record what is new in ``messages`` (the whole conversation so far), in one

@@ -17,7 +17,9 @@ Needs ``pip install 'turnledger[pydantic-ai]'`` (pydantic-ai-slim).
   and each one between tool steps (R24) — it records what the run added since the last request
   (one transaction), decides and records the trims a request would make (turn limit, token
   budget, orphan sweep: `Session.fit_window`) and sends the model that window: whole turns,
-  the breadcrumb when older turns were cut, no tool result without its call. The run's own
+  the breadcrumb when older turns were cut, no tool result without its call; it ends with
+  the run's current request (what other runs of the conversation recorded after it waits for
+  the run's next request), as pydantic-ai requires. The run's own
   message list is left whole (only the request's copy is replaced), and when the run ends its
   last messages (the final answer) are recorded too. ``history.messages()`` is the window as
   pydantic-ai messages: the ``message_history`` of the next run, in this process or another.
@@ -70,7 +72,7 @@ from turnledger.store.session import Session, Store
 
 try:
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext
@@ -384,6 +386,37 @@ def to_pydantic_ai(history: Iterable[ChatMessage | ConversationMessage]) -> list
                              f"{error}") from None
 
 
+# --- the window of one run -------------------------------------------------------------------
+
+
+def _parts_json(message: ModelMessage) -> list[Json]:
+    return _dump([message])[0]["parts"]  # type: ignore[no-any-return]
+
+
+def _ending_with_run(
+    window: list[ModelMessage], messages: Sequence[ModelMessage], run_id: str
+) -> list[ModelMessage]:
+    """``window`` (the conversation's) as run ``run_id`` may send it: ending with the run's
+    current request, the last of ``messages``.
+
+    Other writers of the conversation may have recorded after that request (pydantic-ai
+    refuses a history ending with a reply; one ending with another run's request would be
+    answered in this run): those newer messages are left out of this request, as if they came
+    after it. When newer turns have trimmed the run's own turn away, the run's messages so far
+    follow the window (its turn whole: each call with its result)."""
+    if not messages or not isinstance(messages[-1], ModelRequest):
+        return window
+    current = _parts_json(messages[-1])
+    for i in range(len(window) - 1, -1, -1):
+        message = window[i]
+        if isinstance(message, ModelRequest) and message.run_id == run_id:
+            parts = _parts_json(message)  # a breadcrumb may open the request: a suffix
+            if parts[len(parts) - len(current):] == current:
+                return window[: i + 1]
+    ours = [m for m in messages if m.run_id == run_id]
+    return [m for m in window if m.run_id != run_id] + ours
+
+
 # --- the capability ---------------------------------------------------------------------------
 
 
@@ -439,9 +472,10 @@ class TurnledgerHistory(AbstractCapability[Any]):
             self._retrying("record", lambda: self.session.extend(converted))
 
     def window(self, messages: Sequence[ModelMessage], run_id: str) -> list[ModelMessage]:
-        """Record the messages of run ``run_id`` not recorded yet, then return the window."""
+        """Record the messages of run ``run_id`` not recorded yet, then return the window,
+        ending with the run's current request (`_ending_with_run`)."""
         self._record_run(messages, run_id)
-        return self.messages()
+        return _ending_with_run(self.messages(), messages, run_id)
 
     def _record_run(self, messages: Sequence[ModelMessage], run_id: str) -> None:
         with self._lock:
