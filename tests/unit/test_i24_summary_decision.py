@@ -235,3 +235,18 @@ def test_i24_the_store_side_call_turns_failures_into_refusals() -> None:
     done = summary_outcome(Summarizer("async", sleepy, timeout=None), plan)
     assert f"async {len(plan.messages)}" == done.text
     assert "async" == done.summarizer
+
+
+def test_i24_an_async_summarizer_runs_from_inside_an_event_loop() -> None:
+    """A session used from a coroutine can be given a coroutine function, time limit or not."""
+    plan = _plan()
+
+    async def summarize(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        await asyncio.sleep(0)
+        return "from a loop"
+
+    async def main() -> list[str | None]:
+        return [summary_outcome(Summarizer("a", summarize, timeout=t), plan).text
+                for t in (None, 5.0)]
+
+    assert ["from a loop", "from a loop"] == asyncio.run(main())

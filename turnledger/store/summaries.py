@@ -72,8 +72,31 @@ async def _awaited(result: Awaitable[str]) -> str:
 def _call(summarizer: Summarizer, plan: SummaryPlan) -> Any:
     result = summarizer.summarize(list(plan.messages), plan.previous)
     if inspect.isawaitable(result):
-        result = asyncio.run(_awaited(result))
+        result = _run_awaitable(result)
     return result
+
+
+def _run_awaitable(result: Awaitable[str]) -> Any:
+    """Run ``result`` to completion: here, or in a thread of its own when this thread runs an
+    event loop already (a session used from a coroutine, without a time limit)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(result))
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = asyncio.run(_awaited(result))
+        except Exception as error:  # raised again in the caller's thread
+            box["error"] = error
+
+    thread = threading.Thread(target=work, name="summarizer loop", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def summary_outcome(summarizer: Summarizer, plan: SummaryPlan) -> SummaryOutcome:
