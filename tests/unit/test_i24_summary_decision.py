@@ -95,8 +95,8 @@ def test_i24_the_summarizer_gets_exactly_the_dropped_turns_and_the_summary_stand
     trim = next(e for e in events if isinstance(e, TrimDecided))
     summary = next(e for e in events if isinstance(e, TurnsSummarized))
     # The dropped turns: from the first turn to the one before the first kept, no system.
-    dropped = [m for m in before[1:] if m in before][: len(plan.messages)]
-    assert list(plan.messages) == dropped
+    cut = 1 + len(plan.messages)
+    assert list(plan.messages) == before[1:cut]
     assert plan.previous is None
     assert (plan.first_position, plan.last_position) == (1, trim.first_kept_position - 1)
     assert (summary.first_position, summary.last_position, summary.covers_from) == (
@@ -107,6 +107,7 @@ def test_i24_the_summarizer_gets_exactly_the_dropped_turns_and_the_summary_stand
     assert view[1].synthetic
     assert BREADCRUMB_TEXT not in [m.content for m in view]
     assert state.chat_tokens() <= 200
+    assert before[cut:] == view[2:]  # the kept turns, as they were
     assert "answer 5 " * 6 == view[-1].content  # the newest turn is kept
 
 
