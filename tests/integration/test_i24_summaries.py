@@ -295,3 +295,26 @@ def test_i24_fit_window_takes_a_summarizer_and_the_default_takes_none() -> None:
         assert view[0].content.startswith(SUMMARY_PREFIX)
         assert any(isinstance(e, TurnsSummarized) for e in session.events())
         assert () == verify(store.backend).violations
+
+
+def test_i24_what_if_reuses_a_summary_whose_range_was_widened() -> None:
+    """When the recorded summary did not fit and the trim dropped (and summarised) more, a
+    what-if under the same profile reuses it for the wider range: the same requests."""
+    calls: list[int] = []
+
+    def summarize(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        calls.append(len(turns))
+        return "a summary of some length " * 6
+
+    with tl.open_store("memory://") as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=260), (OPENAI,), ROUTE)
+        session.append(ChatMessage.system("Be brief."))
+        session.extend([m for n in range(8) for m in (
+            ChatMessage.user(f"question {n} " * 6), ChatMessage.assistant(f"answer {n} " * 6))])
+        session.prepare_request(summarizer=summarize)
+        assert 2 == len(calls)  # asked again about the wider range
+        assert calls[1] > calls[0]
+        run = replay_what_if(session.events(), session.profile)
+        assert run.report.recorded == run.report.what_if
+        assert all(row.same_messages for row in run.report.requests)
+        assert 2 == len(calls)

@@ -810,15 +810,23 @@ def summary_tokens(state: SessionState, text: str) -> int:
 
 
 def plan_summary(
-    state: SessionState, target: int | None = None, shown: int = BREADCRUMB_TOKENS
+    state: SessionState, target: int | None = None, shown: int = BREADCRUMB_TOKENS,
+    *, kept_start: int | None = None,
 ) -> SummaryPlan | None:
     """What a budget trim to ``target`` (None: the route's budget) would drop, for a
     summarizer, when the kept turns show ``shown`` tokens in place of the breadcrumb; None
-    when it drops nothing. Pure; O(the dropped turns)."""
+    when it drops nothing. ``kept_start``: the plan of the trim that keeps the turns from
+    there instead (a turn start after the chat view's start; None when it is not one), for
+    a replay of a recorded range. Pure; O(the dropped turns)."""
     target = state.route.budget if target is None else target
     if target <= 0:
         return None
-    kept = _budget_window(state, target, shown)
+    if kept_start is None:
+        kept = _budget_window(state, target, shown)
+    elif kept_start > state.chat.start and kept_start in state.index.turns_from(kept_start):
+        kept = Window(kept_start, True)
+    else:
+        kept = None
     if kept is None:
         return None
     index, chat = state.index, state.chat
@@ -856,6 +864,7 @@ def _with_summary(state: SessionState, step: EnforceTokenBudget, summarize: Summ
     for _ in range(attempts - 1):
         if outcome is None or outcome.text is None:
             break
+        plan = outcome.plan
         wider = plan_summary(state, step.target, summary_tokens(state, outcome.text))
         if wider is None or wider.kept_start <= plan.kept_start or not wider.paired:
             break
@@ -883,6 +892,9 @@ def _decide_summarised_trim(
                             or plan.kept_start < plain.start
                             or plan.kept_start not in state.index.turns_from(plain.start)):
         refusal, detail = SummaryRefusal.INVALID, "the plan no longer matches the session"
+    if refusal is None and not plan.paired:
+        refusal = SummaryRefusal.UNPAIRED
+        detail = "a tool call of the dropped turns is not answered within them"
     if refusal is None and (not isinstance(text, str) or not text.strip()):
         refusal, detail = SummaryRefusal.INVALID, "the summarizer returned no text"
     tokens = summary_tokens(state, text) if refusal is None and text else 0

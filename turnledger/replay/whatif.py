@@ -54,6 +54,7 @@ from turnledger.domain.decider import (
     SummaryOutcome,
     SummaryPlan,
     SweepOrphans,
+    plan_summary,
 )
 from turnledger.domain.decider import run as run_command
 from turnledger.domain.events import (
@@ -379,9 +380,9 @@ class _Replay:
         self.avoided = 0
         self.events: list[DomainEvent] = []  # what the what-if session records
         self.log: dict[int, ConversationMessage | None] = {}  # its log's items, for its pops
-        # The recorded summaries and refusals by range (issue 24): reused where a what-if
-        # trim drops the same turns; no summarizer is called.
-        self.summaries: dict[tuple[int, int], TurnsSummarized | SummaryRefused] = {}
+        # The recorded summaries and refusals by their first position (issue 24): reused
+        # where a what-if trim drops the same turns; no summarizer is called.
+        self.summaries: dict[int, TurnsSummarized | SummaryRefused] = {}
 
     def replay(self, event: Event) -> None:
         """Run the command ``event`` records on the what-if side, then fold ``event`` itself."""
@@ -392,13 +393,22 @@ class _Replay:
             if command is not None:
                 self.run(command)
         if isinstance(event, TurnsSummarized | SummaryRefused):
-            self.summaries[event.first_position, event.last_position] = event
+            self.summaries[event.first_position] = event
         self.recorded.counters = count(self.recorded.counters, event)
         self.recorded_state.fold(event)
 
     def recorded_summary(self, plan: SummaryPlan) -> SummaryOutcome | None:
-        """The recorded outcome of a summary of the same turns (same range and digest)."""
-        found = self.summaries.get((plan.first_position, plan.last_position))
+        """The recorded outcome of the trim that drops the same turns: a summary (same range
+        and digest) or a refusal. A recorded range wider than ``plan`` (the recording's
+        summary did not fit and it dropped more) is the plan of the outcome."""
+        found = self.summaries.get(plan.first_position)
+        if found is None or found.last_position < plan.last_position:
+            return None
+        if found.last_position > plan.last_position:
+            wider = plan_summary(self.state, plan.target, kept_start=found.last_position + 1)
+            if wider is None:
+                return None
+            plan = wider
         match found:
             case TurnsSummarized(digest=digest, text=text) if digest == plan.digest:
                 return SummaryOutcome(plan, found.summarizer, text=text)
