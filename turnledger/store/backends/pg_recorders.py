@@ -11,8 +11,9 @@ statement timeouts (so reads obey them too) and libpq's connect timeout.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -32,6 +33,7 @@ from eventsourcing.postgres import (
     PostgresTrackingRecorder,
 )
 from eventsourcing.utils import Environment
+from psycopg.sql import SQL, Composable, Composed, Literal
 
 from turnledger.store.backends.port import Limits, SqlStatement
 
@@ -42,7 +44,9 @@ __all__ = [
     "follow_page",
     "follows_after",
     "insert_with_keys",
+    "local_settings",
     "missing_objects",
+    "pooler_connection",
     "replace_snapshot",
     "set_log_order",
     "set_up_tables",
@@ -283,19 +287,152 @@ def set_up_tables(factory: Any, recorders: Sequence[Any], *, create: bool) -> No
         factory.create_tables = True
 
 
-def bounded_factory(limits: Limits) -> Callable[[Environment], PostgresFactory]:
-    """A factory builder whose pool's connections obey ``limits``."""
+def bounded_factory(
+    limits: Limits, *, pooler: bool = False
+) -> Callable[[Environment], PostgresFactory]:
+    """A factory builder whose pool's connections obey ``limits``: as libpq's startup
+    ``options``, or (``pooler``, PgBouncer's transaction mode, ADR-0084) set in each
+    transaction, with no prepared statement and no session ``SET``."""
 
     def build(env: Environment) -> PostgresFactory:
         factory = _BoundedFactory(env)
-        kwargs = factory.datastore.pool.kwargs
+        pool = factory.datastore.pool
+        kwargs = pool.kwargs
         assert isinstance(kwargs, dict), "the library passes its connection settings as a dict"
         kwargs["connect_timeout"] = max(int(limits.connect), 1)
-        if options := connection_options(limits):
+        if pooler:
+            kwargs["prepare_threshold"] = None  # prepare=True too: psycopg prepares nothing
+            idle = factory.datastore.idle_in_transaction_session_timeout
+            pool.connection_class = pooler_connection(
+                local_settings(limits, idle=idle), statements=bool(limits.lock or limits.statement)
+            )
+            # The library's configure runs a session SET idle_in_transaction_session_timeout,
+            # which would stay on whichever server connection PgBouncer lent: each
+            # transaction sets it locally instead.
+            pool._configure = _autocommit  # noqa: SLF001
+        elif options := connection_options(limits):
             kwargs["options"] = options
         return factory
 
     return build
+
+
+def _autocommit(connection: psycopg.Connection[Any]) -> None:
+    connection.autocommit = True
+
+
+def local_settings(
+    limits: Limits, *, idle: float = 0.0, schema: str = ""
+) -> tuple[tuple[str, str], ...]:
+    """The settings a ``pooler`` connection gives each transaction (``set_config(name, value,
+    true)``, i.e. ``SET LOCAL``): the URL's timeouts, the library's idle-in-transaction
+    timeout, the schema as the search path."""
+    settings = [
+        (name, f"{int(seconds * 1000)}ms")
+        for name, seconds in (("lock_timeout", limits.lock),
+                              ("statement_timeout", limits.statement),
+                              ("idle_in_transaction_session_timeout", idle))
+        if seconds
+    ]
+    if schema:
+        settings.append(("search_path", f'"{schema}"'))
+    return tuple(settings)
+
+
+_OWN_TRANSACTION = ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "VACUUM", "SAVEPOINT",
+                    "RELEASE")
+"""Statements that are a transaction command or cannot run inside a transaction block."""
+
+
+class _PoolerCursor(psycopg.Cursor[Any]):
+    """A cursor that runs each statement sent outside a transaction in one of its own that
+    carries the connection's settings (PgBouncer may send two statements of one client
+    connection to two server connections), and adds them after an explicit ``BEGIN``."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        connection = self.connection
+        assert isinstance(connection, _PoolerConnection)
+        head = _head(query, connection)
+        if connection.outside_transaction() and connection.per_statement and (
+            head not in _OWN_TRANSACTION
+        ):
+            with connection.transaction():
+                return super().execute(query, params, **kwargs)
+        result = super().execute(query, params, **kwargs)
+        if head in ("BEGIN", "START") and connection.settings:
+            super().execute(connection.settings_statement())
+        return result
+
+    def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
+        connection = self.connection
+        assert isinstance(connection, _PoolerConnection)
+        if connection.outside_transaction() and connection.per_statement:
+            with connection.transaction():
+                super().executemany(query, params_seq, **kwargs)
+            return
+        super().executemany(query, params_seq, **kwargs)
+
+
+def _head(query: Any, connection: psycopg.Connection[Any]) -> str:
+    if isinstance(query, Composable):
+        query = query.as_string(connection)
+    if isinstance(query, bytes | bytearray | memoryview):
+        query = bytes(query).decode()
+    words = str(query).split(None, 1)
+    return words[0].rstrip(";").upper() if words else ""
+
+
+class _PoolerConnection(psycopg.Connection[Any]):
+    """A connection for PgBouncer's transaction mode (``pooler=transaction``, ADR-0084):
+    every transaction it begins sets `settings` locally first, and (`per_statement`) every
+    statement outside a transaction runs in one. No session state: PgBouncer lends a server
+    connection for one transaction only."""
+
+    settings: tuple[tuple[str, str], ...] = ()
+    per_statement = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cursor_factory = _PoolerCursor
+        self._depth = 0
+
+    def outside_transaction(self) -> bool:
+        return (self.autocommit and not self._depth and self._pipeline is None
+                and self.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+    def settings_statement(self) -> Composed:
+        return SQL("SELECT {}").format(SQL(", ").join(
+            SQL("set_config({}, {}, true)").format(Literal(name), Literal(value))
+            for name, value in self.settings
+        ))
+
+    @contextlib.contextmanager
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
+        outer = self.outside_transaction() or (
+            not self._depth and self.pgconn.transaction_status
+            == psycopg.pq.TransactionStatus.IDLE
+        )
+        self._depth += 1
+        try:
+            with super().transaction(savepoint_name, force_rollback) as transaction:
+                if outer and self.settings:
+                    # One statement: queued with the BEGIN in the library's pipeline.
+                    self.execute(self.settings_statement())
+                yield transaction
+        finally:
+            self._depth -= 1
+
+
+@functools.cache
+def pooler_connection(
+    settings: tuple[tuple[str, str], ...], *, statements: bool
+) -> type[psycopg.Connection[Any]]:
+    """The connection class that gives each transaction ``settings`` and, when
+    ``statements``, runs each statement sent outside a transaction in one."""
+    return type("PoolerConnection", (_PoolerConnection,),
+                {"settings": settings, "per_statement": statements})
 
 
 def connection_options(limits: Limits) -> str:

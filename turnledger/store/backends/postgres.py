@@ -9,7 +9,12 @@ commit in parallel and followers read below the transaction-id horizon; ``lock``
 takes the library's EXCLUSIVE table lock, ADR-0083), ``pool`` (``own``, the default: a pool
 per store, closed with it; ``shared``: one pool per process for every store of the same URL
 and settings, kept open until the process exits or `close_shared_pools`, so that an
-``open_store`` after the first costs no new pool, ADR-0084). ``postgres://`` is accepted too.
+``open_store`` after the first costs no new pool, ADR-0084), ``pooler`` (``none``, the
+default; ``transaction``: the server is reached through a pooler in transaction mode such as
+PgBouncer's ``pool_mode = transaction``, which lends a server connection for one transaction
+only: no prepared statement, no startup ``options``, no session ``SET`` or session advisory
+lock; the timeouts and the search path are set with ``SET LOCAL`` in each transaction and a
+statement outside one runs in one of its own, ADR-0084). ``postgres://`` is accepted too.
 Projections keep their tables in the store's schema. Needs psycopg (``pip install
 'turnledger[postgres]'``), imported only when such a store is opened.
 
@@ -27,6 +32,7 @@ import functools
 import math
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, Self
@@ -72,8 +78,9 @@ POSTGRES_DIALECT: Final = SqlDialect(
 
 _OPTIONS: Final = (
     "schema", "pool_size", "max_overflow", "connect_timeout", "lock_timeout", "statement_timeout",
-    "log_order", "pool",
+    "log_order", "pool", "pooler",
 )
+_POOLERS: Final = ("none", "transaction")
 _LOG_ORDERS: Final = ("horizon", "lock")
 _SHARED: dict[tuple[object, ...], Recorders] = {}
 """The recorders (the library's pool, its registered types, the checked tables) of every
@@ -145,8 +152,11 @@ class PostgresDatabase(Database):
         log_order: str = "horizon",
         *,
         shared: bool = False,
+        pooler: bool = False,
     ) -> None:
         super().__init__(url)
+        self.pooler = pooler
+        """``pooler=transaction``: no session state on any connection (ADR-0084)."""
         self.log_order = log_order
         """``horizon`` or ``lock`` (ADR-0083): whether inserts take the library's table lock."""
         self.shared = shared
@@ -219,11 +229,18 @@ class PostgresDatabase(Database):
             raise InvalidStoreURL(
                 f"{redact_url(url)!r}: pool must be own or shared, got {sharing!r}"
             )
-        return cls(url, login, schema, pool, limits, log_order, shared=sharing == "shared")
+        pooler = options.get("pooler", "none")
+        if pooler not in _POOLERS:
+            raise InvalidStoreURL(
+                f"{redact_url(url)!r}: option pooler must be one of {', '.join(_POOLERS)},"
+                f" got {pooler!r}"
+            )
+        return cls(url, login, schema, pool, limits, log_order, shared=sharing == "shared",
+                   pooler=pooler == "transaction")
 
     def _shared_key(self, settings: dict[str, str]) -> tuple[object, ...]:
         return (self.login, self.schema, tuple(sorted(self.pool.items())), self.limits,
-                self.log_order, tuple(sorted(settings.items())))
+                self.log_order, self.pooler, tuple(sorted(settings.items())))
 
     def open(self, settings: dict[str, str]) -> Recorders:
         if not self.shared:
@@ -259,7 +276,7 @@ class PostgresDatabase(Database):
         with self._setup_connection() as connection:
             # No connection and no DDL yet: the recorders only name their tables.
             recorders = open_library_recorders(
-                self, pg_recorders.bounded_factory(self.limits), settings
+                self, pg_recorders.bounded_factory(self.limits, pooler=self.pooler), settings
             )
             try:
                 self._set_up_tables(connection, recorders)
@@ -324,8 +341,9 @@ class PostgresDatabase(Database):
         if self._server_limits is not None:
             return self._server_limits
         try:
-            with psycopg.connect(
-                self.login.conninfo(pg_recorders.connection_options(self.limits))
+            with self._connect(
+                "" if self.pooler else pg_recorders.connection_options(self.limits),
+                autocommit=False,
             ) as connection:
                 rows = connection.execute(
                     "SELECT name, setting::float / 1000 FROM pg_settings"
@@ -362,7 +380,7 @@ class PostgresDatabase(Database):
         )
         try:
             with (
-                psycopg.connect(self.login.conninfo(), autocommit=True) as connection,
+                self._connect() as connection,
                 connection.transaction(),
             ):
                 connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
@@ -383,6 +401,17 @@ class PostgresDatabase(Database):
             ) from error
         return [(int(version), str(topic), bytes(state)) for version, topic, state in rows]
 
+    def _connect(self, options: str = "", *, autocommit: bool = True) -> Any:
+        """A direct connection; behind a pooler, one that prepares no statement (PgBouncer's
+        transaction mode does not keep them)."""
+        import psycopg
+
+        if self.pooler:
+            return psycopg.connect(
+                self.login.conninfo(options), autocommit=autocommit, prepare_threshold=None
+            )
+        return psycopg.connect(self.login.conninfo(options), autocommit=autocommit)
+
     @contextlib.contextmanager
     def _setup_connection(self) -> Iterator[Any]:
         """One direct connection while the store is opened: the library's pool would only say
@@ -391,7 +420,7 @@ class PostgresDatabase(Database):
         import psycopg
 
         try:
-            connection = psycopg.connect(self.login.conninfo(), autocommit=True)
+            connection = self._connect()
         except psycopg.Error as error:
             raise StoreUnavailable(
                 f"cannot open {self.url}: {self.describe_failure(error)}"
@@ -411,6 +440,23 @@ class PostgresDatabase(Database):
         from psycopg import sql
 
         lock_key = "turnledger:setup:" + self.schema
+        if self.pooler:
+            # A session lock could be taken and released on two different server
+            # connections: the schema first (visible to the pool's DDL connections once
+            # created), then a transaction holding the transaction-level lock while the
+            # pool's connections run the DDL; its end releases it. A waiter tries and ends
+            # its transaction between tries: waiting inside one would hold a server
+            # connection of the pooler's, which the holder's DDL may need.
+            self._create_schema(connection)
+            while True:
+                with connection.transaction():
+                    taken = connection.execute(
+                        "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (lock_key,)
+                    ).fetchone()
+                    if taken is not None and taken[0]:
+                        yield
+                        return
+                time.sleep(0.05)
         connection.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock_key,))
         try:
             found = connection.execute(
@@ -427,6 +473,19 @@ class PostgresDatabase(Database):
         finally:
             with contextlib.suppress(psycopg.Error):
                 connection.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock_key,))
+
+    def _create_schema(self, connection: Any) -> None:
+        import psycopg
+        from psycopg import sql
+
+        found = connection.execute(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+        ).fetchone()
+        if found is None:
+            with contextlib.suppress(psycopg.errors.UniqueViolation):  # a racing opener
+                connection.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
 
     def follow_page(
         self,
@@ -518,6 +577,8 @@ class PostgresDatabase(Database):
         import psycopg
         from psycopg.sql import SQL, Identifier
 
+        if self.pooler:
+            return self._pooler_sql()
         connection: Any = psycopg.connect(self.login.conninfo(), autocommit=True)
         try:
             connection.execute(SQL("SET search_path TO {}").format(Identifier(self.schema)))
@@ -525,6 +586,23 @@ class PostgresDatabase(Database):
             connection.close()
             raise
         return SqlConnection(connection, POSTGRES_DIALECT)
+
+    def _pooler_sql(self) -> SqlConnection:
+        """`connect_sql` behind a pooler in transaction mode: the search path set locally in
+        every transaction (each statement outside one runs in one), and the erasure's VACUUM,
+        which cannot run in a transaction, names its table with the schema."""
+        from turnledger.store.backends import pg_recorders
+
+        connection_class = pg_recorders.pooler_connection(
+            pg_recorders.local_settings(Limits(), schema=self.schema), statements=True
+        )
+        connection = connection_class.connect(
+            self.login.conninfo(), autocommit=True, prepare_threshold=None
+        )
+        erase = attrs.evolve(
+            POSTGRES_DIALECT.erase, statement=f'VACUUM "{self.schema}".{{table}}'
+        )
+        return SqlConnection(connection, attrs.evolve(POSTGRES_DIALECT, erase=erase))
 
 
 def _application(recorder: ApplicationRecorder) -> Any:
