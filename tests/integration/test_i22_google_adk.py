@@ -290,3 +290,39 @@ def test_i22_adk_many_callback_objects_of_one_conversation_all_land(
                         r.tool_call_id for r in result.results]
             assert any(isinstance(e, HistoryTrimmed) for e in session.events())
             assert verify(store.backend).ok
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_i22_adk_new_callback_object_records_nothing_twice(kind: str, tmp_path: Path) -> None:
+    """A callback object that has seen nothing of a conversation (a new process) records only
+    what is new: with a fresh ADK session continuing it (contents: the new question), and with
+    the ADK session restored (its whole contents, then the new question)."""
+    from turnledger.integrations.google_adk import TurnledgerCallback
+    from turnledger.replay.transcripts import record_of
+
+    t = _types()
+
+    def question(n: int) -> Any:
+        return t.Content(role="user", parts=[t.Part(text=f"q{n}")])
+
+    def answer(n: int) -> Any:
+        return t.Content(role="model", parts=[t.Part(text=f"a{n}")])
+
+    with fresh_target(kind, tmp_path) as target:
+        with open_store(target.url) as store:
+            first = TurnledgerCallback(store, session_id="c")
+            contents = [question(0)]
+            first.window(contents, "adk-1")
+            first.record_reply(answer(0), "adk-1")
+            contents.append(answer(0))
+        with open_store(target.url) as store:  # a new process, a fresh ADK session
+            TurnledgerCallback(store, session_id="c").window([question(1)], "adk-2")
+        with open_store(target.url) as store:  # a new process, the ADK session restored
+            restored = TurnledgerCallback(store, session_id="c")
+            restored.window([*contents, question(2)], "adk-1")
+            restored.record_reply(answer(2), "adk-1")
+            restored.window([*contents, question(2), answer(2), question(3)], "adk-1")
+            log = list(record_of(restored.session_for().events()))
+            assert ["q0", "a0", "q1", "q2", "a2", "q3"] == [
+                m.message.content for m in log]  # type: ignore[union-attr]
+            assert verify(store.backend).ok

@@ -22,6 +22,7 @@ import pytest
 
 from tests.backends import PG_CONNINFO, Target, fresh_target, require_postgres
 from turnledger.domain.events import MessageAppended
+from turnledger.domain.messages import ChatMessage
 from turnledger.projections.analytics import Analytics
 from turnledger.store.session import open_store
 
@@ -31,6 +32,7 @@ HERE = Path(__file__).parent
 WRITER = HERE / "delayed_writer_child.py"
 FOLLOWER = HERE / "analytics_follower_child.py"
 WRITERS, SESSIONS, APPENDS = 4, 3, 25
+U = ChatMessage.user
 
 
 @pytest.fixture
@@ -113,3 +115,26 @@ def test_delayed_parallel_commits_and_killed_followers_apply_each_event_once(
     )
     by_xid = [i for _, i in sorted(rows)]
     assert by_xid != sorted(by_xid) or len({x for x, _ in rows}) > 1
+
+
+def test_i23_a_catch_up_applies_what_committed_before_it_began_once_older_transactions_end(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-shot catch-up right after an append applies it, though a transaction that began
+    earlier (elsewhere on the server) was still open: it waits for the horizon to pass the
+    append (ADR-0083). One held past `SETTLE_SECONDS` leaves the event to the next call."""
+    import turnledger.projections.analytics as analytics_module
+
+    with open_store(target.url) as store, Analytics(store.backend) as analytics:
+        session = store.start_session()
+        analytics.catch_up()
+        for hold, expected in ((0.4, [1, 0]), (3.0, [0, 1])):
+            monkeypatch.setattr(analytics_module, "SETTLE_SECONDS", 1.0)
+            started = threading.Event()
+            holder = threading.Thread(target=_hold_transaction, args=(hold, started))
+            holder.start()
+            started.wait(10)
+            session.append(U("after the older transaction began"))
+            first = analytics.catch_up()
+            holder.join()
+            assert expected == [first, analytics.catch_up()]

@@ -27,9 +27,10 @@ One turnledger session per ADK session (its id, named by `session_uuid`), or the
 ``session_id`` given. What is new is told per ADK session: the contents after the last one
 this object saw recorded for it (several ADK sessions, objects or processes may write one
 conversation at once, so the newest recorded content may be another writer's). On this
-object's first call for an ADK session, the contents after the last occurrence of the newest
-recorded content, or all of them when it is not there (a new ADK session continuing a
-conversation turnledger holds, e.g. in a new process). ADK's system instruction lives in the
+object's first call for an ADK session (e.g. in a new process), the contents after the last
+occurrence of the newest recorded content, else after the last one but the newest that was
+recorded (the ADK session restored while others wrote), else all of them (a new ADK session
+continuing a conversation turnledger holds). ADK's system instruction lives in the
 request's config, not its contents: it is neither recorded nor trimmed. Store calls run in a
 worker thread (`off_loop`); a write that loses a race is decided again (`retrying`, ADR-0065).
 """
@@ -388,7 +389,7 @@ def _after_last(contents: Sequence[types.Content], target: Json) -> int | None:
 
 def _new_contents(
     contents: Sequence[types.Content], seen: tuple[int, Json] | None,
-    newest: types.Content | None,
+    recorded: Sequence[types.Content],
 ) -> int:
     """Where the contents not recorded yet begin.
 
@@ -396,11 +397,13 @@ def _new_contents(
     of the last of them. The ADK session's contents grow by appending, so the new ones follow
     that one: at the same index, or (when ADK's contents changed before it) after its last
     occurrence. Without ``seen`` (the first call of this object for this ADK session, e.g. in a
-    new process) they follow the last content equal to the newest recorded one, or all are new
-    when it is not there (a fresh ADK session continuing the conversation). Judging by the
-    newest recorded content only would be wrong once this object has recorded: with several
-    writers that content is another writer's, absent from these contents, and all of them
-    would be recorded again."""
+    new process), ``recorded`` (the conversation's recorded contents) decides: they follow the
+    last content equal to the newest recorded one; else (another writer recorded last) the
+    last content but the newest equal to a recorded one (the newest is this call's own: a
+    question asked again is new); else all are new (a fresh ADK session continuing the
+    conversation). Judging by the newest recorded content only would be wrong once this
+    object has recorded: with several writers that content is another writer's, absent from
+    these contents, and all of them would be recorded again."""
     if seen is not None:
         count, target = seen
         if 0 < count <= len(contents) and _dump(contents[count - 1]) == target:
@@ -408,9 +411,16 @@ def _new_contents(
         found = _after_last(contents, target)
         if found is not None:
             return found
-    if newest is None:
+    if not recorded:
         return 0
-    return _after_last(contents, _dump(newest)) or 0
+    found = _after_last(contents, _dump(recorded[-1]))
+    if found is not None:
+        return found
+    known = {canonical_json(_dump(c)) for c in recorded}
+    for i in range(len(contents) - 2, -1, -1):
+        if canonical_json(_dump(contents[i])) in known:
+            return i + 1
+    return 0
 
 
 class TurnledgerCallback:
@@ -474,11 +484,8 @@ class TurnledgerCallback:
         # Judged on each attempt: after a conflict, another writer may have recorded them.
         window = session.chat_view()
         seen = self._seen.get(name)
-        newest = None
-        if seen is None:
-            recorded = to_genai(window)
-            newest = recorded[-1] if recorded else None
-        start = _new_contents(contents, seen, newest)
+        recorded = to_genai(session.conversation_view()) if seen is None else []
+        start = _new_contents(contents, seen, recorded)
         new = from_genai(contents[start:], unanswered=_unanswered(window))
         if new:
             session.extend(new)

@@ -126,6 +126,9 @@ TRACKING_NAME: Final = "analytics"
 """The ``tl_tracking.name`` of this projection."""
 HORIZON_NAME: Final = "analytics.horizon"
 """The ``tl_tracking.name`` of the horizon key of this projection's cursor (ADR-0083)."""
+SETTLE_SECONDS: Final = 5.0
+"""How long a one-shot `Analytics.catch_up` waits for older transactions still in progress
+before it applies what it can (PostgreSQL, ADR-0083)."""
 
 TABLES: Final = (
     "tl_tracking", "tl_session_route", "tl_session_stats", "tl_session_list", "tl_route_stats"
@@ -446,11 +449,16 @@ class Analytics:
         ``progress(position, head)`` is called after each batch, where ``head`` is the newest
         notification id known when the call began (or the position, when larger).
 
+        Every event committed before the call began is applied: on PostgreSQL, where writers
+        commit in parallel, the call first waits until no older transaction is still in
+        progress (the horizon, ADR-0083), for at most `SETTLE_SECONDS`; a transaction open
+        longer than that anywhere on the server leaves its followers' events to the next call.
+
         Raises ``ValueError`` for a ``batch_size`` < 1 or a negative ``stop_after``,
         `CorruptRecord` for an event that cannot be decoded (nothing of its batch is applied),
         `StoreUnavailable` when the database fails.
         """
-        return self._catch_up(batch_size, progress, stop_after, stop)
+        return self._catch_up(batch_size, progress, stop_after, stop, settle=True)
 
     def follow(
         self,
@@ -573,12 +581,17 @@ class Analytics:
         progress: Progress | None,
         stop_after: int | None,
         stop: threading.Event | None,
+        *,
+        settle: bool = False,
     ) -> int:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if stop_after is not None and stop_after < 0:
             raise ValueError(f"stop_after must be >= 0, got {stop_after}")
         head = self.backend.max_notification_id()
+        if settle:
+            with self._database("apply events") as db:
+                self.backend.settle_horizon(self._cursor(db), SETTLE_SECONDS)
         applied = 0
         while stop_after is None or applied < stop_after:
             if stop is not None and stop.is_set():

@@ -152,6 +152,14 @@ class SessionIndex(BackendCore):
                 continue  # erased content: what was counted before stays counted
         return found, (page[-1][0] if page else after)
 
+    def settle_horizon(self, after: LogCursor, timeout: float) -> bool:
+        """Wait, up to ``timeout`` seconds, until every event committed now after the cursor
+        ``after`` can be followed; True when it can (at once but on PostgreSQL, where a
+        transaction still in progress may hold the horizon back, ADR-0083)."""
+        self._check_open()
+        with self._translate("read the notification log"):
+            return self.database.settle_horizon(self.recorder, after, timeout)
+
     def follows_after(self, after: LogCursor) -> bool:
         """Whether a committed event follows the cursor ``after`` (`follow_notifications`)."""
         self._check_open()

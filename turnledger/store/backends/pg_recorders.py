@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -269,6 +270,41 @@ def follows_after(recorder: PostgresApplicationRecorder, after: tuple[int, int])
         curs.execute(statement, [str(after[0]), after[1]], prepare=True)
         row = curs.fetchone()
         return bool(row is not None and row["found"])
+
+
+def settle_horizon(
+    recorder: PostgresApplicationRecorder, after: tuple[int, int], timeout: float
+) -> bool:
+    """`Database.settle_horizon` on PostgreSQL: the newest transaction id of the rows
+    committed after ``after`` now, then polled until the horizon passes it (every older
+    transaction has ended) or ``timeout`` seconds have passed (a long transaction elsewhere
+    holds it: the follower applies what it can, ADR-0083)."""
+    from psycopg.sql import SQL, Identifier
+
+    table = Identifier(recorder.datastore.schema, recorder.events_table_name)
+    column = Identifier(HORIZON_COLUMN)
+    newest = SQL(
+        "SELECT max({column})::text AS newest FROM {table}"
+        " WHERE ({column}, notification_id) > (%s::text::xid8, %s)"
+    ).format(column=column, table=table)
+    passed = SQL("SELECT %s::text::xid8 < pg_snapshot_xmin(pg_current_snapshot()) AS passed")
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+        curs.execute(newest, [str(after[0]), after[1]])
+        row = curs.fetchone()
+        if row is None or row["newest"] is None:
+            return True
+        target = row["newest"]
+        while True:
+            curs.execute(passed, [target])
+            row = curs.fetchone()
+            if row is not None and row["passed"]:
+                return True
+            if time.monotonic() + pause > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
 
 
 def set_up_tables(factory: Any, recorders: Sequence[Any], *, create: bool) -> None:

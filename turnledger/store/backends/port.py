@@ -291,6 +291,14 @@ class Database(abc.ABC):
         applied everything committed now). Raises what the library or the driver raises."""
         return (recorder.max_notification_id() or 0) > after[1]
 
+    def settle_horizon(
+        self, recorder: ApplicationRecorder, after: LogCursor, timeout: float
+    ) -> bool:
+        """Wait, up to ``timeout`` seconds, until every record committed now after ``after``
+        can be followed (`follow_page` would return it); True when it can. Here (ids commit
+        in order) at once. Raises what the library or the driver raises."""
+        return True
+
     def session_start(self, session_id: UUID) -> int | None:
         """The notification id of ``session_id``'s first record (0: no such session), read
         by the key, so a session list can start after it; None: this database cannot tell

@@ -505,6 +505,13 @@ class PostgresDatabase(Database):
 
         return pg_recorders.follows_after(_application(recorder), after)
 
+    def settle_horizon(
+        self, recorder: ApplicationRecorder, after: tuple[int, int], timeout: float
+    ) -> bool:
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.settle_horizon(_application(recorder), after, timeout)
+
     def session_start(self, session_id: UUID) -> int | None:
         from psycopg import sql
 
