@@ -87,23 +87,31 @@ class Rows(Generic[T]):
 
 
 _CHAT_OF: dict[int, tuple[weakref.ref[ConversationMessage], tuple[ChatMessage, ...]]] = {}
-"""`chat_of`'s memo, by the identity of the item while it lives: an equality key would hash
-the whole item (its text) on every request, and would hand out messages whose ``item`` is
-another, equal object."""
+"""`chat_of`'s memo, by the identity of the item while it lives: a request renders the same
+item objects again, and an identity lookup hashes nothing."""
 
 
 def chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
-    """The provider-facing messages of one structured item, memoised while it lives.
+    """The provider-facing messages of one structured item, memoised.
 
-    Items are immutable and a session renders its kept items again for every request.
+    Items are immutable and a session renders its kept items again for every request: by
+    identity while the item lives; and a tool item (whose messages are built, envelopes and
+    all) by equality too (`_tool_chat_of`), for a new object equal to one seen, as every item
+    of a session restored again is. A `Chat` is its own message: nothing to build, and its
+    equality leaves out how the message is read (``envelope``, ``item``).
     """
     key = id(item)
     known = _CHAT_OF.get(key)
     if known is not None and known[0]() is item:
         return known[1]
-    chat = tuple(to_chat_messages((item,)))
+    chat = (item.message,) if isinstance(item, Chat) else _tool_chat_of(item)
     _CHAT_OF[key] = (weakref.ref(item, partial(_forget_chat, key)), chat)
     return chat
+
+
+@lru_cache(maxsize=8192)
+def _tool_chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
+    return tuple(to_chat_messages((item,)))
 
 
 def _forget_chat(key: int, _: object) -> None:
