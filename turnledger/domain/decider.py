@@ -453,20 +453,19 @@ def request_digest(
     entries alone (`hashlib`'s ``copy``); a window whose start moved is hashed again from
     ``[`` (SHA-256 cannot drop a prefix). The same bytes either way (ADR-0084).
     """
-    if prefix is None:
+    messages = tuple(messages)
+    if prefix is not None and prefix.messages and len(prefix.messages) <= len(messages) and all(
+        map(is_, prefix.messages, messages)
+    ):
+        digest: hashlib._Hash = prefix.hasher.copy()
+        grown = messages[len(prefix.messages):]
+        if grown:
+            digest.update(b",")
+            digest.update(b",".join(map(_digest_entry, grown)))
+    else:
         digest = hashlib.sha256(b"[")
         digest.update(b",".join(map(_digest_entry, messages)))
-    else:
-        messages = tuple(messages)
-        held = prefix.messages
-        if held and len(held) <= len(messages) and all(map(is_, held, messages)):
-            digest = prefix.hasher.copy()
-            if len(messages) > len(held):
-                digest.update(b",")
-                digest.update(b",".join(map(_digest_entry, messages[len(held):])))
-        else:
-            digest = hashlib.sha256(b"[")
-            digest.update(b",".join(map(_digest_entry, messages)))
+    if prefix is not None:
         prefix.messages, prefix.hasher = messages, digest.copy()
     digest.update(b"]")
     return digest.hexdigest()
