@@ -44,6 +44,7 @@ side), then under the other profile; the report says how many calls were simulat
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final, assert_never
 
@@ -148,6 +149,8 @@ class CompactionNote:
             FROM_PROFILE: "decided by the profile",
         }[self.source]
         if self.kind == "cleared":
+            if self.first_position == self.last_position:
+                span = f"log position {self.first_position:,}"
             return (f"{self.items:,} tool result(s) cleared at {span}, "
                     f"{self.replaced_tokens:,} -> {self.tokens:,} tokens")
         if self.kind == "refused":
@@ -244,7 +247,7 @@ class SideTotals:
         compacted = ""
         if self.summaries or self.summary_refusals or self.tool_result_clearings:
             compacted = (
-                f", {self.summaries:,} summaries ({self.summary_refusals:,} refused), "
+                f", {self.summaries:,} summaries, {self.summary_refusals:,} refused, "
                 f"{self.tool_result_clearings:,} tool-result clearings, "
                 f"{self.compaction_tokens_saved:,} tokens saved by compaction"
             )
@@ -322,13 +325,15 @@ class WhatIfReport:
         notes = [note for row in self.requests for note in row.compactions
                  if note.kind != "cleared"]
         if notes or self.summarizer is not None:
-            reused = sum(note.source == FROM_LOG for note in notes)
-            made = sum(note.source == FROM_SUMMARIZER for note in notes)
-            refused = sum(note.kind == "refused" for note in notes)
-            by = "no summarizer passed" if self.summarizer is None else (
-                f"{made:,} made by the passed summarizer {self.summarizer!r}")
-            lines.append(f"what-if summaries: {reused:,} reused from the log, {by}, "
-                         f"{refused:,} of them refused")
+            tally = Counter((note.kind, note.source) for note in notes)
+            made = ("no summarizer passed" if self.summarizer is None else
+                    f"{tally['summary', FROM_SUMMARIZER]:,} made by the passed summarizer "
+                    f"{self.summarizer!r}")
+            refused = sum(n for (kind, _), n in tally.items() if kind == "refused")
+            lines.append(
+                f"what-if summaries: {tally['summary', FROM_LOG]:,} reused from the log, "
+                f"{made}; {refused:,} refused ({tally['refused', FROM_LOG]:,} refusal(s) "
+                f"reused from the log)")
         return "\n".join(lines)
 
     def compaction_lines(self) -> list[str]:
@@ -416,6 +421,9 @@ def replay_what_if(
     if not any(isinstance(e, RequestPrepared | RequestRejected) for e in recorded):
         recorded, simulated = _with_simulated_requests(recorded, started)
     replay = _Replay(profile, passed)
+    for event in recorded:  # every recorded outcome, also one recorded after the request
+        if isinstance(event, TurnsSummarized | SummaryRefused):  # whose trim matches it
+            replay.summaries.setdefault(event.first_position, event)
     for event in recorded:
         replay.replay(event)
     report = WhatIfReport(
@@ -507,7 +515,8 @@ class _Replay:
         self.events: list[DomainEvent] = []  # what the what-if session records
         self.log: dict[int, ConversationMessage | None] = {}  # its log's items, for its pops
         # The recorded summaries and refusals by their first position (issue 24): reused
-        # where a what-if trim drops the same turns; no summarizer is called.
+        # where a what-if trim drops the same turns, also earlier than they were recorded
+        # (the same turns, the same digest); no summarizer is called for them.
         self.summaries: dict[int, TurnsSummarized | SummaryRefused] = {}
 
     def replay(self, event: Event) -> None:
@@ -519,7 +528,7 @@ class _Replay:
             if command is not None:
                 self.run(command)
         if isinstance(event, TurnsSummarized | SummaryRefused):
-            self.summaries[event.first_position] = event
+            self.summaries.setdefault(event.first_position, event)
         self.recorded.counters = count(self.recorded.counters, event)
         self.recorded_state.fold(event)
 
