@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
 from uuid import UUID
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError, bounded
@@ -740,9 +740,33 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
          "tokens dropped", "prepared", "rejected", "overflows", "peak tokens"],
         out,
     )
+    _print_compaction_stats(sessions, out)
     print("\ntotals: " + ", ".join(f"{k} {_cell(v)}" for k, v in sorted(totals.items())),
           file=out)
     return status
+
+
+_REFUSALS: Final = "summary_refusals_"
+
+
+def _print_compaction_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """The compaction counters per session (issue 24, C7), when a session compacted."""
+    from turnledger.projections.analytics import COMPACTION_COLUMNS
+
+    compacted = [r for r in rows if any(r.get(c) for c in COMPACTION_COLUMNS)]
+    if not compacted:
+        return
+    print("\ncompaction per session (tokens saved: C7)", file=out)
+    _table(
+        [[str(r["session_id"])[:8], r.get("summaries"), r.get("summary_tokens_saved"),
+          ", ".join(f"{k.removeprefix(_REFUSALS)} {r[k]:,}" for k in COMPACTION_COLUMNS
+                    if k.startswith(_REFUSALS) and r.get(k)) or "-",
+          r.get("tool_result_clearings"), r.get("tool_results_cleared"),
+          r.get("tool_result_tokens_saved")] for r in compacted],
+        ["session", "summaries", "summary tokens saved", "summaries refused", "clearings",
+         "results cleared", "clearing tokens saved"],
+        out,
+    )
 
 
 def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
@@ -829,7 +853,7 @@ def import_summarizer(spec: str, timeout: float | None = None) -> Any:
     if isinstance(found, Summarizer):
         return found if timeout is None else attrs.evolve(found, timeout=timeout)
     if not callable(found):
-        raise UsageError(f"{where}: {attribute!r} is a {type(found).__name__}, not callable "
+        raise UsageError(f"{where}: {attribute!r} is of type {type(found).__name__}, not callable "
                          "(summarize(turns, previous) -> str, or a turnledger.Summarizer)")
     name = getattr(found, "summarizer_name", None) or spec.strip()
     return Summarizer(str(name), found,

@@ -3,7 +3,7 @@
 `record` builds, with the library, a session whose log holds `TurnsSummarized`,
 `SummaryRefused` and `ToolResultsCleared`: a 600-token budget, tool-result clearing outside the
 newest turn, a summarizer on every request but one, whose summarizer raises. `summarize` is a
-plain function the CLI imports (``--summarizer tests.e2e.compaction_session:summarize``);
+plain function the CLI imports (``--summarizer tests.e2e.compaction_session:summarize_v2``);
 `NOT_CALLABLE` is not callable.
 """
 
@@ -41,6 +41,11 @@ def summarize(turns: Sequence[ChatMessage], previous: str | None) -> str:
 
 
 summarize.summarizer_name = "cli-test-v1"  # type: ignore[attr-defined]
+
+
+def summarize_v2(turns: Sequence[ChatMessage], previous: str | None) -> str:
+    """Another summarizer, without a declared name: the CLI names it by its import string."""
+    return "v2: " + summarize(turns, previous)
 
 
 def unavailable(turns: Sequence[ChatMessage], previous: str | None) -> str:
