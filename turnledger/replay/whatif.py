@@ -99,7 +99,7 @@ from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import FoldedState, ReplayError, dumps, to_jsonable
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer, summary_outcome
 
-__all__ = ["CompactionNote", "WhatIfReport", "replay_what_if", "what_if"]
+__all__ = ["WhatIfReport", "replay_what_if", "what_if"]
 
 FROM_LOG: Final = "log"
 """`CompactionNote.source`: a recorded summary or refusal, reused (no summarizer called)."""
