@@ -31,6 +31,7 @@ from turnledger.domain.messages import SUMMARY_PREFIX, ChatMessage
 from turnledger.domain.turns import is_turn_start_item
 from turnledger.projections.analytics import COMPACTION_COLUMNS, Analytics
 from turnledger.projections.counters import fold_counters
+from turnledger.replay.audit import verify
 from turnledger.replay.report import report
 from turnledger.replay.timeline import fold
 from turnledger.replay.whatif import FROM_LOG, FROM_SUMMARIZER, replay_what_if, what_if
@@ -293,3 +294,18 @@ def test_i24_analytics_count_compactions_and_old_tables_gain_the_columns(
             assert route["summaries"] == _expected(new)["summaries"]
         with Analytics(store.backend) as again:  # a second open changes nothing
             assert rows == {r["session_id"]: r for r in again.session_stats()}
+
+
+def test_i24_what_if_run_with_a_passed_summarizer_passes_verify(
+    events: tuple[DomainEvent, ...],
+) -> None:
+    """The what-if run's own events, stored as a session, are explained by their log (C6):
+    the passed summarizer's ranges and digests are those of the turns its trims dropped."""
+    run = replay_what_if(events, SMALLER, summarizer=Counting())
+    assert any(isinstance(e, TurnsSummarized) and e.summarizer == "counting-v2"
+               for e in run.what_if)
+    with tl.open_store("memory://") as store:
+        session_id = run.what_if[0].originator_id
+        _, chain = store.backend.head(session_id)  # the chain before version 1
+        store.backend.append(session_id, list(run.what_if), prev_chain=chain)
+        assert () == verify(store.backend).violations
