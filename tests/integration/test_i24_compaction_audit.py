@@ -309,3 +309,39 @@ def test_i24_what_if_run_with_a_passed_summarizer_passes_verify(
         _, chain = store.backend.head(session_id)  # the chain before version 1
         store.backend.append(session_id, list(run.what_if), prev_chain=chain)
         assert () == verify(store.backend).violations
+
+
+def test_i24_analytics_openers_racing_to_add_the_columns_all_succeed(target: Target) -> None:
+    """Several openers of tables without the compaction counters, at once: each open
+    succeeds (a loser of the race retries), and the rows keep their counts."""
+    record(target.url)
+    with tl.open_store(target.url) as store:
+        with Analytics(store.backend) as analytics:
+            analytics.catch_up()
+            before = analytics.session_stats()
+        for table in ("tl_session_stats", "tl_route_stats"):
+            for column in COMPACTION_COLUMNS:
+                target.query(f"ALTER TABLE {table} DROP COLUMN {column}")
+        start = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def open_analytics() -> None:
+            with tl.open_store(target.url) as own:
+                start.wait(10)
+                try:
+                    Analytics(own.backend).close()
+                except BaseException as error:  # reported below
+                    errors.append(error)
+
+        threads = [threading.Thread(target=open_analytics) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert [] == errors
+        with Analytics(store.backend) as analytics:
+            analytics.catch_up()  # nothing new: the rows stay, their compaction counters at 0
+            after = analytics.session_stats()
+    assert [{k: v for k, v in row.items() if k not in COMPACTION_COLUMNS} for row in before] == [
+        {k: v for k, v in row.items() if k not in COMPACTION_COLUMNS} for row in after]
+    assert all(row[c] == 0 for row in after for c in COMPACTION_COLUMNS)
