@@ -584,8 +584,10 @@ class Analytics:
     def _ensure_tables(self) -> None:
         """Create the missing tables, and add the counter columns a table made by an older
         version lacks (their counts kept; the new counters start at 0). Another process
-        adding the same column first fails this transaction: it is tried again once."""
-        for attempt in (1, 2):
+        adding the same columns at once may fail this transaction (a duplicate column, or a
+        deadlock on PostgreSQL, where each holds the table its check read): it is tried again,
+        and then sees the columns the winner added."""
+        for attempt in (1, 2, 3):
             try:
                 with self._database("create the analytics tables") as db, db.transaction():
                     for statement in db.sql.create:
@@ -595,7 +597,7 @@ class Analytics:
                     _add_missing_columns(db)
                 return
             except StoreUnavailable:
-                if attempt == 2 or self._closed:
+                if attempt == 3 or self._closed:
                     raise
                 log.debug("analytics: the tables changed while they were checked; again")
 
