@@ -18,7 +18,9 @@ import pytest
 
 import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from tests.browser import chromium, dump_dom
 from tests.e2e.compaction_session import PROFILE, record, summarize
+from tests.integration.test_report import check_inert
 from turnledger.domain.events import (
     DomainEvent,
     MessageAppended,
@@ -185,6 +187,7 @@ def test_i24_report_draws_summarised_turns_and_cleared_results(
 ) -> None:
     html = report(events)
     assert html == report(list(events))  # the same events, the same bytes (E12)
+    check_inert(html)
     summaries = [e for e in events if isinstance(e, TurnsSummarized)]
     starts = [e.position for e in events
               if isinstance(e, MessageAppended) and is_turn_start_item(e.message)]
@@ -211,12 +214,29 @@ def test_i24_report_what_if_side_draws_the_passed_summarizers_spans_escaped(
     hostile = Counting("<b>v2</b>")
     html = report(events, what_if=SMALLER, summarizer=hostile)
     assert hostile.calls
+    check_inert(html)
     assert "<b>v2</b>" not in html
     assert "summarised by &#x27;&lt;b&gt;v2&lt;/b&gt;&#x27; (TurnsSummarized at event" in html
     recorded, what_if_side = html.split('<section id="turns">')[1].split('<div class="side">')[1:3]
     assert "&lt;b&gt;v2" not in recorded
     assert "&lt;b&gt;v2" in what_if_side
     assert html == report(events, what_if=SMALLER, summarizer=Counting("<b>v2</b>"))
+
+
+def test_i24_report_with_compacted_spans_renders_in_chromium(
+    events: tuple[DomainEvent, ...], tmp_path: Path,
+) -> None:
+    """Chromium builds the strip's summarised turns and cleared-result flags, the hostile
+    summarizer name as text."""
+    program = chromium()
+    page = tmp_path / "compacted.html"
+    report(events, page, what_if=SMALLER, summarizer=Counting('<script>document.title="x"'))
+    dom = dump_dom(program, page, tmp_path)
+    found = check_inert(dom)
+    assert sum("summarised" in e.classes for e in found if e.tag == "rect") > 0
+    assert sum("results-cleared" in e.classes for e in found if e.tag == "path") > 0
+    assert "&lt;script&gt;document.title=" in dom
+    assert re.search(r"<title>turnledger report: session [0-9a-f-]{36}</title>", dom)
 
 
 # --- counters and analytics --------------------------------------------------------------------
