@@ -217,6 +217,7 @@ def test_i24_report_what_if_side_draws_the_passed_summarizers_spans_escaped(
     check_inert(html)
     assert "<b>v2</b>" not in html
     assert "summarised by &#x27;&lt;b&gt;v2&lt;/b&gt;&#x27; (TurnsSummarized at event" in html
+    assert "what-if summarizer: &#x27;&lt;b&gt;v2&lt;/b&gt;&#x27;" in html
     recorded, what_if_side = html.split('<section id="turns">')[1].split('<div class="side">')[1:3]
     assert "&lt;b&gt;v2" not in recorded
     assert "&lt;b&gt;v2" in what_if_side

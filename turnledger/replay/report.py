@@ -1114,6 +1114,9 @@ def _header(started: SessionStarted, events: Sequence[DomainEvent], sides: Seque
     ]
     if compared is not None:
         lines.append(f'<p class="meta">what-if profile: {_e(_profile_change(compared))}</p>')
+        if compared.summarizer is not None:
+            lines.append(f'<p class="meta">what-if summarizer: {_e(repr(compared.summarizer))} '
+                         "(asked about the turns no recorded summary covers, C8)</p>")
     lines.append('<p class="note">Hover a point, marker or turn for its event position and '
                  "summary; click it to jump to that event in the timeline. Token counts are "
                  "turnledger's estimate (UTF-8 bytes / 4, 1,600 per image; R20-R23).</p>")
