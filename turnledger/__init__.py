@@ -31,7 +31,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "turnledger.domain.decider": ("PreparedRequest", "request_digest"),
     "turnledger.domain.errors": (
         "AppendInDoubt", "AppendRefused", "AuditKeyRequired", "ConcurrencyConflict",
-        "ContextWindowExceeded", "CorruptRecord", "InvalidKey", "InvalidMessage", "InvalidProfile", "InvalidStoreURL",
+        "ContextWindowExceeded", "CorruptRecord", "InvalidKey", "InvalidMessage", "InvalidProfile",
+        "InvalidStoreURL",
         "KeyRequired", "NotEncrypted", "SessionForgottenError", "SessionNotFound",
         "StoreUnavailable", "TranscriptError", "TurnledgerError", "UnansweredToolCalls",
         "UnkeyedChain", "WrongKey",
