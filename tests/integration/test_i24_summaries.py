@@ -219,6 +219,22 @@ def _summarizer(kind: str) -> tl.Summarizer:
     return tl.Summarizer(kind, summarize)
 
 
+def _assert_sendable(request: tl.PreparedRequest, sent: Sequence[ConversationMessage]) -> None:
+    """``request`` carries no orphan, and the newest turn of ``sent``: its first message."""
+    swept = sweep_orphans(request.messages)
+    assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
+    starts = [item for item in sent if is_turn_start_item(item)]
+    if starts:  # the newest turn is kept: its first message is sent
+        newest = segment(request.messages).last_turn_start
+        assert newest is not None
+        assert to_chat_messages(starts[-1:]) == request.messages[newest:newest + 1]
+
+
+def _label(events: Sequence[object]) -> None:
+    event("summarised" if any(isinstance(e, TurnsSummarized) for e in events) else
+          "refused" if any(isinstance(e, SummaryRefused) for e in events) else "plain")
+
+
 @settings(max_examples=examples(40))
 @given(
     history=conversation_histories(min_turns=1, max_turns=8),
@@ -246,18 +262,10 @@ def test_i24_property_summaries_never_orphan_keep_the_newest_turn_and_replay(
             except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
                 continue
             digests.append(request.digest)
-            swept = sweep_orphans(request.messages)
-            assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
-            newest = segment(request.messages).last_turn_start
-            sent = mine[: half if k == 0 else len(mine)]
-            starts = [item for item in sent if is_turn_start_item(item)]
-            if starts:  # the newest turn is kept: its first message is sent
-                assert newest is not None
-                assert to_chat_messages(starts[-1:]) == request.messages[newest:newest + 1]
+            _assert_sendable(request, mine[: half if k == 0 else len(mine)])
         assert () == verify(store.backend).violations
         events = session.events()
-        event("summarised" if any(isinstance(e, TurnsSummarized) for e in events) else
-              "refused" if any(isinstance(e, SummaryRefused) for e in events) else "plain")
+        _label(events)
         recorded = [e.digest for e in events if isinstance(e, RequestPrepared)]
         assert digests == recorded
         restored = store.restore(session.id)
@@ -423,17 +431,10 @@ def test_i24_property_overflow_summaries_never_orphan_and_replay(
         except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
             request = None
         if request is not None:
-            swept = sweep_orphans(request.messages)
-            assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
-            starts = [item for item in mine if is_turn_start_item(item)]
-            if starts:
-                newest = segment(request.messages).last_turn_start
-                assert newest is not None
-                assert to_chat_messages(starts[-1:]) == request.messages[newest:newest + 1]
+            _assert_sendable(request, mine)
         assert () == verify(store.backend).violations
         events = session.events()
-        event("summarised" if any(isinstance(e, TurnsSummarized) for e in events) else
-              "refused" if any(isinstance(e, SummaryRefused) for e in events) else "plain")
+        _label(events)
         made = len(calls)
         restored = store.restore(session.id)
         assert session.chat_view() == restored.chat_view()
