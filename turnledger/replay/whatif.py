@@ -20,7 +20,9 @@ How each recorded event is replayed:
   overhead is the recorded estimate minus the recorded chat view's.
 - `OverflowReported` → `RecoverFromOverflow` with the recorded error, but only when the what-if
   chat view is at least as large as the one the provider refused; a smaller one is counted as an
-  avoided overflow (the provider is assumed to accept fewer tokens than it refused).
+  avoided overflow (the provider is assumed to accept fewer tokens than it refused). It is
+  replayed where its recorded batch ends, so that its trim reuses the summary (or refusal)
+  the batch recorded (issue 24).
 - `OrphansSwept` → `SweepOrphans`; `MessagePopped` → `PopMessage`; `HistoryCleared` →
   `ClearHistory`. Decision events (trims, breadcrumbs, notices, recoveries) are
   not replayed: they are what is being re-decided.
@@ -512,6 +514,7 @@ class _Replay:
         self.what_if = _Side()
         self.rows: list[WhatIfRow] = []
         self.avoided = 0
+        self.overflow: OverflowReported | None = None  # reported, its outcome not yet read
         self.events: list[DomainEvent] = []  # what the what-if session records
         self.log: dict[int, ConversationMessage | None] = {}  # its log's items, for its pops
         # The recorded summaries and refusals by their first position (issue 24): reused
@@ -595,6 +598,17 @@ class _Replay:
     def origin(self, event: TurnsSummarized | SummaryRefused) -> str:
         return self.origins.get((event.first_position, event.last_position), FROM_PROFILE)
 
+    def overflow_recovery(self) -> RecoverFromOverflow | None:
+        """The recovery of the overflow reported last, when the what-if chat view is at least
+        as large as the one the provider refused; otherwise an avoided overflow."""
+        reported, self.overflow = self.overflow, None
+        if reported is None:
+            return None  # a log without its report: nothing to re-decide
+        if self.state.chat_tokens() >= reported.estimated_tokens:
+            return RecoverFromOverflow(reported.error, reported.timestamp)
+        self.avoided += 1
+        return None
+
     def command_for(self, event: Event) -> Command | None:
         """The command a recorded non-request event stands for (None: nothing to replay)."""
         match event:
@@ -608,8 +622,6 @@ class _Replay:
                 TrimDecided()
                 | BreadcrumbInserted()
                 | HistoryTrimmed()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
                 | SessionForgotten()
                 | ToolResultsCleared()
                 | TurnsSummarized()
@@ -622,10 +634,13 @@ class _Replay:
                 return SelectRoute(event.route, reason, event.timestamp)
             case RouteSelected():
                 pass  # the initial route: `StartSession` selects it
-            case OverflowReported(error=error, estimated_tokens=refused):
-                if self.state.chat_tokens() >= refused:
-                    return RecoverFromOverflow(error, event.timestamp)
-                self.avoided += 1
+            case OverflowReported():
+                # Replayed at the end of its recorded batch (`OverflowRecovered` or
+                # `OverflowUnrecoverable`), once the summary or refusal that batch recorded
+                # is known (issue 24): its trim reuses it as a budget trim's does.
+                self.overflow = event
+            case OverflowRecovered() | OverflowUnrecoverable():
+                return self.overflow_recovery()
             case MessagePopped():
                 return PopMessage(event.timestamp, summarised=self.log)
             case HistoryCleared():
