@@ -26,12 +26,15 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ConcurrencyConflict, SessionNotFound
+from turnledger.domain.messages import ChatMessage
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer
 
 __all__ = [
     "CONFLICT_BUDGET_SECONDS",
     "conflict_budget",
+    "fit_window",
     "off_loop",
     "open_session",
     "retrying",
@@ -85,6 +88,14 @@ def open_session(
         except ConcurrencyConflict:
             continue  # another process started it first: restore theirs
     return store.restore(uuid)
+
+
+def fit_window(session: Session, summarizer: Summarizer | None) -> list[ChatMessage]:
+    """The window an integration hands its framework's model: `Session.fit_window`, with the
+    integration's ``summarizer`` when it was given one (issue 24), else the session's own."""
+    if summarizer is None:
+        return session.fit_window()
+    return session.fit_window(summarizer=summarizer)
 
 
 def conflict_budget(seconds: float) -> float:

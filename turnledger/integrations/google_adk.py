@@ -70,11 +70,13 @@ from turnledger.domain.messages import (
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
     conflict_budget,
+    fit_window,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 try:
     from google.adk.agents.callback_context import CallbackContext
@@ -429,6 +431,9 @@ class TurnledgerCallback:
     Sessions start with ``profile``, ``providers`` and ``route``. After a lost race with another
     writer, what is new is judged again on the newer state, for at most
     ``conflict_budget_seconds`` (default 30; 0: once), then `ConcurrencyConflict` (ADR-0065).
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): each window shows the turns
+    a token-budget trim drops as its summary in place of the breadcrumb (`TurnsSummarized`;
+    when it fails, the plain trim and `SummaryRefused`).
     """
 
     def __init__(
@@ -440,10 +445,12 @@ class TurnledgerCallback:
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self.store = store
         self.session_id = session_id
         self._budget = conflict_budget(conflict_budget_seconds)
+        self.summarizer = as_summarizer(summarizer)
         self._options = (profile, tuple(providers), route)
         self._sessions: dict[str, Session] = {}
         # ADK session name -> (how many of its contents are recorded, the last one's JSON):
@@ -466,7 +473,8 @@ class TurnledgerCallback:
     def contents(self, name: str | None = None) -> list[types.Content]:
         """The window now, as genai contents (the trims it takes are recorded)."""
         session = self.session_for(name)
-        window = self._retrying(session, "contents", session.fit_window)
+        window = self._retrying(
+            session, "contents", lambda: fit_window(session, self.summarizer))
         return to_genai(window)
 
     def window(
@@ -491,7 +499,7 @@ class TurnledgerCallback:
             session.extend(new)
         if contents:  # recorded now: a retry of the trim below must not record them again
             self._seen[name] = (len(contents), _dump(contents[-1]))
-        return to_genai(session.fit_window())
+        return to_genai(fit_window(session, self.summarizer))
 
     def record_reply(self, content: types.Content, name: str | None = None) -> None:
         """Record a model reply as it arrives (so the log has the run's last answer).

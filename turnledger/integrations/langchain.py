@@ -46,11 +46,13 @@ from turnledger.domain.providers import from_openai_chat, to_openai_chat
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
     conflict_budget,
+    fit_window,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -203,6 +205,10 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     A call that loses a race to another writer of the session is decided again on the newer
     state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
     `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
+
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): ``messages`` shows the turns
+    a token-budget trim drops as its summary in place of the breadcrumb (`TurnsSummarized`; on
+    failure the plain trim, `SummaryRefused`). None: the session's own `Session.summarizer`.
     """
 
     def __init__(
@@ -210,8 +216,10 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         session: Session | Callable[[], Session],
         *,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self._budget = conflict_budget(conflict_budget_seconds)
+        self.summarizer = as_summarizer(summarizer)
         if isinstance(session, Session):
             self._session: Session | None = session
             self._open: Callable[[], Session] | None = None
@@ -232,6 +240,7 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> TurnledgerChatMessageHistory:
         """The history of the conversation named ``session_id`` (`session_uuid`), opened at
         its first use (restored, or started with ``profile``, ``providers`` and ``route``):
@@ -244,7 +253,8 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
             return open_session(store, str(session_id), profile=profile, providers=frozen,
                                 route=route)
 
-        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds)
+        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds,
+                   summarizer=summarizer)
 
     @property
     def session(self) -> Session:
@@ -260,7 +270,9 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """What the model should see now; the trims this takes are recorded (fit_window)."""
         session = self.session
-        return to_langchain_messages(self._retrying(session, "messages", session.fit_window))
+        window = self._retrying(
+            session, "messages", lambda: fit_window(session, self.summarizer))
+        return to_langchain_messages(window)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Record ``messages`` in one transaction (`Session.extend`)."""
@@ -293,16 +305,18 @@ def history_factory(
     providers: Sequence[ProviderProfile] = (),
     route: Route | None = None,
     conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+    summarizer: Summarizer | SummaryFunction | None = None,
 ) -> Callable[[str], TurnledgerChatMessageHistory]:
     """A ``get_session_history`` for ``RunnableWithMessageHistory``: ``session_id`` → its
-    `TurnledgerChatMessageHistory.lazy` history, so the factory never blocks the event loop
-    (LangChain calls it synchronously, in ``ainvoke`` too)."""
+    `TurnledgerChatMessageHistory.lazy` history (with ``summarizer``), so the factory never
+    blocks the event loop (LangChain calls it synchronously, in ``ainvoke`` too)."""
     conflict_budget(conflict_budget_seconds)  # a bad budget is refused here, not at first use
+    summarizer = as_summarizer(summarizer)  # and a summarizer that is not callable
 
     def get_session_history(session_id: str) -> TurnledgerChatMessageHistory:
         return TurnledgerChatMessageHistory.lazy(
             store, session_id, profile=profile, providers=providers, route=route,
-            conflict_budget_seconds=conflict_budget_seconds,
+            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
         )
 
     return get_session_history
@@ -317,7 +331,9 @@ class TurnledgerTrimmer:
     graph's ``messages``): those not recorded yet are recorded in one transaction, then the
     trims a request would make are decided and recorded, and the window is returned. After a
     lost race with another writer of the thread, what is new is judged again on the newer state
-    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`).
+    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`). ``summarizer``:
+    each window shows the turns a token-budget trim drops as its summary (issue 24, as
+    `TurnledgerChatMessageHistory`).
     """
 
     def __init__(
@@ -329,10 +345,12 @@ class TurnledgerTrimmer:
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self.store = store
         self.session_id = session_id
         self._budget = conflict_budget(conflict_budget_seconds)
+        self.summarizer = as_summarizer(summarizer)
         self._options = (profile, tuple(providers), route)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -363,7 +381,7 @@ class TurnledgerTrimmer:
 
         def record_and_fit() -> list[ChatMessage]:
             self._record_new(session, messages)
-            return session.fit_window()
+            return fit_window(session, self.summarizer)
 
         chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
                         self._budget)

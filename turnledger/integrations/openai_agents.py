@@ -11,7 +11,8 @@ keeps its history in a turnledger store:
 - ``get_items`` returns what the model should see: the trims a request would make are decided
   and recorded (turn limit, token budget, orphan sweep: `Session.fit_window`), then the kept
   whole turns come back as the items that were added — reasoning items, function calls and
-  their outputs untouched — after a breadcrumb user message when older turns were cut. ``limit``
+  their outputs untouched — after a breadcrumb user message when older turns were cut (or,
+  with a ``summarizer``, the summary of those turns in its place, issue 24). ``limit``
   keeps the SDK's meaning: the newest ``limit`` items of that list (``0``: none; negative or
   None: all, unless ``session_settings.limit`` says otherwise);
 - ``pop_item`` and ``clear_session`` are recorded (`MessagePopped`, `HistoryCleared`); the log
@@ -52,6 +53,7 @@ from turnledger.domain.errors import (
 )
 from turnledger.domain.messages import (
     BREADCRUMB_TEXT,
+    SUMMARY_PREFIX,
     ChatMessage,
     ConversationMessage,
     is_breadcrumb,
@@ -65,11 +67,13 @@ from turnledger.domain.providers import (
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
     conflict_budget,
+    fit_window,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 __all__ = [
     "InvalidSessionSettings",
@@ -82,7 +86,14 @@ __all__ = [
 Item = dict[str, Any]
 R = TypeVar("R")
 
-_BREADCRUMB_ITEM: Item = {"role": "user", "content": BREADCRUMB_TEXT}
+
+
+def _opens_window(item: Item) -> bool:
+    """The breadcrumb's item, or that of the summary shown in its place (issue 24)."""
+    content = item.get("content")
+    return (item.keys() == {"role", "content"} and item["role"] == "user"
+            and isinstance(content, str)
+            and (content == BREADCRUMB_TEXT or content.startswith(SUMMARY_PREFIX)))
 
 
 class _Closed:
@@ -213,6 +224,12 @@ class TurnledgerSession:
     ``conflict_budget_seconds`` (default 30; 0: once), then raises `ConcurrencyConflict`
     saying so; nothing of a call that raised is recorded (ADR-0065).
 
+    ``summarizer`` (a `Summarizer` or a bare callable, `as_summarizer`; issue 24): every
+    window this object builds (``get_items`` and the filter between tool steps) shows the
+    turns a token-budget trim drops as its summary in place of the breadcrumb, recorded
+    (`TurnsSummarized`); when it fails the plain trim is recorded (`SummaryRefused`) and the
+    window still comes back. None: the turnledger session's own `Session.summarizer`.
+
     `close` ends this object, as ``SQLiteSession.close`` does (the store stays open: it is the
     caller's); any use after it raises `SessionClosed`.
     """
@@ -227,8 +244,10 @@ class TurnledgerSession:
         route: Route | None = None,
         session_settings: Any = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self.session_id = session_id
+        self.summarizer = as_summarizer(summarizer)
         self.session_settings = _session_settings(session_id, session_settings)
         self.store = store
         self._options = (profile, tuple(providers), route)
@@ -334,7 +353,8 @@ class TurnledgerSession:
         new = _unrecorded(given, view, self._items_of(view), self.session_id)
         if new:
             session.extend(from_responses_items(new))
-        return [_fresh(item) for chunk in self._items_of(session.fit_window()) for item in chunk]
+        window = fit_window(session, self.summarizer)
+        return [_fresh(item) for chunk in self._items_of(window) for item in chunk]
 
     def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
         """The items of each of ``messages`` (shared: copy what leaves the object)."""
@@ -353,7 +373,8 @@ class TurnledgerSession:
 
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
-        window = self._retrying("get_items", lambda: self.session.fit_window())
+        window = self._retrying(
+            "get_items", lambda: fit_window(self.session, self.summarizer))
         return [_fresh(item) for item in _newest_items(self._items_of(window), limit)]
 
     def add(self, items: Iterable[object]) -> None:
@@ -379,10 +400,11 @@ def _unrecorded(
 ) -> list[Item]:
     """The items of ``given`` after the newest recorded ones (ADR-0077).
 
-    The recorded items are the view's after its breadcrumb. ``given`` holds them at its end
-    (before what is new) in one of two forms: whole, after older items the view has trimmed
-    since the SDK read them; or, when the SDK read the newest ``limit`` items only, as a
-    suffix of them that is all of ``given`` before what is new (after a leading breadcrumb).
+    The recorded items are the view's after its breadcrumb (or summary). ``given`` holds them
+    at its end (before what is new) in one of two forms: whole, after older items the view has
+    trimmed since the SDK read them; or, when the SDK read the newest ``limit`` items only, as
+    a suffix of them that is all of ``given`` before what is new (after a leading breadcrumb
+    or summary).
     The shortest unrecorded tail wins, so with the SDK's session saves (nothing new) one
     comparison decides. An empty view: everything is new. ``items``: those of each message of
     ``view``."""
@@ -390,7 +412,7 @@ def _unrecorded(
     recorded = [item for chunk in items[start:] for item in chunk]
     if not recorded:
         return given
-    body = given[1:] if given and given[0] == _BREADCRUMB_ITEM else given
+    body = given[1:] if given and _opens_window(given[0]) else given
     size = len(recorded)
     for end in range(len(body), 0, -1):
         overlap = min(end, size)
