@@ -39,10 +39,9 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from turnledger.domain.blocks import (
     ContentBlock,
@@ -67,16 +66,9 @@ from turnledger.domain.messages import (
     from_chat_messages,
     to_chat_messages,
 )
-from turnledger.integrations import (
-    CONFLICT_BUDGET_SECONDS,
-    conflict_budget,
-    fit_window,
-    off_loop,
-    open_session,
-    retrying,
-)
+from turnledger.integrations import CONFLICT_BUDGET_SECONDS, SessionsByName, off_loop
 from turnledger.store.session import Session, Store
-from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 try:
     from google.adk.agents.callback_context import CallbackContext
@@ -92,7 +84,6 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 __all__ = ["TurnledgerCallback", "from_genai", "to_genai"]
 
 Json = dict[str, Any]
-R = TypeVar("R")
 _KEY = "google_adk"
 _OPAQUE_PARTS = ("inline_data", "file_data", "executable_code", "code_execution_result")
 _SYNTHETIC = "synthetic_id"  # a call id turnledger gave: the content had none
@@ -425,7 +416,7 @@ def _new_contents(
     return 0
 
 
-class TurnledgerCallback:
+class TurnledgerCallback(SessionsByName):
     """An ADK ``before_model_callback`` keeping the agent's history in turnledger (module doc).
 
     Sessions start with ``profile``, ``providers`` and ``route``. After a lost race with another
@@ -447,35 +438,24 @@ class TurnledgerCallback:
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.store = store
-        self.session_id = session_id
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self.summarizer = as_summarizer(summarizer)
-        self._options = (profile, tuple(providers), route)
-        self._sessions: dict[str, Session] = {}
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
         # ADK session name -> (how many of its contents are recorded, the last one's JSON):
         # what tells this object's new contents from those it recorded (`_new_contents`).
         self._seen: dict[str | None, tuple[int, Json]] = {}
-        self._lock = threading.Lock()
 
     def session_for(self, name: str | None = None) -> Session:
         """The turnledger session of the ADK session ``name`` (or of ``session_id``)."""
         name = self.session_id or name
         if not name:
             raise TurnledgerError("TurnledgerCallback needs a session_id or an ADK session")
-        with self._lock:
-            if name not in self._sessions:
-                profile, providers, route = self._options
-                self._sessions[name] = open_session(
-                    self.store, name, profile=profile, providers=providers, route=route)
-            return self._sessions[name]
+        return self._session_named(name)
 
     def contents(self, name: str | None = None) -> list[types.Content]:
         """The window now, as genai contents (the trims it takes are recorded)."""
         session = self.session_for(name)
-        window = self._retrying(
-            session, "contents", lambda: fit_window(session, self.summarizer))
-        return to_genai(window)
+        return to_genai(self._retrying(session, "contents", lambda: self._window(session)))
 
     def window(
         self, contents: Sequence[types.Content], name: str | None = None
@@ -499,7 +479,7 @@ class TurnledgerCallback:
             session.extend(new)
         if contents:  # recorded now: a retry of the trim below must not record them again
             self._seen[name] = (len(contents), _dump(contents[-1]))
-        return to_genai(fit_window(session, self.summarizer))
+        return to_genai(self._window(session))
 
     def record_reply(self, content: types.Content, name: str | None = None) -> None:
         """Record a model reply as it arrives (so the log has the run's last answer).
@@ -519,9 +499,6 @@ class TurnledgerCallback:
         self._retrying(session, "the reply callback", write)
         seen = self._seen.get(name)  # ADK appends the reply to this session's contents
         self._seen[name] = ((seen[0] if seen else 0) + 1, _dump(content))
-
-    def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
-        return retrying(write, f"{what} of session {session.id}", self._budget)
 
     async def __call__(
         self, callback_context: CallbackContext, llm_request: LlmRequest

@@ -45,6 +45,7 @@ from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
+    SessionsByName,
     conflict_budget,
     fit_window,
     off_loop,
@@ -322,7 +323,7 @@ def history_factory(
     return get_session_history
 
 
-class TurnledgerTrimmer:
+class TurnledgerTrimmer(SessionsByName):
     """Records a conversation's LangChain messages and answers the whole-turn window.
 
     One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``,
@@ -347,13 +348,9 @@ class TurnledgerTrimmer:
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.store = store
-        self.session_id = session_id
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self.summarizer = as_summarizer(summarizer)
-        self._options = (profile, tuple(providers), route)
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
         # Each window message's LangChain message, built once (turnledger messages are
         # immutable values); these never leave the object: what is handed out is a copy
         # (`_fresh_message`), so a model or middleware that edits its input edits only its own.
@@ -365,13 +362,7 @@ class TurnledgerTrimmer:
         if not name:
             raise TurnledgerError("TurnledgerTrimmer needs a session_id or a thread_id in "
                                   "config['configurable']")
-        with self._lock:
-            if name not in self._sessions:
-                profile, providers, route = self._options
-                self._sessions[name] = open_session(
-                    self.store, str(name), profile=profile, providers=providers, route=route
-                )
-            return self._sessions[name]
+        return self._session_named(str(name))
 
     def window(
         self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
@@ -381,11 +372,9 @@ class TurnledgerTrimmer:
 
         def record_and_fit() -> list[ChatMessage]:
             self._record_new(session, messages)
-            return fit_window(session, self.summarizer)
+            return self._window(session)
 
-        chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
-                        self._budget)
-        return self._langchain_of(chat)
+        return self._langchain_of(self._retrying(session, "the trimming step", record_and_fit))
 
     def _langchain_of(self, chat: Sequence[ChatMessage]) -> list[BaseMessage]:
         """`to_langchain_messages` of a window, each message converted once per trimmer (a
@@ -411,8 +400,8 @@ class TurnledgerTrimmer:
         transaction, and trim nothing: after the model's reply, so the log holds the last
         message when a loop ends. Returns how many messages were new."""
         session = self.session_for(config)
-        return retrying(lambda: self._record_new(session, messages),
-                        f"recording the messages of session {session.id}", self._budget)
+        return self._retrying(session, "recording the messages",
+                              lambda: self._record_new(session, messages))
 
     def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> int:
         # What is new is judged on each attempt: after a conflict, another writer may have

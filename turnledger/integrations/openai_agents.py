@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -66,14 +65,13 @@ from turnledger.domain.providers import (
 )
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
-    conflict_budget,
-    fit_window,
+    SessionsByName,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
-from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 __all__ = [
     "InvalidSessionSettings",
@@ -207,7 +205,7 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-class TurnledgerSession:
+class TurnledgerSession(SessionsByName):
     """The OpenAI Agents SDK ``Session`` protocol over a turnledger session (module doc).
 
     ``TurnledgerSession("user-42", store)`` names its conversation like the SDK's own sessions
@@ -246,15 +244,12 @@ class TurnledgerSession:
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.session_id = session_id
-        self.summarizer = as_summarizer(summarizer)
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
+        self.session_id: str = session_id
         self.session_settings = _session_settings(session_id, session_settings)
-        self.store = store
-        self._options = (profile, tuple(providers), route)
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self._session: Session | None = None
         self._closed = False
-        self._lock = threading.Lock()
         # Each window message's items, converted once (messages are immutable values); these
         # dicts never leave the object: what is handed out is a copy (`_fresh`).
         self._converted: dict[ChatMessage, list[Item]] = {}
@@ -266,13 +261,7 @@ class TurnledgerSession:
         Raises `SessionClosed` after `close`."""
         with self._lock:
             self._check_open()
-            if self._session is None:
-                profile, providers, route = self._options
-                self._session = open_session(
-                    self.store, self.session_id, profile=profile, providers=providers,
-                    route=route,
-                )
-            return self._session
+            return self._session_named(self.session_id)
 
     def close(self) -> _Closed:
         """End this object (idempotent); the store and the recorded history stay.
@@ -281,7 +270,7 @@ class TurnledgerSession:
         SDK's async sessions' ``close`` is. Any later call raises `SessionClosed`."""
         with self._lock:
             self._closed = True
-            self._session = None
+            self._sessions.clear()
         return _Closed()
 
     def _check_open(self) -> None:
@@ -344,7 +333,7 @@ class TurnledgerSession:
         `TurnledgerError` when ``items`` does not contain this conversation's newest items
         (another conversation's input, or history edited): nothing is recorded then."""
         given = [item if type(item) is dict else plain(item) for item in items]
-        return self._retrying("call_model_input_filter", lambda: self._record_new(given))
+        return self._writing("call_model_input_filter", lambda: self._record_new(given))
 
     def _record_new(self, given: list[Item]) -> list[Item]:
         # Judged on each attempt: after a conflict another writer may have recorded them.
@@ -353,7 +342,7 @@ class TurnledgerSession:
         new = _unrecorded(given, view, self._items_of(view), self.session_id)
         if new:
             session.extend(from_responses_items(new))
-        window = fit_window(session, self.summarizer)
+        window = self._window(session)
         return [_fresh(item) for chunk in self._items_of(window) for item in chunk]
 
     def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
@@ -373,25 +362,24 @@ class TurnledgerSession:
 
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
-        window = self._retrying(
-            "get_items", lambda: fit_window(self.session, self.summarizer))
+        window = self._writing("get_items", lambda: self._window(self.session))
         return [_fresh(item) for item in _newest_items(self._items_of(window), limit)]
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
         messages = from_responses_items(items)  # converted once: a retry only records again
-        self._retrying("add_items", lambda: self.session.extend(messages))
+        self._writing("add_items", lambda: self.session.extend(messages))
 
     def pop(self) -> Item | None:
         """Blocking `pop_item`."""
-        popped = self._retrying("pop_item", lambda: self.session.pop())
+        popped = self._writing("pop_item", lambda: self.session.pop())
         return None if popped is None else _to_item(popped)
 
     def clear(self) -> None:
         """Blocking `clear_session`."""
-        self._retrying("clear_session", lambda: self.session.clear())
+        self._writing("clear_session", lambda: self.session.clear())
 
-    def _retrying(self, what: str, write: Callable[[], R]) -> R:
+    def _writing(self, what: str, write: Callable[[], R]) -> R:
         return retrying(write, f"{what} of session {self.session_id!r}", self._budget)
 
 
