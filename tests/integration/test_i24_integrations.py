@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pytest
 import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
 from tests.extras import need
+from tests.integration.test_i24_summaries import Recorder
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.events import (
     DomainEvent,
@@ -63,17 +66,6 @@ Loop = Callable[[Store, Any], tuple[list[list[Entry]], list[DomainEvent], Reader
 def shared_target(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     with fresh_target(request.param, tmp_path) as fresh:
         yield fresh
-
-
-class Recorder:
-    """A summarizer that keeps what it was given; each answer names its call."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[list[ChatMessage], str | None]] = []
-
-    def __call__(self, turns: Sequence[ChatMessage], previous: str | None) -> str:
-        self.calls.append((list(turns), previous))
-        return f"summary {len(self.calls)} of {len(turns)} messages"
 
 
 def _raises(turns: Sequence[ChatMessage], previous: str | None) -> str:
@@ -352,6 +344,25 @@ def _google_adk_loop(store: Store, summarizer: Any) -> Any:
     return [entries(i) for i in seen], callback.session_for("adk-1").events(), read
 
 
+CHILDREN: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    # framework: the existing restore child of its tests, the conversation name, its window
+    "openai_agents": ("agents_child.py", "i24-sdk", lambda out: out),
+    "langchain_agent": ("langchain_child.py", "i24-thread", lambda out: out["window"]),
+    "langchain_history": ("langchain_child.py", "i24-chat", lambda out: out["window"]),
+    "pydantic_ai": ("pydantic_ai_child.py", "i24-pa", lambda out: out),
+    "google_adk": ("google_adk_child.py", "adk-1", lambda out: out),
+}
+
+
+def _window_in_a_new_process(framework: str, url: str) -> Any:
+    """The window a new process reads without any summarizer (the framework's restore child)."""
+    script, name, window = CHILDREN[framework]
+    child = subprocess.run([sys.executable, str(Path(__file__).with_name(script)), url, name],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert 0 == child.returncode, child.stderr
+    return window(json.loads(child.stdout))
+
+
 LOOPS: dict[str, Loop] = {
     "openai_agents": _agents_sdk_loop,
     "langchain_agent": _langchain_agent_loop,
@@ -368,7 +379,8 @@ def test_i24_each_integration_summarises_the_dropped_turns_in_its_loop(
     """With a small budget, the model inputs show the summary where the breadcrumb would be
     (never a breadcrumb), whole turns and every tool pair; each summary the log records was
     one summarizer call given exactly the turns it covers; a new object on a reopened store
-    reads the same window and calls no summarizer for what was summarised."""
+    reads the same window and calls no summarizer for what was summarised; a new process
+    without one reads it too."""
     recorder = Recorder()
     with open_store(shared_target.url) as store:
         inputs, events, read = LOOPS[framework](store, recorder)
@@ -377,6 +389,7 @@ def test_i24_each_integration_summarises_the_dropped_turns_in_its_loop(
         shown = [o[1] for o in openers if o]
         assert shown, "the budget was never passed: no input shows a summary"
         window = read(store, recorder)  # may trim (and summarise) once more, recorded
+        assert json.dumps(SUMMARY_PREFIX)[1:-1] in json.dumps(window)  # it shows the summary
         events = _session_events(store, events)
         summaries = _check_exact_turns(events, recorder)
         assert set(shown) <= {s.text for s in summaries}
@@ -386,6 +399,9 @@ def test_i24_each_integration_summarises_the_dropped_turns_in_its_loop(
         assert window == read(again, recorder)
         assert events == _session_events(again, events)  # nothing new decided
     assert calls == len(recorder.calls)
+    # A new process without a summarizer reads the summary from the log, trims nothing anew.
+    assert json.loads(json.dumps(window)) == _window_in_a_new_process(
+        framework, shared_target.url)
 
 
 @pytest.mark.parametrize("framework", list(LOOPS))
