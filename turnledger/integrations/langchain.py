@@ -45,12 +45,15 @@ from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
+    SessionsByName,
     conflict_budget,
+    fit_window,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -203,6 +206,10 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     A call that loses a race to another writer of the session is decided again on the newer
     state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
     `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
+
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): ``messages`` shows the turns
+    a token-budget trim drops as its summary in place of the breadcrumb (`TurnsSummarized`; on
+    failure the plain trim, `SummaryRefused`). None: the session's own `Session.summarizer`.
     """
 
     def __init__(
@@ -210,8 +217,10 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         session: Session | Callable[[], Session],
         *,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self._budget = conflict_budget(conflict_budget_seconds)
+        self.summarizer = as_summarizer(summarizer)
         if isinstance(session, Session):
             self._session: Session | None = session
             self._open: Callable[[], Session] | None = None
@@ -232,6 +241,7 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> TurnledgerChatMessageHistory:
         """The history of the conversation named ``session_id`` (`session_uuid`), opened at
         its first use (restored, or started with ``profile``, ``providers`` and ``route``):
@@ -244,7 +254,8 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
             return open_session(store, str(session_id), profile=profile, providers=frozen,
                                 route=route)
 
-        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds)
+        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds,
+                   summarizer=summarizer)
 
     @property
     def session(self) -> Session:
@@ -260,7 +271,9 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """What the model should see now; the trims this takes are recorded (fit_window)."""
         session = self.session
-        return to_langchain_messages(self._retrying(session, "messages", session.fit_window))
+        window = self._retrying(
+            session, "messages", lambda: fit_window(session, self.summarizer))
+        return to_langchain_messages(window)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Record ``messages`` in one transaction (`Session.extend`)."""
@@ -293,22 +306,24 @@ def history_factory(
     providers: Sequence[ProviderProfile] = (),
     route: Route | None = None,
     conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+    summarizer: Summarizer | SummaryFunction | None = None,
 ) -> Callable[[str], TurnledgerChatMessageHistory]:
     """A ``get_session_history`` for ``RunnableWithMessageHistory``: ``session_id`` → its
-    `TurnledgerChatMessageHistory.lazy` history, so the factory never blocks the event loop
-    (LangChain calls it synchronously, in ``ainvoke`` too)."""
+    `TurnledgerChatMessageHistory.lazy` history (with ``summarizer``), so the factory never
+    blocks the event loop (LangChain calls it synchronously, in ``ainvoke`` too)."""
     conflict_budget(conflict_budget_seconds)  # a bad budget is refused here, not at first use
+    summarizer = as_summarizer(summarizer)  # and a summarizer that is not callable
 
     def get_session_history(session_id: str) -> TurnledgerChatMessageHistory:
         return TurnledgerChatMessageHistory.lazy(
             store, session_id, profile=profile, providers=providers, route=route,
-            conflict_budget_seconds=conflict_budget_seconds,
+            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
         )
 
     return get_session_history
 
 
-class TurnledgerTrimmer:
+class TurnledgerTrimmer(SessionsByName):
     """Records a conversation's LangChain messages and answers the whole-turn window.
 
     One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``,
@@ -317,7 +332,9 @@ class TurnledgerTrimmer:
     graph's ``messages``): those not recorded yet are recorded in one transaction, then the
     trims a request would make are decided and recorded, and the window is returned. After a
     lost race with another writer of the thread, what is new is judged again on the newer state
-    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`).
+    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`). ``summarizer``:
+    each window shows the turns a token-budget trim drops as its summary (issue 24, as
+    `TurnledgerChatMessageHistory`).
     """
 
     def __init__(
@@ -329,13 +346,11 @@ class TurnledgerTrimmer:
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.store = store
-        self.session_id = session_id
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self._options = (profile, tuple(providers), route)
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
         # Each window message's LangChain message, built once (turnledger messages are
         # immutable values); these never leave the object: what is handed out is a copy
         # (`_fresh_message`), so a model or middleware that edits its input edits only its own.
@@ -347,13 +362,7 @@ class TurnledgerTrimmer:
         if not name:
             raise TurnledgerError("TurnledgerTrimmer needs a session_id or a thread_id in "
                                   "config['configurable']")
-        with self._lock:
-            if name not in self._sessions:
-                profile, providers, route = self._options
-                self._sessions[name] = open_session(
-                    self.store, str(name), profile=profile, providers=providers, route=route
-                )
-            return self._sessions[name]
+        return self._session_named(str(name))
 
     def window(
         self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
@@ -363,11 +372,9 @@ class TurnledgerTrimmer:
 
         def record_and_fit() -> list[ChatMessage]:
             self._record_new(session, messages)
-            return session.fit_window()
+            return self._window(session)
 
-        chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
-                        self._budget)
-        return self._langchain_of(chat)
+        return self._langchain_of(self._retrying(session, "the trimming step", record_and_fit))
 
     def _langchain_of(self, chat: Sequence[ChatMessage]) -> list[BaseMessage]:
         """`to_langchain_messages` of a window, each message converted once per trimmer (a
@@ -393,8 +400,8 @@ class TurnledgerTrimmer:
         transaction, and trim nothing: after the model's reply, so the log holds the last
         message when a loop ends. Returns how many messages were new."""
         session = self.session_for(config)
-        return retrying(lambda: self._record_new(session, messages),
-                        f"recording the messages of session {session.id}", self._budget)
+        return self._retrying(session, "recording the messages",
+                              lambda: self._record_new(session, messages))
 
     def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> int:
         # What is new is judged on each attempt: after a conflict, another writer may have

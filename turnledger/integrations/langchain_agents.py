@@ -30,6 +30,7 @@ from turnledger.domain.errors import TurnledgerError
 from turnledger.integrations import CONFLICT_BUDGET_SECONDS, off_loop
 from turnledger.integrations.langchain import TurnledgerTrimmer
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 try:
     from langchain.agents.middleware import (
@@ -82,6 +83,9 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     call that loses a race to another writer of the thread is decided again on the newer state
     (within ``conflict_budget_seconds``, ADR-0065). Raises `TurnledgerError` when the state
     holds fewer messages than the thread's session recorded (the graph lost its checkpoint).
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): before each model call the
+    turns a token-budget trim drops are shown as its summary in place of the breadcrumb
+    (`TurnsSummarized`; when it fails, the plain trim and `SummaryRefused`).
     """
 
     def __init__(
@@ -93,11 +97,12 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         super().__init__()
         self.trimmer = TurnledgerTrimmer(
             store, profile=profile, providers=providers, route=route, session_id=session_id,
-            conflict_budget_seconds=conflict_budget_seconds,
+            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
         )
 
     @property
