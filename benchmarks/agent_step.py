@@ -207,6 +207,8 @@ def _step_model(script: list[Any]) -> Any:
         script: list[Any] = Field(default_factory=list)
         entered: list[float] = Field(default_factory=list)
         left: list[float] = Field(default_factory=list)
+        cpu_entered: list[float] = Field(default_factory=list)
+        cpu_left: list[float] = Field(default_factory=list)
         seen: list[int] = Field(default_factory=list)
 
         @property
@@ -219,8 +221,10 @@ def _step_model(script: list[Any]) -> Any:
         def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
                       **kwargs: Any) -> ChatResult:
             self.entered.append(time.perf_counter())
+            self.cpu_entered.append(time.process_time())
             self.seen.append(len(messages))
             result = ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
+            self.cpu_left.append(time.process_time())
             self.left.append(time.perf_counter())
             return result
 
@@ -352,6 +356,7 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
     outputs: dict[str, str] = {}
     tag = f"{turns}"
     times: dict[str, list[float]] = {"langgraph": [], "turnledger": []}
+    cpu: dict[str, list[float]] = {"langgraph": [], "turnledger": []}
     seen: dict[str, int] = {}
     with tl.open_store(savers.ours_url(tag)) as store:
         ours = TurnledgerMiddleware(store)
@@ -368,18 +373,23 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
             for side in sides:
                 agent, scripted = agents[side]
                 scripted.script[:] = [m.model_copy() for m in replies]
-                scripted.entered.clear()
-                scripted.left.clear()
-                scripted.seen.clear()
+                for noted in (scripted.entered, scripted.left, scripted.cpu_entered,
+                              scripted.cpu_left, scripted.seen):
+                    noted.clear()
                 agent.invoke({"messages": [user.model_copy()]}, THREAD, durability="sync")
                 times[side] += [scripted.entered[k + 1] - scripted.left[k]
                                 for k in range(LG_STEPS)]
+                cpu[side] += [scripted.cpu_entered[k + 1] - scripted.cpu_left[k]
+                              for k in range(LG_STEPS)]
                 seen[side] = scripted.seen[-1]
     theirs, mine = statistics.median(times["langgraph"]), statistics.median(times["turnledger"])
+    cpu_theirs, cpu_mine = statistics.median(cpu["langgraph"]), statistics.median(cpu["turnledger"])
     return {"backend": backend, "turns": turns, "steps": len(times["langgraph"]),
             "langgraph_ms": theirs * 1e3, "turnledger_ms": mine * 1e3,
             "langgraph_messages": seen["langgraph"], "turnledger_messages": seen["turnledger"],
-            "langgraph_over_turnledger": theirs / mine}
+            "langgraph_over_turnledger": theirs / mine,
+            "langgraph_cpu_ms": cpu_theirs * 1e3, "turnledger_cpu_ms": cpu_mine * 1e3,
+            "cpu_ratio": cpu_theirs / cpu_mine, "load_average": os.getloadavg()[0]}
 
 
 def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:

@@ -362,8 +362,10 @@ def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
 ) -> None:
     """The window of each model call is the last one plus the step's messages: each message
     is built as a LangChain message once per trimmer (the window equals a fresh conversion,
-    breadcrumb and tool messages included), and what is handed out is a copy, so a model or
-    middleware that edits its input in place does not change the next window."""
+    breadcrumb and tool messages included). A window message equal to one given is that very
+    object (as LangGraph hands the model its state's messages); any other is a copy, never the
+    trimmer's own, so a model or middleware that edits its input in place does not change the
+    next window."""
     need("langchain_core")
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
@@ -394,6 +396,9 @@ def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
             window = trimmer.window(messages)
             assert sum(built) <= 1 + 4 + 1  # the last answer, the step's, a new breadcrumb
             assert convert(trimmer.session_for().chat_view()) == window
+            assert all(a is b for a, b in zip(window[-4:], messages[-4:], strict=True))
+            if window[0].content == BREADCRUMB_TEXT:  # not the caller's: a copy
+                assert all(window[0] is not m for m in messages)
             window[-1].content.append({"type": "text", "text": "edited"})  # in place
             window[-3].tool_calls[0]["args"]["q"] = "edited"
             window[0].content = "edited"
@@ -401,3 +406,101 @@ def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
             trimmer.record(messages)
         assert BREADCRUMB_TEXT == trimmer.window(messages)[0].content
         assert convert(trimmer.session_for().chat_view()) == trimmer.window(messages)
+
+
+def _checkpoints_of_a_run(middleware: Any) -> int:
+    """How many checkpoints one run of three tool steps and an answer writes."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    model = _scripted([_call("c0"), _call("c1"), _call("c2"), AIMessage("done")])
+    agent = create_agent(model, [_lookup_tool()], middleware=[middleware], checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "counted"}}
+    agent.invoke({"messages": [HumanMessage("look three things up")]}, config)
+    return len(list(saver.list(config)))
+
+
+def test_i22_middleware_adds_one_checkpoint_a_run_not_one_a_step(tmp_path: Path) -> None:
+    """The middleware records the reply inside nodes the graph runs anyway (the tool step, or
+    the end of the run), not in a node of its own after each model call: a run of three tool
+    steps writes one checkpoint more than the same agent with a do-nothing middleware (the
+    end-of-run node), where an ``after_model`` node wrote five more (issue 22)."""
+    need("langchain")
+    from langchain.agents.middleware import wrap_model_call
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    @wrap_model_call
+    def passing(request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    with open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+        ours = _checkpoints_of_a_run(TurnledgerMiddleware(store))
+    assert _checkpoints_of_a_run(passing) + 1 == ours
+
+
+def test_i22_middleware_records_the_reply_before_its_tools_run(shared_target: Target) -> None:
+    """Each tool of a step (two at once here) finds the reply that called it at the end of the
+    log, recorded once, as the graph holds it; when the run ends the log equals the graph."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    config: Any = {"configurable": {"thread_id": "seen-by-tools"}}
+    seen: list[list[Any]] = []
+    with open_store(shared_target.url) as store:
+        middleware = TurnledgerMiddleware(store)
+
+        @tool
+        def lookup(q: str) -> str:
+            """Look a value up."""
+            seen.append(_log(middleware.session_for(config)))
+            return f"value of {q}"
+
+        model = _scripted([_call("c0", "c1"), _call("c2"), AIMessage("done")])
+        agent = create_agent(model, [lookup], middleware=[middleware],
+                             checkpointer=InMemorySaver())
+        everything = agent.invoke({"messages": [HumanMessage("look up")]}, config)["messages"]
+        assert 3 == len(seen)
+        assert [2, 2, 5] == [len(log) for log in seen]  # the tool results: at the next call
+        for log in seen:  # the reply that called the tool, once, as the graph holds it
+            assert log == everything[: len(log)]
+            assert isinstance(log[-1], AIMessage)
+            assert log[-1].tool_calls
+        assert everything == _log(middleware.session_for(config))
+
+
+def test_i22_middleware_step_killed_in_its_tool_resumes_whole(
+    shared_target: Target, tmp_path: Path
+) -> None:
+    """A process killed while a tool runs (the graph checkpointed the reply) leaves the reply
+    in the log as in the graph; a new process resumes the run from the checkpoint and the log
+    equals the graph, the reply recorded once."""
+    need("langchain")
+    need("langgraph.checkpoint.sqlite")
+    child = Path(__file__).with_name("langchain_step_child.py")
+    checkpoints = str(tmp_path / "checkpoints.db")
+
+    def run(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(child), shared_target.url, checkpoints, mode],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    crashed = run("crash")
+    assert 17 == crashed.returncode, crashed.stderr
+    with open_store(shared_target.url) as store:
+        from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+        config: Any = {"configurable": {"thread_id": "crashed-step"}}
+        log = _log(TurnledgerMiddleware(store).session_for(config))
+        assert ["q-1", "reply-1"] == [m.id for m in log]
+    resumed = run("resume")
+    assert 0 == resumed.returncode, resumed.stderr
+    out = json.loads(resumed.stdout)
+    assert out["state"] == out["log"]
+    assert ["q-1", "reply-1", None, "reply-2"] == [
+        m["data"]["id"] if m["type"] != "tool" else None for m in out["log"]]

@@ -336,6 +336,9 @@ class TurnledgerTrimmer:
         self._options = (profile, tuple(providers), route)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        # One writer at a time per session in this object: what is new is judged and recorded
+        # under it, so calls at once (a step's parallel tool calls) record a message once.
+        self._writing: dict[str, threading.Lock] = {}
         # Each window message's LangChain message, built once (turnledger messages are
         # immutable values); these never leave the object: what is handed out is a copy
         # (`_fresh_message`), so a model or middleware that edits its input edits only its own.
@@ -353,6 +356,7 @@ class TurnledgerTrimmer:
                 self._sessions[name] = open_session(
                     self.store, str(name), profile=profile, providers=providers, route=route
                 )
+                self._writing[self._sessions[name].id] = threading.Lock()
             return self._sessions[name]
 
     def window(
@@ -362,16 +366,26 @@ class TurnledgerTrimmer:
         session = self.session_for(config)
 
         def record_and_fit() -> list[ChatMessage]:
-            self._record_new(session, messages)
-            return session.fit_window()
+            with self._writing[session.id]:
+                self._record_new(session, messages)
+                return session.fit_window()
 
         chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
                         self._budget)
-        return self._langchain_of(chat)
+        return self._langchain_of(chat, messages)
 
-    def _langchain_of(self, chat: Sequence[ChatMessage]) -> list[BaseMessage]:
+    def _langchain_of(
+        self, chat: Sequence[ChatMessage], given: Sequence[BaseMessage] = ()
+    ) -> list[BaseMessage]:
         """`to_langchain_messages` of a window, each message converted once per trimmer (a
-        step's window is the last one plus the step's messages), handed out as copies."""
+        step's window is the last one plus the step's messages). A window message equal to a
+        message of ``given`` (the graph state's, found by id) is handed out as that very
+        object, as a graph without turnledger hands the model its state's messages; any other
+        (the breadcrumb, a truncated tool result) as a copy of the cached one."""
+        # The window is whole turns from the end of the conversation: its messages are among
+        # the last ones given (a miss only costs a copy).
+        tail = given[len(given) - min(len(given), 2 * len(chat) + 8):]
+        by_id = {m.id: m for m in tail if m.id}
         with self._lock:
             cache = self._converted
             if len(cache) > 2 * len(chat) + 256:
@@ -385,7 +399,9 @@ class TurnledgerTrimmer:
                         out.extend(one)
                         continue
                     converted = cache[message] = one[0]
-                out.append(_fresh_message(converted))
+                same = by_id.get(converted.id) if converted.id else None
+                out.append(same if same is not None and same == converted
+                           else _fresh_message(converted))
             return out
 
     def record(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> int:
@@ -393,8 +409,13 @@ class TurnledgerTrimmer:
         transaction, and trim nothing: after the model's reply, so the log holds the last
         message when a loop ends. Returns how many messages were new."""
         session = self.session_for(config)
-        return retrying(lambda: self._record_new(session, messages),
-                        f"recording the messages of session {session.id}", self._budget)
+
+        def record_new() -> int:
+            with self._writing[session.id]:
+                return self._record_new(session, messages)
+
+        return retrying(record_new, f"recording the messages of session {session.id}",
+                        self._budget)
 
     def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> int:
         # What is new is judged on each attempt: after a conflict, another writer may have

@@ -9,9 +9,11 @@ Needs ``pip install 'turnledger[langchain]'`` (the ``langchain`` package, 1.x).
   message, tool results) are recorded in one transaction, the trims a request would make are
   decided and recorded (whole turns by tokens and by turn limit, the breadcrumb, tool pairs
   kept, R27), and the model is called on that window; the graph state keeps every message;
-- after every model call (``after_model``) the reply is recorded as it landed in the graph state,
-  and once more at the end of the run (``after_agent``: a tool that returns directly ends the
-  run without a model call), so the log holds every message when the run ends (ADR-0079).
+- the reply is recorded as it landed in the graph state, in nodes the graph runs anyway (no
+  node, so no checkpoint, of the middleware's own per step): before the step's tools run
+  (``wrap_tool_call``: the first of a step's tool calls records it, once) and at the end of the
+  run (``after_agent``: a reply without tool calls, or a tool that returns directly), so the
+  log holds every message when the run ends (ADR-0079, ADR-0090).
 
 One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``, named by
 `session_uuid`), or the one ``session_id`` given; the same rules as `TurnledgerTrimmer`, which
@@ -38,10 +40,12 @@ try:
         ModelRequest,
         ModelResponse,
     )
-    from langchain_core.messages import AnyMessage, BaseMessage
+    from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.config import get_config
+    from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
+    from langgraph.types import Command
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "turnledger.integrations.langchain_agents needs langchain 1.x: "
@@ -52,6 +56,9 @@ __all__ = ["TurnledgerMiddleware"]
 
 Handler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+ToolResult = ToolMessage | Command[Any]
+ToolHandler = Callable[[ToolCallRequest], ToolResult]
+AsyncToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 
 
 def _config() -> RunnableConfig:
@@ -59,6 +66,11 @@ def _config() -> RunnableConfig:
         return get_config()
     except RuntimeError:  # outside a graph run: no thread id, only session_id can name it
         return {}
+
+
+def _tool_config(request: ToolCallRequest) -> RunnableConfig:
+    config: RunnableConfig | None = getattr(request.runtime, "config", None)
+    return _config() if config is None else config
 
 
 def _messages(state: Any) -> Sequence[BaseMessage]:
@@ -121,18 +133,18 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         window = await off_loop(self.trimmer.window, _messages(request.state), config)
         return await handler(request.override(messages=_any(window)))
 
-    # -- after each model call and at the end of the run: record the reply as the state has it --
+    # -- after each model call, before its tools run, and at the end of the run: record what
+    # -- the state holds that the log does not (the reply), in nodes the graph runs anyway --
 
-    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.trimmer.record(_messages(state), _config())
-        return None
+    def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolResult:
+        self.trimmer.record(_messages(request.state), _tool_config(request))
+        return handler(request)
 
-    async def aafter_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        config = _config()
-        await off_loop(self.trimmer.record, _messages(state), config)
-        return None
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: AsyncToolHandler
+    ) -> ToolResult:
+        await off_loop(self.trimmer.record, _messages(request.state), _tool_config(request))
+        return await handler(request)
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         self.trimmer.record(_messages(state), _config())
