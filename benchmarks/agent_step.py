@@ -336,14 +336,21 @@ def _lg_agent(saver: Any, middleware: Any, outputs: dict[str, str]) -> tuple[Any
 
 def _lg_fill(agent: Any, messages: list[Any], middleware: Any) -> None:
     """The thread's checkpoint holds ``messages`` (one checkpoint, as if grown run by run);
-    turnledger's log holds them too, 100 turns a transaction."""
+    turnledger's log holds them too, 100 turns a transaction. With ``state_window`` the
+    checkpoint holds what such runs leave there: the window and nothing older."""
     nodes = agent.get_graph().nodes
     last = next((n for n in nodes if n.endswith(".after_agent")), "model")
-    agent.update_state(THREAD, {"messages": messages}, as_node=last)
-    assert agent.get_state(THREAD).next == (), "the filled thread must be at rest"
+    state = messages
     if middleware is not None:
         for end in range(400, len(messages) + 400, 400):
             middleware.trimmer.record(messages[:end], THREAD)
+        if middleware.state_window:
+            state = middleware.trimmer.window(messages, THREAD)
+    agent.update_state(THREAD, {"messages": state}, as_node=last)
+    assert agent.get_state(THREAD).next == (), "the filled thread must be at rest"
+
+
+SIDES = ("langgraph", "turnledger", "window")  # window: TurnledgerMiddleware(state_window=True)
 
 
 def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
@@ -355,22 +362,25 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
     history = [m for n in range(turns) for m in _lc_turn(n, text)]
     outputs: dict[str, str] = {}
     tag = f"{turns}"
-    times: dict[str, list[float]] = {"langgraph": [], "turnledger": []}
-    cpu: dict[str, list[float]] = {"langgraph": [], "turnledger": []}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in SIDES}
     seen: dict[str, int] = {}
-    with tl.open_store(savers.ours_url(tag)) as store:
+    with tl.open_store(savers.ours_url(tag)) as store, \
+            tl.open_store(savers.ours_url(f"{tag}w")) as window_store:
         ours = TurnledgerMiddleware(store)
+        windowed = TurnledgerMiddleware(window_store, state_window=True)
         agents = {"langgraph": _lg_agent(savers.saver(f"lg{tag}"), _trim_middleware(), outputs),
-                  "turnledger": _lg_agent(savers.saver(f"tl{tag}"), ours, outputs)}
+                  "turnledger": _lg_agent(savers.saver(f"tl{tag}"), ours, outputs),
+                  "window": _lg_agent(savers.saver(f"tw{tag}"), windowed, outputs)}
         _lg_fill(agents["langgraph"][0], history, None)
         _lg_fill(agents["turnledger"][0], history, ours)
+        _lg_fill(agents["window"][0], history, windowed)
         del history
         text = Text(turns + 7)
         for r in range(runs):
             user, replies, run_outputs = _lg_run(turns + r, text)
             outputs.update(run_outputs)
-            sides = ("langgraph", "turnledger") if r % 2 == 0 else ("turnledger", "langgraph")
-            for side in sides:
+            for side in SIDES[r % 3:] + SIDES[:r % 3]:  # each side first in turn
                 agent, scripted = agents[side]
                 scripted.script[:] = [m.model_copy() for m in replies]
                 for noted in (scripted.entered, scripted.left, scripted.cpu_entered,
@@ -382,14 +392,20 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
                 cpu[side] += [scripted.cpu_entered[k + 1] - scripted.cpu_left[k]
                               for k in range(LG_STEPS)]
                 seen[side] = scripted.seen[-1]
-    theirs, mine = statistics.median(times["langgraph"]), statistics.median(times["turnledger"])
-    cpu_theirs, cpu_mine = statistics.median(cpu["langgraph"]), statistics.median(cpu["turnledger"])
+    wall = {side: statistics.median(times[side]) for side in SIDES}
+    used = {side: statistics.median(cpu[side]) for side in SIDES}
     return {"backend": backend, "turns": turns, "steps": len(times["langgraph"]),
-            "langgraph_ms": theirs * 1e3, "turnledger_ms": mine * 1e3,
+            "langgraph_ms": wall["langgraph"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            "window_ms": wall["window"] * 1e3,
             "langgraph_messages": seen["langgraph"], "turnledger_messages": seen["turnledger"],
-            "langgraph_over_turnledger": theirs / mine,
-            "langgraph_cpu_ms": cpu_theirs * 1e3, "turnledger_cpu_ms": cpu_mine * 1e3,
-            "cpu_ratio": cpu_theirs / cpu_mine, "load_average": os.getloadavg()[0]}
+            "window_messages": seen["window"],
+            "langgraph_over_turnledger": wall["langgraph"] / wall["turnledger"],
+            "langgraph_over_window": wall["langgraph"] / wall["window"],
+            "langgraph_cpu_ms": used["langgraph"] * 1e3,
+            "turnledger_cpu_ms": used["turnledger"] * 1e3, "window_cpu_ms": used["window"] * 1e3,
+            "cpu_langgraph_over_turnledger": used["langgraph"] / used["turnledger"],
+            "cpu_langgraph_over_window": used["langgraph"] / used["window"],
+            "load_average": os.getloadavg()[0]}
 
 
 def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -443,12 +459,18 @@ def report(rows: Sequence[dict[str, Any]]) -> str:
 def report_langgraph(rows: Sequence[dict[str, Any]]) -> str:
     return _table(
         "LangGraph create_agent, one agent step (reply + tool result checkpointed/recorded, "
-        "next model input built); median ms; ratio LangGraph / turnledger",
-        ["backend", "turns", "steps", "LangGraph ms", "turnledger ms", "LangGraph messages",
-         "turnledger messages", "ratio"],
-        [[r["backend"], r["turns"], r["steps"], r["langgraph_ms"], r["turnledger_ms"],
-          r["langgraph_messages"], r["turnledger_messages"],
-          f"{r['langgraph_over_turnledger']:.2f}x"] for r in rows],
+        "next model input built); median wall ms (CPU ms of the process); ratio LangGraph / "
+        "turnledger; 'window': TurnledgerMiddleware(state_window=True); load: 1-min average "
+        "after the row",
+        ["backend", "turns", "steps", "LangGraph ms", "turnledger ms", "window ms",
+         "ratio", "ratio window", "CPU ratio", "CPU ratio window", "load"],
+        [[r["backend"], r["turns"], r["steps"],
+          f"{r['langgraph_ms']:.2f} ({r['langgraph_cpu_ms']:.1f})",
+          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
+          f"{r['window_ms']:.2f} ({r['window_cpu_ms']:.1f})",
+          f"{r['langgraph_over_turnledger']:.2f}x", f"{r['langgraph_over_window']:.2f}x",
+          f"{r['cpu_langgraph_over_turnledger']:.2f}x", f"{r['cpu_langgraph_over_window']:.2f}x",
+          f"{r['load_average']:.1f}"] for r in rows],
     )
 
 

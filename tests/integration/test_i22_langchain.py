@@ -475,22 +475,24 @@ def test_i22_middleware_records_the_reply_before_its_tools_run(shared_target: Ta
         assert everything == _log(middleware.session_for(config))
 
 
+def _step_child(target: Target, checkpoints: Path, *args: str) -> Any:
+    child = Path(__file__).with_name("langchain_step_child.py")
+    return subprocess.run([sys.executable, str(child), target.url, str(checkpoints), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("kept", ["all", "window"])
 def test_i22_middleware_step_killed_in_its_tool_resumes_whole(
-    shared_target: Target, tmp_path: Path
+    shared_target: Target, tmp_path: Path, kept: str
 ) -> None:
     """A process killed while a tool runs (the graph checkpointed the reply) leaves the reply
     in the log as in the graph; a new process resumes the run from the checkpoint and the log
-    equals the graph, the reply recorded once."""
+    equals the graph, the reply recorded once (the whole thread in the state, or the window:
+    ``state_window``)."""
     need("langchain")
     need("langgraph.checkpoint.sqlite")
-    child = Path(__file__).with_name("langchain_step_child.py")
-    checkpoints = str(tmp_path / "checkpoints.db")
-
-    def run(mode: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(child), shared_target.url, checkpoints, mode],
-                              capture_output=True, text=True, timeout=120, check=False)
-
-    crashed = run("crash")
+    flags = ("window",) if kept == "window" else ()
+    crashed = _step_child(shared_target, tmp_path / "checkpoints.db", "crash", *flags)
     assert 17 == crashed.returncode, crashed.stderr
     with open_store(shared_target.url) as store:
         from turnledger.integrations.langchain_agents import TurnledgerMiddleware
@@ -498,9 +500,81 @@ def test_i22_middleware_step_killed_in_its_tool_resumes_whole(
         config: Any = {"configurable": {"thread_id": "crashed-step"}}
         log = _log(TurnledgerMiddleware(store).session_for(config))
         assert ["q-1", "reply-1"] == [m.id for m in log]
-    resumed = run("resume")
+    resumed = _step_child(shared_target, tmp_path / "checkpoints.db", "resume", *flags)
     assert 0 == resumed.returncode, resumed.stderr
     out = json.loads(resumed.stdout)
-    assert out["state"] == out["log"]
     assert ["q-1", "reply-1", None, "reply-2"] == [
         m["data"]["id"] if m["type"] != "tool" else None for m in out["log"]]
+    if kept == "all":
+        assert out["state"] == out["log"]
+    else:  # what the state holds is the log's, in its order, up to the last reply
+        where = [out["log"].index(m) for m in out["state"]]
+        assert where == sorted(where)
+        assert out["log"][-1] == out["state"][-1]
+
+
+def test_i22_state_window_keeps_the_window_in_the_graph_across_processes(
+    shared_target: Target, tmp_path: Path
+) -> None:
+    """With ``state_window``, four turns (a tool step each), each in a new process on the same
+    checkpointer and store: the graph state holds the model's last input and its reply, not
+    the thread; the log holds every message; each process finds what is new by id."""
+    need("langchain")
+    need("langgraph.checkpoint.sqlite")
+    outs = []
+    for turn in range(4):
+        done = _step_child(shared_target, tmp_path / "cp.db", "turn", str(turn), "window")
+        assert 0 == done.returncode, done.stderr
+        outs.append(json.loads(done.stdout))
+    last = outs[-1]
+    ids = [m["data"]["id"] if m["type"] != "tool" else m["data"]["tool_call_id"]
+           for m in last["log"]]
+    assert [x for t in range(4) for x in (f"q-{t}", f"call-{t}", f"c-{t}", f"answer-{t}")] == ids
+    assert [*last["inputs"][-1], last["log"][-1]] == last["state"]  # the window and the reply
+    assert BREADCRUMB_TEXT == last["state"][0]["data"]["content"]
+    assert last["state"][1:] == last["log"][-4:]
+    for out in outs:
+        assert len(out["state"]) <= 5  # never more than a breadcrumb and one turn
+
+
+def test_i22_state_window_shows_the_model_what_the_whole_state_would(tmp_path: Path) -> None:
+    """The same conversation (trims between the tool steps of a run included) through the
+    middleware with the whole thread in the graph state and with ``state_window``: the model
+    gets the same inputs and the logs are the same; with ``state_window`` the state is the last
+    input plus the reply, and a run writes no more checkpoints."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    seen: dict[bool, Any] = {}
+    for window in (False, True):
+        script = [m for n in range(4) for m in (_call(f"k{n}"), AIMessage(f"answer {n}"))]
+        loop = [_call("c0"), _call("c1", "c2"), *[_call(f"c{n}") for n in range(3, 7)]]
+        model = _scripted([*script, *loop, AIMessage("done")])
+        saver = InMemorySaver()
+        config: Any = {"configurable": {"thread_id": "both-ways"}}
+        with open_store(f"sqlite:///{tmp_path / f'{window}.db'}") as store:
+            middleware = TurnledgerMiddleware(
+                store, profile=RuntimeProfile(max_context_tokens=600), state_window=window)
+            agent = create_agent(model, [_lookup_tool()], middleware=[middleware],
+                                 checkpointer=saver)
+            for n in range(5):
+                question = f"question {n} {PADDING}" if n < 4 else "look everything up"
+                state = agent.invoke({"messages": [HumanMessage(question, id=f"q{n}")]},
+                                     config)
+            log = _log(middleware.session_for(config))
+            seen[window] = ([_no_ids(i) for i in model.inputs], _no_ids(log),
+                            len(list(saver.list(config))))
+            if window:
+                assert [*model.inputs[-1], log[-1]] == state["messages"]
+            else:
+                assert log == state["messages"]
+    assert seen[False] == seen[True]
+    assert BREADCRUMB_TEXT == seen[True][0][-1][0]["content"]  # trimmed: it is a window
+
+
+def _no_ids(messages: list[Any]) -> list[dict[str, Any]]:
+    """The messages without their ids (the graph gives tool results random ones)."""
+    return [{"class": type(m).__name__, **m.model_dump(exclude={"id"})} for m in messages]

@@ -40,9 +40,11 @@ try:
         ModelRequest,
         ModelResponse,
     )
-    from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
+    from langchain.agents.middleware.types import ExtendedModelResponse
+    from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.config import get_config
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
     from langgraph.types import Command
@@ -56,6 +58,7 @@ __all__ = ["TurnledgerMiddleware"]
 
 Handler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+ModelCallResult = ModelResponse[Any] | ExtendedModelResponse[Any]
 ToolResult = ToolMessage | Command[Any]
 ToolHandler = Callable[[ToolCallRequest], ToolResult]
 AsyncToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
@@ -94,6 +97,12 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     call that loses a race to another writer of the thread is decided again on the newer state
     (within ``conflict_budget_seconds``, ADR-0065). Raises `TurnledgerError` when the state
     holds fewer messages than the thread's session recorded (the graph lost its checkpoint).
+
+    ``state_window=True`` (opt-in): after each model call the graph state's ``messages`` are
+    the window the model saw plus its reply, not the whole thread (the log keeps every message:
+    read it from the session), so the checkpointer stores and reads the window at each step
+    instead of the whole thread. What is new is then what follows the last recorded message in
+    the state, found by id (ADR-0090).
     """
 
     def __init__(
@@ -105,8 +114,10 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        state_window: bool = False,
     ) -> None:
         super().__init__()
+        self.state_window = bool(state_window)
         self.trimmer = TurnledgerTrimmer(
             store, profile=profile, providers=providers, route=route, session_id=session_id,
             conflict_budget_seconds=conflict_budget_seconds,
@@ -122,37 +133,66 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # -- before each model call: record what is new, trim, call the model on the window --
 
-    def wrap_model_call(self, request: ModelRequest[Any], handler: Handler) -> ModelResponse[Any]:
-        window = self.trimmer.window(_messages(request.state), _config())
-        return handler(request.override(messages=_any(window)))
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Handler) -> ModelCallResult:
+        messages, config = _messages(request.state), _config()
+        window = self.trimmer.window(messages, config, after_last=self.state_window)
+        response = handler(request.override(messages=_any(window)))
+        return self._keep(window, messages, config, response)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncHandler
-    ) -> ModelResponse[Any]:
-        config = _config()
-        window = await off_loop(self.trimmer.window, _messages(request.state), config)
-        return await handler(request.override(messages=_any(window)))
+    ) -> ModelCallResult:
+        messages, config = _messages(request.state), _config()
+        window = await off_loop(self.trimmer.window, messages, config,
+                                after_last=self.state_window)
+        response = await handler(request.override(messages=_any(window)))
+        return await off_loop(self._keep, window, messages, config, response)
+
+    def _keep(
+        self,
+        window: list[BaseMessage],
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig,
+        response: ModelResponse[Any],
+    ) -> ModelCallResult:
+        """The response; with ``state_window``, with the state's messages replaced by the
+        window and the reply (applied after the model node's own update, which adds the
+        reply: so the reply comes once, after the window). The last message recorded stays
+        in the state even when the window leaves it out (a tool step swept as an orphan on
+        restore, R36): what is new next time is what follows it."""
+        if not self.state_window:
+            return response
+        held: list[BaseMessage] = []
+        last = self.trimmer.last_recorded_id(config)
+        if last is not None and all(m.id != last for m in window):
+            held = [m for m in messages if m.id == last][-1:]
+        kept = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *window, *held, *response.result]
+        return ExtendedModelResponse(model_response=response,
+                                     command=Command(update={"messages": kept}))
 
     # -- after each model call, before its tools run, and at the end of the run: record what
     # -- the state holds that the log does not (the reply), in nodes the graph runs anyway --
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolResult:
-        self.trimmer.record(_messages(request.state), _tool_config(request))
+        self.trimmer.record(_messages(request.state), _tool_config(request),
+                            after_last=self.state_window)
         return handler(request)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: AsyncToolHandler
     ) -> ToolResult:
-        await off_loop(self.trimmer.record, _messages(request.state), _tool_config(request))
+        await off_loop(self.trimmer.record, _messages(request.state), _tool_config(request),
+                       after_last=self.state_window)
         return await handler(request)
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.trimmer.record(_messages(state), _config())
+        self.trimmer.record(_messages(state), _config(), after_last=self.state_window)
         return None
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         config = _config()
-        await off_loop(self.trimmer.record, _messages(state), config)
+        await off_loop(self.trimmer.record, _messages(state), config,
+                       after_last=self.state_window)
         return None
