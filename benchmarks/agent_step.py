@@ -20,7 +20,7 @@ the three tool steps are timed. The ratio is SDK / turnledger: above 1, turnledg
 Goal (issue 22): >= 1x at 100 turns.
 
 **LangGraph** (LangChain 1.x ``create_agent``, the agent LangGraph users build now), the same
-step inside a real graph run: two agents on the same scripted chat model and tool (a turn of
+step inside a real graph run: three agents on the same scripted chat model and tool (a turn of
 four messages, ~2.4 KB: question, reasoning + tool call, ~1.5 KB tool result, answer), each
 with a durable checkpointer of its own (``SqliteSaver``; ``PostgresSaver`` of
 ``langgraph-checkpoint-postgres``), run with ``durability="sync"`` (every checkpoint written
@@ -30,14 +30,21 @@ before the next node, as turnledger records before the model call):
   ``trim_messages`` (``strategy="last"``, ``max_tokens=32000``, ``start_on="human"``,
   ``count_tokens_approximately``) before each model call;
 - **turnledger**: ``TurnledgerMiddleware`` (default profile: 50 turns, 32,000 tokens). It does
-  not replace the checkpointer: the graph state must keep the thread's messages (the middleware
-  records what is new against it), so a durable deployment has both, and the middleware's
-  ``after_model`` is a graph node: one more checkpoint per step.
+  not replace the checkpointer: the graph state keeps the thread's messages (the middleware
+  records what is new against it), so a durable deployment has both. It records the reply
+  inside nodes the graph runs anyway (the tool step, the end of the run: ADR-0090), so a step
+  writes as many checkpoints as LangGraph's;
+- **window**: ``TurnledgerMiddleware(state_window=True)``: the graph state keeps the window the
+  model saw and its reply, not the thread (the log keeps every message), so each checkpoint
+  holds the window. Its thread is filled as such runs leave it: the window in the checkpoint.
 
 A step is timed from the moment a model call returns to the moment the next one starts
 (timestamps taken inside the scripted model): the graph records the reply and the tool result
 (checkpoints, middleware), runs the (trivial) tool and builds the next model input. Runs are
-interleaved one by one. Ratio = LangGraph / turnledger.
+interleaved one by one, each side first in turn. Ratio = LangGraph / turnledger (wall time);
+the CPU time of the process over the same interval (``time.process_time``, all threads: the
+checkpointer's background writes included) is reported beside it, a steadier figure when
+others load the machine, with the 1-minute load average after each row.
 
 Run from the project root::
 

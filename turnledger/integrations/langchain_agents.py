@@ -146,6 +146,8 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         window = await off_loop(self.trimmer.window, messages, config,
                                 after_last=self.state_window)
         response = await handler(request.override(messages=_any(window)))
+        if not self.state_window:
+            return response
         return await off_loop(self._keep, window, messages, config, response)
 
     def _keep(
