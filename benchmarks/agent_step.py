@@ -92,7 +92,7 @@ RESULTS = Path(__file__).parent / "results" / "agent_step.json"
 MAX_TURNS = 50  # turnledger's default turn limit (R29), applied on the SDK side too
 BUDGET = 32_000  # turnledger's default token budget (R11), applied on the SDK side too
 Item = dict[str, Any]
-PARTS = ("agents", "langgraph")
+PARTS = ("agents", "langgraph", "pydantic_ai")
 
 
 def user_trim(items: list[Item], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Item]:
@@ -432,6 +432,242 @@ def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, A
     return rows
 
 
+# --- pydantic-ai: an agent with a history capability -----------------------------------------
+
+def _pa_turn(n: int, text: Text) -> list[Any]:
+    """One filled turn as pydantic-ai messages (the four of the LangGraph part)."""
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    return [ModelRequest(parts=[UserPromptPart(f"Question {n}: {text(200)}")]),
+            ModelResponse(parts=[TextPart(text(300)), ToolCallPart(
+                "search", {"q": text(40)}, tool_call_id=f"call_{n}")]),
+            ModelRequest(parts=[ToolReturnPart("search", text(1500), tool_call_id=f"call_{n}")]),
+            ModelResponse(parts=[TextPart(text(400))])]
+
+
+def _pa_trim(messages: list[Any], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Any]:
+    """The trim a pydantic-ai user writes: whole turns (a turn starts at a request with a user
+    prompt) from the newest, at most ``max_turns`` and ``budget`` estimated tokens
+    (``ceil(len(json) / 4) + 4`` a message, pydantic-ai's JSON); the newest turn is kept."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+
+    kept_from, tokens, turns = 0, 0, 0
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        tokens += math.ceil(len(ModelMessagesTypeAdapter.dump_json([message])) / 4) + 4
+        if isinstance(message, ModelRequest) and any(
+                isinstance(part, UserPromptPart) for part in message.parts):
+            turns += 1
+            if turns > 1 and (turns > max_turns or tokens > budget):
+                break
+            kept_from = i
+    return messages[kept_from:]
+
+
+class _JsonRows:
+    """pydantic-ai's documented persistence, per message: ``ModelMessagesTypeAdapter`` JSON
+    rows in a table of one's own (SQLite file, or a PostgreSQL schema), one transaction a
+    save."""
+
+    def __init__(self, savers: _Checkpointers, name: str) -> None:
+        if savers.postgres is None:
+            import sqlite3
+
+            self.db: Any = sqlite3.connect(savers.directory / f"{name}-pa.db",
+                                           check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.mark = "?"
+        else:
+            import psycopg
+
+            schema = f"bench_pa_{name}_{uuid.uuid4().hex[:8]}"
+            savers.schemas.append(schema)
+            self.db = psycopg.connect(_conninfo(savers.postgres),
+                                      options=f"-c search_path={schema}")
+            self.db.execute(f'CREATE SCHEMA "{schema}"')
+            self.mark = "%s"
+        savers.closers.append(self.db.close)
+        key = "INTEGER PRIMARY KEY" if savers.postgres is None else "BIGSERIAL PRIMARY KEY"
+        self.db.execute(f"CREATE TABLE messages (id {key}, "
+                        "conversation TEXT NOT NULL, body TEXT NOT NULL)")
+        self.db.commit()
+
+    def save(self, conversation: str, messages: Sequence[Any]) -> None:
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+        if not messages:
+            return
+        rows = [(conversation, ModelMessagesTypeAdapter.dump_json([m]).decode())
+                for m in messages]
+        self.db.cursor().executemany(
+            f"INSERT INTO messages (conversation, body) VALUES ({self.mark}, {self.mark})", rows)
+        self.db.commit()  # one transaction
+
+
+def _pa_capability(rows: _JsonRows, conversation: str) -> Any:
+    """The user's capability: save the run's new messages, send the model the trimmed list."""
+    from pydantic_ai.capabilities import AbstractCapability
+
+    class JsonHistory(AbstractCapability[Any]):
+        def __init__(self) -> None:
+            self.saved: dict[str, int] = {}
+
+        def _save_run(self, messages: Sequence[Any], run_id: str) -> None:
+            ours = [m for m in messages if m.run_id == run_id]
+            rows.save(conversation, ours[self.saved.get(run_id, 0):])
+            self.saved[run_id] = len(ours)
+
+        async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+            self._save_run(request_context.messages, ctx.run_id or "")
+            request_context.messages = _pa_trim(request_context.messages)
+            return request_context
+
+        async def after_run(self, ctx: Any, *, result: Any) -> Any:
+            self._save_run(result.all_messages(), ctx.run_id or "")
+            return result
+
+    return JsonHistory()
+
+
+def _pa_agent(capability: Any, outputs: dict[str, str], script: list[Any],
+              notes: dict[str, list[float]]) -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    def scripted(messages: Any, info: Any) -> Any:
+        notes["entered"].append(time.perf_counter())
+        notes["cpu_entered"].append(time.process_time())
+        notes["seen"].append(len(messages))
+        reply = script.pop(0)
+        notes["cpu_left"].append(time.process_time())
+        notes["left"].append(time.perf_counter())
+        return reply
+
+    agent = Agent(FunctionModel(scripted), capabilities=[capability])
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        """Search the documents."""
+        return outputs[q]
+
+    return agent
+
+
+def _pa_replies(n: int, text: Text, outputs: dict[str, str]) -> list[Any]:
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+
+    replies = []
+    for k in range(LG_STEPS):
+        q = f"{n}-{k}"
+        outputs[q] = text(1500)
+        replies.append(ModelResponse(parts=[TextPart(text(300)), ToolCallPart(
+            "search", {"q": q}, tool_call_id=f"call_{n}_{k}")]))
+    replies.append(ModelResponse(parts=[TextPart(text(400))]))
+    return replies
+
+
+PA_SIDES = ("pydantic_ai", "turnledger")
+
+
+def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
+                      runs: int) -> dict[str, Any]:
+    """Median step time of each agent after ``turns`` turns, ``runs`` runs of three steps."""
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    text = Text(turns)
+    history = [m for n in range(turns) for m in _pa_turn(n, text)]
+    outputs: dict[str, str] = {}
+    tag = f"pa{turns}"
+    times: dict[str, list[float]] = {side: [] for side in PA_SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in PA_SIDES}
+    seen: dict[str, int] = {}
+    rows = _JsonRows(savers, tag)
+    for first in range(0, len(history), 400):
+        rows.save("bench", history[first:first + 400])
+    with tl.open_store(savers.ours_url(tag)) as store:
+        ours = TurnledgerHistory.open(store, "bench")
+        for first in range(0, len(history), 400):
+            ours.record(history[first:first + 400])
+        scripts: dict[str, list[Any]] = {side: [] for side in PA_SIDES}
+        notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left", "seen")}
+                 for side in PA_SIDES}
+        agents = {"pydantic_ai": _pa_agent(_pa_capability(rows, "bench"), outputs,
+                                           scripts["pydantic_ai"], notes["pydantic_ai"]),
+                  "turnledger": _pa_agent(ours, outputs, scripts["turnledger"],
+                                          notes["turnledger"])}
+        theirs = history  # the user keeps the conversation's messages (loaded once)
+        text = Text(turns + 7)
+        for r in range(runs):
+            replies = _pa_replies(turns + r, text, outputs)
+            question = f"Question {turns + r}: {text(200)}"
+            for side in PA_SIDES if r % 2 == 0 else PA_SIDES[::-1]:
+                scripts[side][:] = [m.model_copy() if hasattr(m, "model_copy") else m
+                                    for m in replies]
+                noted = notes[side]
+                for values in noted.values():
+                    values.clear()
+                given = theirs if side == "pydantic_ai" else ours.messages()
+                result = agents[side].run_sync(question, message_history=given)
+                if side == "pydantic_ai":
+                    theirs = result.all_messages()
+                times[side] += [noted["entered"][k + 1] - noted["left"][k]
+                                for k in range(LG_STEPS)]
+                cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
+                              for k in range(LG_STEPS)]
+                seen[side] = int(noted["seen"][-1])
+    wall = {side: statistics.median(times[side]) for side in PA_SIDES}
+    used = {side: statistics.median(cpu[side]) for side in PA_SIDES}
+    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
+            "pydantic_ai_ms": wall["pydantic_ai"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            "pydantic_ai_messages": seen["pydantic_ai"],
+            "turnledger_messages": seen["turnledger"],
+            "pydantic_ai_over_turnledger": wall["pydantic_ai"] / wall["turnledger"],
+            "pydantic_ai_cpu_ms": used["pydantic_ai"] * 1e3,
+            "turnledger_cpu_ms": used["turnledger"] * 1e3,
+            "cpu_pydantic_ai_over_turnledger": used["pydantic_ai"] / used["turnledger"],
+            "load_average": os.getloadavg()[0]}
+
+
+def run_pydantic_ai(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
+    rows = []
+    for backend, postgres in (("SQLite", None), ("PostgreSQL", args.postgres)):
+        if postgres is not None and args.no_postgres:
+            continue
+        savers = _Checkpointers(directory, postgres)
+        try:
+            for turns in sizes:
+                runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
+                rows.append(bench_pydantic_ai(savers, backend, turns, runs))
+        finally:
+            savers.close()
+    return rows
+
+
+def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        "pydantic-ai Agent, one agent step (the run's new messages saved, the next model "
+        "input trimmed); median wall ms (CPU ms of the process); ratio pydantic-ai JSON rows + "
+        "user trim / TurnledgerHistory; load: 1-min average after the row",
+        ["backend", "turns", "steps", "pydantic-ai ms", "turnledger ms", "pydantic-ai messages",
+         "turnledger messages", "ratio", "CPU ratio", "load"],
+        [[r["backend"], r["turns"], r["steps"],
+          f"{r['pydantic_ai_ms']:.2f} ({r['pydantic_ai_cpu_ms']:.1f})",
+          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
+          r["pydantic_ai_messages"], r["turnledger_messages"],
+          f"{r['pydantic_ai_over_turnledger']:.2f}x",
+          f"{r['cpu_pydantic_ai_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
+         for r in rows],
+    )
+
+
 async def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
     runs = 4 if args.quick else 8
@@ -501,6 +737,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if "langgraph" in parts:
             results["langgraph"] = run_langgraph(args, Path(tmp))
             print(report_langgraph(results["langgraph"]))
+        if "pydantic_ai" in parts:
+            results["pydantic_ai"] = run_pydantic_ai(args, Path(tmp))
+            print(report_pydantic_ai(results["pydantic_ai"]))
     partial = args.quick or set(parts) != set(PARTS)
     output = Path(tempfile.gettempdir()) / "agent_step.json" if partial else RESULTS
     output.parent.mkdir(parents=True, exist_ok=True)

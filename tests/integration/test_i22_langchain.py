@@ -539,40 +539,43 @@ def test_i22_state_window_keeps_the_window_in_the_graph_across_processes(
 
 def test_i22_state_window_shows_the_model_what_the_whole_state_would(tmp_path: Path) -> None:
     """The same conversation (trims between the tool steps of a run included) through the
-    middleware with the whole thread in the graph state and with ``state_window``: the model
-    gets the same inputs and the logs are the same; with ``state_window`` the state is the last
-    input plus the reply, and a run writes no more checkpoints."""
+    middleware with the whole thread in the graph state and with ``state_window`` (``invoke``
+    and ``ainvoke``): the model gets the same inputs and the logs are the same; with
+    ``state_window`` the state is the last input plus the reply, and a run writes no more
+    checkpoints."""
     from langchain.agents import create_agent
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
     from turnledger.integrations.langchain_agents import TurnledgerMiddleware
 
-    seen: dict[bool, Any] = {}
-    for window in (False, True):
+    seen: dict[str, Any] = {}
+    for way in ("whole", "window", "window, async"):
+        window = way != "whole"
         script = [m for n in range(4) for m in (_call(f"k{n}"), AIMessage(f"answer {n}"))]
         loop = [_call("c0"), _call("c1", "c2"), *[_call(f"c{n}") for n in range(3, 7)]]
         model = _scripted([*script, *loop, AIMessage("done")])
         saver = InMemorySaver()
         config: Any = {"configurable": {"thread_id": "both-ways"}}
-        with open_store(f"sqlite:///{tmp_path / f'{window}.db'}") as store:
+        with open_store(f"sqlite:///{tmp_path / f'{len(seen)}.db'}") as store:
             middleware = TurnledgerMiddleware(
                 store, profile=RuntimeProfile(max_context_tokens=600), state_window=window)
             agent = create_agent(model, [_lookup_tool()], middleware=[middleware],
                                  checkpointer=saver)
             for n in range(5):
                 question = f"question {n} {PADDING}" if n < 4 else "look everything up"
-                state = agent.invoke({"messages": [HumanMessage(question, id=f"q{n}")]},
-                                     config)
+                turn = {"messages": [HumanMessage(question, id=f"q{n}")]}
+                state = (asyncio.run(agent.ainvoke(turn, config)) if "async" in way
+                         else agent.invoke(turn, config))
             log = _log(middleware.session_for(config))
-            seen[window] = ([_no_ids(i) for i in model.inputs], _no_ids(log),
+            seen[way] = ([_no_ids(i) for i in model.inputs], _no_ids(log),
                             len(list(saver.list(config))))
             if window:
                 assert [*model.inputs[-1], log[-1]] == state["messages"]
             else:
                 assert log == state["messages"]
-    assert seen[False] == seen[True]
-    assert BREADCRUMB_TEXT == seen[True][0][-1][0]["content"]  # trimmed: it is a window
+    assert seen["whole"] == seen["window"] == seen["window, async"]
+    assert BREADCRUMB_TEXT == seen["window"][0][-1][0]["content"]  # trimmed: it is a window
 
 
 def _no_ids(messages: list[Any]) -> list[dict[str, Any]]:
