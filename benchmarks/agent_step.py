@@ -46,6 +46,18 @@ the CPU time of the process over the same interval (``time.process_time``, all t
 checkpointer's background writes included) is reported beside it, a steadier figure when
 others load the machine, with the 1-minute load average after each row.
 
+**pydantic-ai** (``--parts pydantic_ai``; it has no store of its own): the same turns and steps
+in an ``Agent`` on pydantic-ai's ``FunctionModel``, with a capability on each side:
+
+- **pydantic-ai**: what its documentation shows, per step: the run's new messages saved as
+  ``ModelMessagesTypeAdapter`` JSON rows (one transaction; SQLite file, or a PostgreSQL table),
+  and the model input trimmed by the user's whole-turn rule (``_pa_trim``: 50 turns, 32,000
+  estimated tokens); the conversation's messages kept in memory between runs;
+- **turnledger**: ``TurnledgerHistory`` (records the run's new messages, decides and records
+  the trims, sends the window); each run gets ``history.messages()`` as its history.
+
+Ratio = pydantic-ai / turnledger, wall and CPU as above.
+
 Run from the project root::
 
     .venv/bin/python -m benchmarks.agent_step            # full run, writes results/agent_step.json
