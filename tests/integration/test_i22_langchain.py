@@ -206,9 +206,13 @@ def test_i22_middleware_records_a_run_that_a_tool_ends(tmp_path: Path) -> None:
         assert everything == _log(middleware.session_for({}))
 
 
-def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(tmp_path: Path) -> None:
+@pytest.mark.parametrize("state_window", [False, True])
+def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(
+    tmp_path: Path, state_window: bool
+) -> None:
     """A graph that lost the thread's messages (a new checkpointer) but kept its thread id is
-    refused with an error that says so; nothing more is recorded."""
+    refused with an error that says so (whole state, or ``state_window``); nothing more is
+    recorded."""
     from langchain.agents import create_agent
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
@@ -218,11 +222,13 @@ def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(tmp_path: Pat
 
     config: Any = {"configurable": {"thread_id": "lost"}}
     with open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
-        middleware = TurnledgerMiddleware(store)
+        middleware = TurnledgerMiddleware(store, state_window=state_window)
         agents = [create_agent(_scripted([AIMessage("hi")]), [], middleware=[middleware],
                                checkpointer=InMemorySaver()) for _ in range(2)]
         agents[0].invoke({"messages": [HumanMessage("hello")]}, config)
-        message = r"recorded 2 messages but only 1 were given.*checkpointer must keep the thread"
+        message = (r"do not hold the last one it recorded.*checkpointer must keep" if state_window
+                   else r"recorded 2 messages but only 1 were given.*checkpointer must keep the "
+                   "thread")
         with pytest.raises(TurnledgerError, match=message):
             agents[1].invoke({"messages": [HumanMessage("hello")]}, config)
         assert 2 == middleware.session_for(config).next_position

@@ -360,8 +360,9 @@ class TurnledgerTrimmer:
         # it was recorded at (another writer moved the log on when that differs).
         self._last_ids: dict[str, tuple[int, str | None]] = {}
         # Each window message's LangChain message, built once (turnledger messages are
-        # immutable values); these never leave the object: what is handed out is a copy
-        # (`_fresh_message`), so a model or middleware that edits its input edits only its own.
+        # immutable values); these never leave the object: what is handed out is the caller's
+        # own equal message or a copy (`_fresh_message`), so a model or middleware that edits
+        # its input never edits the next window.
         self._converted: dict[ChatMessage, BaseMessage] = {}
 
     def session_for(self, config: RunnableConfig | None = None) -> Session:
