@@ -52,7 +52,8 @@ in an ``Agent`` on pydantic-ai's ``FunctionModel``, with a capability on each si
 - **pydantic-ai**: what its documentation shows, per step: the run's new messages saved as
   ``ModelMessagesTypeAdapter`` JSON rows (one transaction; SQLite file, or a PostgreSQL table),
   and the model input trimmed by the user's whole-turn rule (``_pa_trim``: 50 turns, 32,000
-  estimated tokens); the conversation's messages kept in memory between runs;
+  estimated tokens of the parts' text); the conversation's messages kept in memory between
+  runs and given whole as each run's ``message_history``, as the documentation does;
 - **turnledger**: ``TurnledgerHistory`` (records the run's new messages, decides and records
   the trims, sends the window); each run gets ``history.messages()`` as its history.
 
@@ -464,16 +465,24 @@ def _pa_turn(n: int, text: Text) -> list[Any]:
             ModelResponse(parts=[TextPart(text(400))])]
 
 
+def _pa_tokens(message: Any) -> int:
+    """A user's estimate of a message's tokens: ``ceil(chars / 4) + 4`` of its parts' text and
+    tool arguments (what a model is sent, not pydantic-ai's bookkeeping fields)."""
+    chars = sum(len(str(getattr(part, "content", "") or ""))
+                + len(str(getattr(part, "args", "") or "")) for part in message.parts)
+    return math.ceil(chars / 4) + 4
+
+
 def _pa_trim(messages: list[Any], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Any]:
     """The trim a pydantic-ai user writes: whole turns (a turn starts at a request with a user
     prompt) from the newest, at most ``max_turns`` and ``budget`` estimated tokens
-    (``ceil(len(json) / 4) + 4`` a message, pydantic-ai's JSON); the newest turn is kept."""
-    from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
+    (`_pa_tokens`); the newest turn is kept whatever its size."""
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
 
     kept_from, tokens, turns = 0, 0, 0
     for i in range(len(messages) - 1, -1, -1):
         message = messages[i]
-        tokens += math.ceil(len(ModelMessagesTypeAdapter.dump_json([message])) / 4) + 4
+        tokens += _pa_tokens(message)
         if isinstance(message, ModelRequest) and any(
                 isinstance(part, UserPromptPart) for part in message.parts):
             turns += 1
