@@ -292,9 +292,12 @@ class Extend:
 @attrs.frozen
 class FitWindow:
     """Apply the trims a request would (turn limit, token budget, orphan sweep: R24, R27a,
-    R36) without preparing one: for a runtime that builds its request itself."""
+    R36) without preparing one: for a runtime that builds its request itself. ``messages``:
+    recorded first, as `Extend` records them, in the same transaction (an agent step's new
+    messages and the window for its next model call: one commit, not two)."""
 
     now: datetime
+    messages: tuple[ConversationMessage | ChatMessage, ...] = ()
 
 
 @attrs.frozen
@@ -1245,8 +1248,9 @@ def _steps(command: Command) -> list[Command]:
             return steps
         case Extend(messages=messages, now=now):
             return [step for m in messages for step in _steps(AppendMessage(m, now))]
-        case FitWindow(now=now):
+        case FitWindow(now=now, messages=messages):
             return [
+                *(_steps(Extend(messages, now)) if messages else ()),
                 EnforceTurnLimit(TrimTrigger.PREPARE, now),
                 ClearToolResults(now),  # opt-in (issue 24): before whole turns are dropped
                 EnforceTokenBudget(TrimTrigger.PREPARE, None, now),

@@ -27,12 +27,12 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import AppendRefused, ConcurrencyConflict, SessionNotFound
-from turnledger.domain.messages import ChatMessage
+from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
@@ -97,12 +97,19 @@ def open_session(
     return store.restore(uuid)
 
 
-def fit_window(session: Session, summarizer: Summarizer | None) -> list[ChatMessage]:
+def fit_window(
+    session: Session, summarizer: Summarizer | None,
+    messages: Sequence[ConversationMessage | ChatMessage] = (),
+) -> list[ChatMessage]:
     """The window an integration hands its framework's model: `Session.fit_window`, with the
-    integration's ``summarizer`` when it was given one (issue 24), else the session's own."""
-    if summarizer is None:
-        return session.fit_window()
-    return session.fit_window(summarizer=summarizer)
+    integration's ``summarizer`` when it was given one (issue 24), else the session's own;
+    ``messages`` (the step's new ones) recorded first in the same transaction."""
+    options: dict[str, Any] = {}
+    if summarizer is not None:
+        options["summarizer"] = summarizer
+    if messages:
+        options["messages"] = messages
+    return session.fit_window(**options)
 
 
 def conflict_budget(seconds: float) -> float:
@@ -201,9 +208,12 @@ class SessionsByName:
                     self.store, name, profile=profile, providers=providers, route=route)
             return session
 
-    def _window(self, session: Session) -> list[ChatMessage]:
-        """The window for the framework's model (`fit_window` with this object's summarizer)."""
-        return fit_window(session, self.summarizer)
+    def _window(
+        self, session: Session, messages: Sequence[ConversationMessage | ChatMessage] = ()
+    ) -> list[ChatMessage]:
+        """The window for the framework's model (`fit_window` with this object's summarizer),
+        ``messages`` recorded first in the same transaction."""
+        return fit_window(session, self.summarizer, messages)
 
     def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
         """``write()`` under this object's conflict budget (`retrying`), named by ``what``."""

@@ -407,8 +407,11 @@ class TurnledgerTrimmer(SessionsByName):
 
         def record_and_fit() -> list[ChatMessage]:
             with self._writing[session.id]:
-                self._record_new(session, messages, after_last)
-                return self._window(session)
+                new = self._new_messages(session, messages, after_last)
+                # The step's new messages and the window's trims: one transaction.
+                window = self._window(session, from_langchain_messages(new))
+                self._noted(session, new, after_last)
+                return window
 
         chat = self._retrying(session, "the trimming step", record_and_fit)
         return self._langchain_of(chat, messages)
@@ -465,8 +468,22 @@ class TurnledgerTrimmer(SessionsByName):
     def _record_new(
         self, session: Session, messages: Sequence[BaseMessage], after_last: bool = False
     ) -> int:
-        # What is new is judged on each attempt: after a conflict, another writer may have
-        # recorded some of these very messages.
+        new = self._new_messages(session, messages, after_last)
+        if new:
+            session.extend(from_langchain_messages(new))
+            self._noted(session, new, after_last)
+        return len(new)
+
+    def _noted(self, session: Session, new: Sequence[BaseMessage], after_last: bool) -> None:
+        """Note the id of the last of ``new``, just recorded (for ``after_last``)."""
+        if new and after_last:
+            self._last_ids[session.id] = (session.next_position, new[-1].id)
+
+    def _new_messages(
+        self, session: Session, messages: Sequence[BaseMessage], after_last: bool
+    ) -> Sequence[BaseMessage]:
+        """What of ``messages`` ``session`` has not recorded. Judged on each attempt: after a
+        conflict, another writer may have recorded some of these very messages."""
         recorded = session.next_position
         if after_last:
             new = self._after_last(session, messages, recorded)
@@ -479,11 +496,7 @@ class TurnledgerTrimmer(SessionsByName):
             )
         else:
             new = messages[recorded:]
-        if new:
-            session.extend(from_langchain_messages(new))
-            if after_last:
-                self._last_ids[session.id] = (session.next_position, new[-1].id)
-        return len(new)
+        return new
 
     def last_recorded_id(self, config: RunnableConfig | None = None) -> str | None:
         """The LangChain id of the message the thread's session recorded last (None when it

@@ -291,14 +291,23 @@ class Session:
         return self._run(Extend(tuple(messages), _now())).events
 
     def fit_window(
-        self, *, summarizer: Summarizer | SummaryFunction | None = None
+        self,
+        *,
+        summarizer: Summarizer | SummaryFunction | None = None,
+        messages: Iterable[ConversationMessage | ChatMessage] = (),
     ) -> list[ChatMessage]:
         """Apply and record the trims a request would (turn limit, token budget, orphan sweep),
         and return the chat view: for a runtime that builds its request itself (an agent
         framework's session). Unlike `prepare_request`, records no request and raises nothing
-        about unanswered tool calls or the capacity. ``summarizer``: as `prepare_request`."""
+        about unanswered tool calls or the capacity. ``summarizer``: as `prepare_request`.
+        ``messages``: recorded first as `extend` records them, in the same transaction (an
+        agent step's new messages and the window for its next call in one commit)."""
+        if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
+            raise InvalidMessage(
+                f"fit_window takes an iterable of messages, got {type(messages).__name__}"
+            )
         with self._lock:
-            self._run(FitWindow(_now()), self._summarize(summarizer))
+            self._run(FitWindow(_now(), tuple(messages)), self._summarize(summarizer))
             return self._stored_state().chat_view()
 
     def pop(self) -> ConversationMessage | None:
