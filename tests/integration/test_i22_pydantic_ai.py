@@ -390,13 +390,13 @@ def test_i22_pydantic_ai_concurrent_agent_runs_of_one_conversation(
     need("pydantic_ai")
 
     def slowed(history: Any) -> Any:
-        """The history with its window read a moment after its record, as under load: the
-        other runs record in between."""
+        """The history with its window step slowed, as under load: the other runs record
+        while it waits."""
         fit = history.session.fit_window
 
-        def fit_window() -> Any:
+        def fit_window(**options: Any) -> Any:
             time.sleep(0.005)
-            return fit()
+            return fit(**options)
 
         history.session.fit_window = fit_window
         return history

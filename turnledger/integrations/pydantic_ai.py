@@ -489,10 +489,16 @@ class TurnledgerHistory(AbstractCapability[Any]):
             self._retrying("record", lambda: self.session.extend(converted))
 
     def window(self, messages: Sequence[ModelMessage], run_id: str) -> list[ModelMessage]:
-        """Record the messages of run ``run_id`` not recorded yet, then return the window,
-        ending with the run's current request (`_ending_with_run`)."""
-        self._record_run(messages, run_id)
-        return _ending_with_run(self.messages(), messages, run_id)
+        """Record the messages of run ``run_id`` not recorded yet and return the window, in
+        one transaction, ending with the run's current request (`_ending_with_run`)."""
+        with self._lock:
+            done = self._recorded.get(run_id, 0)
+            ours = [m for m in messages if m.run_id == run_id]
+            converted = from_pydantic_ai(ours[done:])  # once: a retry only records again
+            window = self._retrying(
+                "messages", lambda: fit_window(self.session, self.summarizer, converted))
+            self._recorded[run_id] = len(ours)
+        return _ending_with_run(to_pydantic_ai(window), messages, run_id)
 
     def _record_run(self, messages: Sequence[ModelMessage], run_id: str) -> None:
         with self._lock:
