@@ -34,7 +34,8 @@ from eventsourcing.postgres import (
     PostgresTrackingRecorder,
 )
 from eventsourcing.utils import Environment
-from psycopg.sql import SQL, Composable, Composed, Literal
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
+from psycopg.types.numeric import Int8
 
 from turnledger.store.backends.port import Limits, SqlStatement
 
@@ -44,6 +45,7 @@ __all__ = [
     "delete_snapshots",
     "follow_page",
     "follows_after",
+    "ThinInsert",
     "insert_with_keys",
     "local_settings",
     "missing_objects",
@@ -51,6 +53,7 @@ __all__ = [
     "replace_snapshot",
     "set_log_order",
     "set_up_tables",
+    "thin_insert",
 ]
 
 _RECONNECTS = 2
@@ -482,21 +485,100 @@ def connection_options(limits: Limits) -> str:
     )
 
 
+_VALUES_ROWS = 8
+"""Batches up to this many records are inserted with a ``VALUES`` list (one prepared
+statement per batch size); longer ones with ``unnest`` of one array per column."""
+
+
+class ThinInsert:
+    """The insert of one append as ONE statement on a connection of the library's pool, in
+    autocommit (the statement is its own transaction), ``log_order=horizon`` only
+    (`Recorders.insert`, ADR-0089).
+
+    The library's ``insert_events`` runs a pipeline (BEGIN, the insert of an array of its
+    composite type, a sync, RETURNING ids nobody reads, COMMIT): ~80 % of an append's client
+    CPU. Here: the library's table and columns, the values bound in binary, the statement
+    prepared on each connection (psycopg prepares nothing behind ``pooler=transaction``,
+    whose connections set no ``prepare_threshold``; there the cursor wraps the statement in
+    a transaction that carries the URL's timeouts). The ``transaction_id`` column takes its
+    default, ``pg_current_xact_id()`` (ADR-0083). What fails raises what the library's
+    ``get_connection`` makes of the driver's error: its ``IntegrityError`` for a taken
+    (session, version) (-> ``ConcurrencyConflict``), ``OperationalError`` for a lost
+    connection (-> settled as in doubt, ADR-0064).
+    """
+
+    def __init__(self, recorder: PostgresApplicationRecorder) -> None:
+        self._datastore = recorder.datastore
+        self._table = Identifier(recorder.datastore.schema, recorder.events_table_name)
+        self._statements: dict[int, bytes] = {}
+
+    def _statement(self, rows: int, connection: psycopg.Connection[Any]) -> bytes:
+        key = rows if rows <= _VALUES_ROWS else 0
+        statement = self._statements.get(key)
+        if statement is None:
+            head = SQL("INSERT INTO {} (originator_id, originator_version, topic, state) ")
+            if key:
+                body = SQL("VALUES ") + SQL(", ").join(
+                    [SQL("(%b, %b, %b, %b)")] * rows
+                )
+            else:
+                body = SQL("SELECT * FROM unnest(%b::uuid[], %b::int8[], %b::text[],"
+                           " %b::bytea[])")
+            statement = self._statements[key] = (
+                head.format(self._table) + body
+            ).as_bytes(connection)
+        return statement
+
+    @staticmethod
+    def _parameters(records: Sequence[StoredEvent]) -> list[Any]:
+        if len(records) <= _VALUES_ROWS:
+            parameters: list[Any] = []
+            for record in records:
+                parameters += (record.originator_id, Int8(record.originator_version),
+                               record.topic, record.state)
+            return parameters
+        return [[r.originator_id for r in records], [r.originator_version for r in records],
+                [r.topic for r in records], [r.state for r in records]]
+
+    def __call__(self, records: Sequence[StoredEvent]) -> None:
+        if not records:
+            return
+        with self._datastore.get_connection() as connection:
+            connection.execute(self._statement(len(records), connection),
+                               self._parameters(records), prepare=True)
+
+    def execute(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent]) -> None:
+        """The same statement in the caller's transaction."""
+        cursor.execute(self._statement(len(records), cursor.connection),
+                       self._parameters(records), prepare=True)
+
+
+def thin_insert(recorder: PostgresApplicationRecorder) -> ThinInsert | None:
+    """The recorder's `ThinInsert`, None under ``log_order=lock`` (the library's own insert:
+    its table lock and NOTIFY)."""
+    if getattr(recorder, "lock_ordered", True):
+        return None
+    return ThinInsert(recorder)
+
+
 def insert_with_keys(
     recorder: PostgresApplicationRecorder,
+    thin: ThinInsert | None,
     schema: str,
     records: Sequence[StoredEvent],
     keys: Sequence[SqlStatement],
 ) -> None:
-    """Insert ``records`` as the library does (its table lock, its notify, its insert) and run
-    ``keys`` (statements on the keys tables of ``schema``) in the same transaction, on one
-    connection of the library's pool (`Recorders.insert_with_keys`, ADR-0066). Raises what the
-    library's insert raises (its ``IntegrityError`` for a taken (session, version))."""
-    from psycopg.sql import SQL, Identifier
-
+    """Insert ``records`` (the `ThinInsert` statement; under ``log_order=lock`` the library's
+    table lock, notify and insert) and run ``keys`` (statements on the keys tables of
+    ``schema``) in the same transaction, on one connection of the library's pool
+    (`Recorders.insert_with_keys`, ADR-0066). Raises what the library's insert raises (its
+    ``IntegrityError`` for a taken (session, version))."""
     with recorder.datastore.transaction(commit=True) as cursor:
-        # The library's own insert of its recorder, inside this transaction (9.x).
-        recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+        if thin is None:
+            # The library's own insert of its recorder, inside this transaction (9.x).
+            recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+        else:
+            thin.execute(cursor, records)
         # The keys statements name their tables as the store's SQL connection does.
         cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
         for statement, parameters in keys:

@@ -291,8 +291,9 @@ class PostgresDatabase(Database):
         events = recorders.events
         assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
         pg_recorders.set_log_order(events, lock=self.log_order == "lock")
-        return attrs.evolve(recorders, insert_with_keys=functools.partial(
-            pg_recorders.insert_with_keys, events, self.schema
+        thin = pg_recorders.thin_insert(events)
+        return attrs.evolve(recorders, insert=thin, insert_with_keys=functools.partial(
+            pg_recorders.insert_with_keys, events, thin, self.schema
         ))
 
     def _pool_settings(self) -> dict[str, str]:
