@@ -20,8 +20,9 @@ class CommitCuttingProxy:
 
     ``arm(n)`` makes the next ``n`` COMMIT statements (psycopg pipelines them as Parse messages)
     — or statements that commit on their own: an INSERT into ``stored_events`` sent outside
-    a ``BEGIN``, as the PostgreSQL append runs (ADR-0089), prepared or not — be forwarded to the server, then, after ``wait`` seconds (the server commits
-    meanwhile), both sockets of that connection are closed without passing the server's reply on.
+    a ``BEGIN``, as the PostgreSQL append runs (ADR-0089), prepared or not — be forwarded to
+    the server, then, after ``wait`` seconds (the server commits meanwhile), both sockets
+    of that connection are closed without passing the server's reply on.
     ``forward=False`` drops the COMMIT instead (the server never commits); ``dark=S`` blacks
     the proxy out for ``S`` seconds after the cut. ``black_out(seconds)`` cuts every connection
     at once, wherever it stands, and closes each new one at once for ``seconds``: the server

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -27,6 +28,7 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 from eventsourcing.postgres import (
+    ConnectionPool,
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
     PostgresDatastore,
@@ -34,22 +36,32 @@ from eventsourcing.postgres import (
     PostgresTrackingRecorder,
 )
 from eventsourcing.utils import Environment
+from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
+from psycopg.types.composite import CompositeInfo, register_composite
 from psycopg.types.numeric import Int8
 
 from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
+    "Catalog",
+    "ThinInsert",
+    "adopt",
     "bounded_factory",
+    "catalog",
     "connection_options",
     "delete_snapshots",
     "follow_page",
     "follows_after",
-    "ThinInsert",
     "insert_with_keys",
     "local_settings",
     "missing_objects",
+    "pool_connection",
+    "pooled_settings",
     "pooler_connection",
+    "read_settings",
+    "register_types",
+    "register_types_later",
     "replace_snapshot",
     "set_log_order",
     "set_up_tables",
@@ -140,6 +152,119 @@ class _TrackingRecorder(PostgresTrackingRecorder):
     has_tracking_id = _reconnecting(PostgresTrackingRecorder.has_tracking_id)
 
 
+_COMPOSITES: dict[tuple[object, ...], CompositeInfo] = {}
+"""The composite types this process has read, by server, database, schema, name, oid and
+the transaction id that last wrote the type's relation row (a type dropped and made again
+has another oid; one altered, another row version): the catalog query of a type costs a new
+server connection ~10 ms of cold catalog reads (ADR-0089)."""
+_COMPOSITES_KEPT = 256
+
+
+class _Datastore(PostgresDatastore):
+    """The library's datastore whose recorders, while the store is opened, register no
+    composite type themselves (each would check a connection out of the pool and so start
+    it): the opener registers them on the connection it checks the tables with
+    (`register_types`, ADR-0089)."""
+
+    types_deferred = True
+
+    def register_type_adapters(self) -> None:
+        if not self.types_deferred:
+            super().register_type_adapters()
+
+    def register_types(
+        self, connection: psycopg.Connection[Any], found: dict[str, tuple[int, str]]
+    ) -> None:
+        """The library's ``register_type_adapters``, on ``connection``; a type found (by
+        `catalog`) with the oid and row version it had when this process last read it is
+        not read again (`_COMPOSITES`)."""
+        self.types_deferred = False
+        where = connection.info
+        for name in self.db_type_names:
+            if name in self.psycopg_type_adapters:
+                continue
+            key = (where.host, where.port, where.dbname, self.schema, name, found.get(name))
+            info = _COMPOSITES.get(key) if name in found else None
+            if info is None:
+                info = CompositeInfo.fetch(connection, f"{self.schema}.{name}")
+                if info is None:
+                    continue
+                if name in found and info.oid == found[name][0]:
+                    if len(_COMPOSITES) >= _COMPOSITES_KEPT:
+                        _COMPOSITES.clear()
+                    _COMPOSITES[key] = info
+            register_composite(info, connection)
+            self.psycopg_type_adapters[name] = info
+            assert info.python_type is not None, info
+            self.psycopg_python_types[name] = info.python_type
+
+
+class _Pool(ConnectionPool[Any]):
+    """The library's pool, whose first connection may be one made (by its own ``_connect``)
+    before it started: the one the store was opened on (`adopt`, ADR-0089). Its threads and
+    its connections start when a store first uses it, not when it is opened."""
+
+    adopted: psycopg.Connection[Any] | None = None
+
+    def _connect(self, timeout: float | None = None) -> Any:
+        connection, self.adopted = self.adopted, None
+        if connection is not None and not connection.closed:
+            return connection
+        return super()._connect(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        connection, self.adopted = self.adopted, None
+        if connection is not None:
+            connection.close()
+        super().close(timeout)
+
+
+def pool_connection(datastore: PostgresDatastore) -> psycopg.Connection[Any]:
+    """A new connection made as the datastore's pool makes its own (settings, timeouts,
+    ``configure``), outside the pool; raises what the driver raises."""
+    return datastore.pool._connect()  # noqa: SLF001
+
+
+def adopt(datastore: PostgresDatastore, connection: psycopg.Connection[Any]) -> None:
+    """Make ``connection`` (from `pool_connection`) the first one the pool hands out."""
+    pool = datastore.pool
+    assert isinstance(pool, _Pool), "the pool of a bounded factory"
+    pool.adopted = connection
+
+
+def register_types(
+    datastore: PostgresDatastore,
+    connection: psycopg.Connection[Any],
+    found: dict[str, tuple[int, str]],
+) -> None:
+    """Register the recorders' composite types (``found`` by `catalog`) on ``connection``."""
+    assert isinstance(datastore, _Datastore), "the datastore of a bounded factory"
+    datastore.register_types(connection, found)
+
+
+def register_types_later(datastore: PostgresDatastore) -> None:
+    """Let the recorders register their composite types themselves (after the DDL)."""
+    if isinstance(datastore, _Datastore):
+        datastore.types_deferred = False
+
+
+def read_settings(connection: psycopg.Connection[Any], schema: str) -> dict[str, str]:
+    """The rows of ``schema``'s ``tl_settings`` (`turnledger.store.keys`)."""
+    rows = connection.cursor(row_factory=tuple_row).execute(
+        SQL("SELECT name, value FROM {}").format(Identifier(schema, SETTINGS_TABLE))
+    ).fetchall()
+    return {str(name): str(value) for name, value in rows}
+
+
+def pooled_settings(recorder: PostgresApplicationRecorder, schema: str) -> dict[str, str]:
+    """`read_settings` on a connection of the recorder's pool; ``{}`` without the table."""
+    with recorder.datastore.get_connection() as connection:
+        found = connection.cursor(row_factory=tuple_row).execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{SETTINGS_TABLE}"',)
+        ).fetchone()
+        return read_settings(connection, schema) if found and found[0] else {}
+
+
 class _BoundedFactory(PostgresFactory):
     aggregate_recorder_class = _AggregateRecorder
     application_recorder_class = _ApplicationRecorder
@@ -153,40 +278,79 @@ class _BoundedFactory(PostgresFactory):
         return self.create_tables and super().env_create_table()
 
 
+class Catalog(NamedTuple):
+    """What `catalog` found of the library's objects in a schema."""
+
+    missing: list[str]
+    """The tables, indexes, composite types, function and column that are not there."""
+    types: dict[str, tuple[int, str]]
+    """Each composite type found: (its oid, the transaction id that last wrote its relation's
+    row): the key of `register_types`'s cache (ADR-0089)."""
+    settings_table: bool
+    """Whether the schema has the store's settings table (`turnledger.store.keys`)."""
+
+
+SETTINGS_TABLE = "tl_settings"
+
+
+def catalog(
+    connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
+) -> Catalog:
+    """The tables, indexes, composite types and function the library's DDL makes for
+    ``recorders`` (and the horizon column, ADR-0083), looked up by name in ``schema`` in one
+    query of index lookups (``to_regclass``, ``to_regtype``; no scan of the catalogs: a new
+    server connection reads them cold, ADR-0089)."""
+    checks: list[tuple[str, str, list[Any]]] = []  # (name, SQL expression, parameters)
+
+    def qualified(name: str) -> str:
+        return f'"{schema}"."{name}"'
+
+    for recorder in recorders:
+        table = recorder.events_table_name
+        checks.append((table, "to_regclass(%s) IS NOT NULL", [qualified(table)]))
+        type_name = recorder.stored_event_type_name
+        checks.append((type_name, "(SELECT t.oid::bigint || ':' || c.xmin FROM pg_type t"
+                       " JOIN pg_class c ON c.oid = t.typrelid WHERE t.oid = to_regtype(%s))",
+                       [qualified(type_name)]))
+        if isinstance(recorder, PostgresApplicationRecorder):
+            for index in (recorder.notification_id_index_name, horizon_index_name(recorder)):
+                checks.append((index, "to_regclass(%s) IS NOT NULL", [qualified(index)]))
+            checks.append((f"{table}.{HORIZON_COLUMN}",
+                           "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid ="
+                           " to_regclass(%s) AND attname = %s AND NOT attisdropped)",
+                           [qualified(table), HORIZON_COLUMN]))
+            function = recorder.pg_function_name_insert_events
+            checks.append((function, "EXISTS (SELECT 1 FROM pg_proc WHERE proname = %s"
+                           " AND pronamespace = to_regnamespace(%s))",
+                           [function, f'"{schema}"']))
+    checks.append((SETTINGS_TABLE, "to_regclass(%s) IS NOT NULL", [qualified(SETTINGS_TABLE)]))
+    names = list(dict.fromkeys(name for name, _, _ in checks))
+    unique = {name: (expression, parameters) for name, expression, parameters in checks}
+    cursor = connection.cursor(row_factory=tuple_row)  # the pool's connections give dicts
+    row = cursor.execute(
+        "SELECT " + ", ".join(unique[name][0] for name in names),
+        [value for name in names for value in unique[name][1]],
+    ).fetchone()
+    assert row is not None
+    missing: list[str] = []
+    types: dict[str, tuple[int, str]] = {}
+    *values, settings_table = row
+    names.pop()
+    for name, value in zip(names, values, strict=True):
+        if isinstance(value, str):
+            oid, _, xmin = value.partition(":")
+            types[name] = (int(oid), xmin)
+        elif not value:
+            missing.append(name)
+    return Catalog(missing, types, bool(settings_table))
+
+
 def missing_objects(
     connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
 ) -> list[str]:
     """The names of the tables, index, composite types and function the library's DDL makes
     for ``recorders`` that ``schema`` lacks (one query; ``[]``: nothing to create)."""
-    relations: list[str] = []
-    types: list[str] = []
-    functions: list[str] = []
-    columns: list[str] = []
-    for recorder in recorders:
-        relations.append(recorder.events_table_name)
-        types.append(recorder.stored_event_type_name)
-        if isinstance(recorder, PostgresApplicationRecorder):
-            relations.append(recorder.notification_id_index_name)
-            relations.append(horizon_index_name(recorder))
-            columns.append(f"{recorder.events_table_name}.{HORIZON_COLUMN}")
-            functions.append(recorder.pg_function_name_insert_events)
-    found = connection.execute(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %(schema)s AND c.relname = ANY(%(relations)s)"
-        " UNION ALL SELECT t.typname FROM pg_type t JOIN pg_namespace n"
-        " ON n.oid = t.typnamespace WHERE n.nspname = %(schema)s AND t.typname = ANY(%(types)s)"
-        " UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n"
-        " ON n.oid = p.pronamespace WHERE n.nspname = %(schema)s"
-        " AND p.proname = ANY(%(functions)s)"
-        " UNION ALL SELECT c.relname || '.' || a.attname FROM pg_attribute a"
-        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %(schema)s AND NOT a.attisdropped"
-        " AND c.relname || '.' || a.attname = ANY(%(columns)s)",
-        {"schema": schema, "relations": relations, "types": types, "functions": functions,
-         "columns": columns},
-    ).fetchall()
-    present = {row[0] for row in found}
-    return [name for name in [*relations, *types, *functions, *columns] if name not in present]
+    return catalog(connection, schema, recorders).missing
 
 
 HORIZON_COLUMN = "transaction_id"
@@ -335,7 +499,9 @@ def bounded_factory(
 
     def build(env: Environment) -> PostgresFactory:
         factory = _BoundedFactory(env)
+        factory.datastore.__class__ = _Datastore
         pool = factory.datastore.pool
+        pool.__class__ = _Pool
         kwargs = pool.kwargs
         assert isinstance(kwargs, dict), "the library passes its connection settings as a dict"
         kwargs["connect_timeout"] = max(int(limits.connect), 1)
@@ -349,8 +515,16 @@ def bounded_factory(
             # which would stay on whichever server connection PgBouncer lent: each
             # transaction sets it locally instead.
             pool._configure = _autocommit  # noqa: SLF001
-        elif options := connection_options(limits):
-            kwargs["options"] = options
+        else:
+            # The library's configure runs that SET on every new connection (one round trip
+            # each, ADR-0089): the same setting goes in the startup options instead, after
+            # libpq's PGOPTIONS when the URL sets no timeout (they applied then, as before).
+            idle = factory.datastore.idle_in_transaction_session_timeout
+            options = connection_options(limits) or os.environ.get("PGOPTIONS", "")
+            kwargs["options"] = " ".join(filter(None, (
+                options, f"-c idle_in_transaction_session_timeout={int(idle * 1000)}ms"
+            )))
+            pool._configure = _autocommit  # noqa: SLF001
         return factory
 
     return build
@@ -517,13 +691,11 @@ class ThinInsert:
         statement = self._statements.get(key)
         if statement is None:
             head = SQL("INSERT INTO {} (originator_id, originator_version, topic, state) ")
-            if key:
-                body = SQL("VALUES ") + SQL(", ").join(
-                    [SQL("(%b, %b, %b, %b)")] * rows
-                )
-            else:
-                body = SQL("SELECT * FROM unnest(%b::uuid[], %b::int8[], %b::text[],"
-                           " %b::bytea[])")
+            body: Composable = (
+                SQL("VALUES ") + SQL(", ").join([SQL("(%b, %b, %b, %b)")] * rows) if key
+                else SQL("SELECT * FROM unnest(%b::uuid[], %b::int8[], %b::text[],"
+                         " %b::bytea[])")
+            )
             statement = self._statements[key] = (
                 head.format(self._table) + body
             ).as_bytes(connection)
