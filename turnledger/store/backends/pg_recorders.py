@@ -202,15 +202,26 @@ class _Datastore(PostgresDatastore):
 class _Pool(ConnectionPool[Any]):
     """The library's pool, whose first connection may be one made (by its own ``_connect``)
     before it started: the one the store was opened on (`adopt`, ADR-0089). Its threads and
-    its connections start when a store first uses it, not when it is opened."""
+    its other connections start when a store first uses it, not when it is opened.
+    (psycopg_pool 3.2-3.3: ``_start_initial_tasks``, ``_nconns``, ``_pool``.)"""
 
     adopted: psycopg.Connection[Any] | None = None
 
-    def _connect(self, timeout: float | None = None) -> Any:
+    def _start_initial_tasks(self) -> None:
+        # Called by ``open`` with the pool's lock held: the adopted connection goes straight
+        # into the pool as the first of its ``min_size`` (a worker handing it over would
+        # leave the first client waiting, and the pool growing by a connection for it).
         connection, self.adopted = self.adopted, None
-        if connection is not None and not connection.closed:
-            return connection
-        return super()._connect(timeout)
+        if connection is None or connection.closed or self._nconns < 1:
+            super()._start_initial_tasks()
+            return
+        self._nconns -= 1  # the workers make the others
+        try:
+            super()._start_initial_tasks()
+        finally:
+            self._nconns += 1
+        connection._pool = None  # as the pool keeps its idle connections  # noqa: SLF001
+        self._pool.append(connection)
 
     def close(self, timeout: float = 5.0) -> None:
         connection, self.adopted = self.adopted, None
