@@ -15,6 +15,7 @@ import contextlib
 import functools
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -22,9 +23,16 @@ from uuid import UUID
 import psycopg
 import psycopg_pool
 from eventsourcing.persistence import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
     InterfaceError,
+    InternalError,
     Notification,
+    NotSupportedError,
     OperationalError,
+    PersistenceError,
+    ProgrammingError,
     StoredEvent,
 )
 from eventsourcing.postgres import (
@@ -726,14 +734,44 @@ class ThinInsert:
     def __call__(self, records: Sequence[StoredEvent]) -> None:
         if not records:
             return
-        with self._datastore.get_connection() as connection:
-            connection.execute(self._statement(len(records), connection),
+        pool = self._datastore.pool
+        try:
+            pool.open()  # started by the first use (ADR-0089); then a no-op
+            with pool.connection() as connection:
+                cursor = _cursors.get(connection)
+                if cursor is None or cursor.closed:
+                    # One cursor per connection, rows as tuples (the dict rows' names cost
+                    # on every statement, and an INSERT returns none).
+                    cursor = _cursors[connection] = connection.cursor(row_factory=tuple_row)
+                cursor.execute(self._statement(len(records), connection),
                                self._parameters(records), prepare=True)
+        except psycopg.Error as error:
+            raise _library_error(error) from error
 
     def execute(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent]) -> None:
         """The same statement in the caller's transaction."""
         cursor.execute(self._statement(len(records), cursor.connection),
                        self._parameters(records), prepare=True)
+
+
+_cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The cursor `ThinInsert` keeps on each connection of a pool."""
+
+
+def _library_error(error: psycopg.Error) -> Exception:
+    """The library's error for a driver's, as its ``get_connection`` makes it (the event
+    store translates those: ``IntegrityError`` -> ``ConcurrencyConflict``, ...)."""
+    for driver, library in (
+        (psycopg.InterfaceError, InterfaceError), (psycopg.OperationalError, OperationalError),
+        (psycopg.DataError, DataError), (psycopg.IntegrityError, IntegrityError),
+        (psycopg.InternalError, InternalError), (psycopg.ProgrammingError, ProgrammingError),
+        (psycopg.NotSupportedError, NotSupportedError), (psycopg.DatabaseError, DatabaseError),
+    ):
+        if isinstance(error, driver):
+            return library(str(error))
+    return PersistenceError(str(error))
 
 
 def thin_insert(recorder: PostgresApplicationRecorder) -> ThinInsert | None:
