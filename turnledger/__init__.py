@@ -30,8 +30,9 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ),
     "turnledger.domain.decider": ("PreparedRequest", "request_digest"),
     "turnledger.domain.errors": (
-        "AppendInDoubt", "AuditKeyRequired", "ConcurrencyConflict", "ContextWindowExceeded",
-        "CorruptRecord", "InvalidKey", "InvalidMessage", "InvalidProfile", "InvalidStoreURL",
+        "AppendInDoubt", "AppendRefused", "AuditKeyRequired", "ConcurrencyConflict",
+        "ContextWindowExceeded", "CorruptRecord", "InvalidKey", "InvalidMessage", "InvalidProfile",
+        "InvalidStoreURL",
         "KeyRequired", "NotEncrypted", "SessionForgottenError", "SessionNotFound",
         "StoreUnavailable", "TranscriptError", "TurnledgerError", "UnansweredToolCalls",
         "UnkeyedChain", "WrongKey",
@@ -127,6 +128,7 @@ if TYPE_CHECKING:
     )
     from turnledger.domain.errors import (
         AppendInDoubt,
+        AppendRefused,
         AuditKeyRequired,
         ConcurrencyConflict,
         ContextWindowExceeded,
@@ -262,6 +264,7 @@ __all__ = [
     "IMAGE_TOKEN_ESTIMATE",
     "Analytics",
     "AppendInDoubt",
+    "AppendRefused",
     "AssistantToolCalls",
     "AuditKeyRequired",
     "BreadcrumbInserted",

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
 from uuid import UUID
 
 from turnledger.domain.errors import CorruptRecord, TurnledgerError, bounded
@@ -740,9 +740,33 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
          "tokens dropped", "prepared", "rejected", "overflows", "peak tokens"],
         out,
     )
+    _print_compaction_stats(sessions, out)
     print("\ntotals: " + ", ".join(f"{k} {_cell(v)}" for k, v in sorted(totals.items())),
           file=out)
     return status
+
+
+_REFUSALS: Final = "summary_refusals_"
+
+
+def _print_compaction_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """The compaction counters per session (issue 24, C7), when a session compacted."""
+    from turnledger.projections.analytics import COMPACTION_COLUMNS
+
+    compacted = [r for r in rows if any(r.get(c) for c in COMPACTION_COLUMNS)]
+    if not compacted:
+        return
+    print("\ncompaction per session (tokens saved: C7)", file=out)
+    _table(
+        [[str(r["session_id"])[:8], r.get("summaries"), r.get("summary_tokens_saved"),
+          ", ".join(f"{k.removeprefix(_REFUSALS)} {r[k]:,}" for k in COMPACTION_COLUMNS
+                    if k.startswith(_REFUSALS) and r.get(k)) or "-",
+          r.get("tool_result_clearings"), r.get("tool_results_cleared"),
+          r.get("tool_result_tokens_saved")] for r in compacted],
+        ["session", "summaries", "summary tokens saved", "summaries refused", "clearings",
+         "results cleared", "clearing tokens saved"],
+        out,
+    )
 
 
 def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
@@ -751,6 +775,7 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.events import SessionStarted
     from turnledger.replay.whatif import what_if
 
+    summarizer = _summarizer(args)  # a bad import string fails before the store is read
     with _open_for_reading(args) as store:
         events = store.events_of(args.session)
     started = events[0]
@@ -762,28 +787,93 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
         changes["context_compact_ratio"] = args.context_compact_ratio
     if args.max_history_messages is not None:
         changes["max_history_messages"] = args.max_history_messages
+    compaction: dict[str, Any] = {}
+    if args.clear_tool_results is not None:
+        compaction["clear_tool_results"] = args.clear_tool_results
+    if args.keep_tool_result_turns is not None:
+        compaction["keep_tool_result_turns"] = args.keep_tool_result_turns
+    if compaction:
+        changes["compaction"] = attrs.evolve(started.profile.compaction, **compaction)
     profile = attrs.evolve(started.profile, **changes)
-    report = what_if(events, profile)
+    report = what_if(events, profile, summarizer=summarizer)
     if args.json:
         print(report.to_json(), file=out)
         return EXIT_OK
     rows = report.rows()
     if rows:
         _table([list(r.values()) for r in rows], list(rows[0].keys()), out)
+    lines = report.compaction_lines()
+    if lines:
+        print("\nwhat-if compactions, by request:", file=out)
+        for line in lines:
+            print(f"  {_cell(line)}", file=out)
     print("\n" + report.summary(), file=out)
     return EXIT_OK
+
+
+def _summarizer(args: argparse.Namespace) -> Any:
+    """The `Summarizer` named by ``--summarizer MODULE:CALLABLE`` (None without one)."""
+    if args.summarizer is None:
+        return None
+    return import_summarizer(args.summarizer, args.summarizer_timeout)
+
+
+def import_summarizer(spec: str, timeout: float | None = None) -> Any:
+    """The `Summarizer` an import string names: ``MODULE:ATTRIBUTE`` (``ATTRIBUTE`` may be
+    dotted), imported with the working directory on the path (as uvicorn does). A
+    `Summarizer` is taken as it is; a plain callable ``summarize(turns, previous)`` is named
+    by its ``summarizer_name`` attribute, else by ``spec``. ``timeout``: seconds (default
+    the Summarizer's). `UsageError` naming what is wrong otherwise."""
+    import importlib
+
+    import attrs
+
+    from turnledger.store.summaries import DEFAULT_SUMMARY_TIMEOUT, Summarizer
+
+    where = f"--summarizer {spec!r}"
+    module_name, sep, attribute = spec.strip().partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"{where}: expected MODULE:CALLABLE, e.g. mypackage.summaries:summarize")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"{where}: cannot import module {module_name!r}: {error}") from None
+    except Exception as error:  # the module's own code failed: say how, not a traceback
+        raise UsageError(f"{where}: importing module {module_name!r} raised "
+                         f"{type(error).__name__}: {error}") from None
+    found: object = module
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise UsageError(
+                f"{where}: module {module_name!r} has no attribute {attribute!r}") from None
+    if isinstance(found, Summarizer):
+        return found if timeout is None else attrs.evolve(found, timeout=timeout)
+    if not callable(found):
+        raise UsageError(f"{where}: {attribute!r} is of type {type(found).__name__}, not callable "
+                         "(summarize(turns, previous) -> str, or a turnledger.Summarizer)")
+    name = getattr(found, "summarizer_name", None) or spec.strip()
+    return Summarizer(str(name), found,
+                      DEFAULT_SUMMARY_TIMEOUT if timeout is None else timeout)
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.domain.events import SessionStarted
     from turnledger.replay.report import report
 
+    summarizer = _summarizer(args)
+    if summarizer is not None and not args.what_if:
+        raise UsageError("--summarizer needs --what-if: it summarises the turns the what-if "
+                         "profile drops")
     with _open_for_reading(args) as store:
         events = store.events_of(args.session)
     started = events[0]
     assert isinstance(started, SessionStarted)
     profile = _what_if_profile(started.profile, args.what_if) if args.what_if else None
-    text = report(events, args.output, what_if=profile)
+    text = report(events, args.output, what_if=profile, summarizer=summarizer)
     print(f"wrote {args.output} ({len(text.encode('utf-8')):,} bytes): open it in a browser",
           file=out)
     return EXIT_OK
@@ -796,6 +886,8 @@ _WHAT_IF_KEYS: dict[str, Callable[[str], object]] = {
     "max_tool_result_chars": int,
     "history_pruning.enabled": lambda text: {"true": True, "false": False}[text.lower()],
     "history_pruning.max_tokens": int,
+    "compaction.clear_tool_results": lambda text: {"true": True, "false": False}[text.lower()],
+    "compaction.keep_tool_result_turns": int,
 }
 _OPTIONAL_KEYS = frozenset({"max_context_tokens", "context_compact_ratio", "max_history_messages"})
 
@@ -806,7 +898,7 @@ def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimePr
     import attrs
 
     changes: dict[str, Any] = {}
-    pruning: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {"history_pruning": {}, "compaction": {}}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         key = key.strip().replace("-", "_")
@@ -818,12 +910,14 @@ def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimePr
                 _WHAT_IF_KEYS[key](text.strip()))
         except (ValueError, KeyError):
             raise UsageError(f"--what-if {key}: not a valid value: {text!r}") from None
-        if key.startswith("history_pruning."):
-            pruning[key.partition(".")[2]] = value
+        group, dot, field = key.partition(".")
+        if dot:
+            groups[group][field] = value
         else:
             changes[key] = value
-    if pruning:
-        changes["history_pruning"] = attrs.evolve(profile.history_pruning, **pruning)
+    for group, fields in groups.items():
+        if fields:
+            changes[group] = attrs.evolve(getattr(profile, group), **fields)
     return attrs.evolve(profile, **changes)
 
 
@@ -1030,6 +1124,11 @@ def _add_audit_commands(sub: _Subparsers) -> None:
                    help="budget as a share of the model's context window, in (0, 1] (R13)")
     p.add_argument("--max-history-messages", type=_non_negative_int, metavar="N",
                    help="turn limit in complete user turns (R28; 0 keeps only the last turn)")
+    p.add_argument("--clear-tool-results", action=argparse.BooleanOptionalAction,
+                   default=None, help="clear older tool results before a budget trim (C1)")
+    p.add_argument("--keep-tool-result-turns", type=_non_negative_int, metavar="N",
+                   help="newest turns whose tool results are never cleared (C1; at least 1)")
+    _add_summarizer(p)
     _add_json(p)
     p.set_defaults(func=cmd_what_if)
     _add_report_command(sub)
@@ -1048,9 +1147,22 @@ def _add_report_command(sub: _Subparsers) -> None:
     p.add_argument("--what-if", action="append", metavar="KEY=VALUE",
                    help="compare with the recorded profile changed (repeatable): "
                    "max_context_tokens, context_compact_ratio, max_history_messages, "
-                   "max_tool_result_chars, history_pruning.enabled, history_pruning.max_tokens "
+                   "max_tool_result_chars, history_pruning.enabled, history_pruning.max_tokens, "
+                   "compaction.clear_tool_results, compaction.keep_tool_result_turns "
                    "(none unsets the first three)")
+    _add_summarizer(p)
     p.set_defaults(func=cmd_report)
+
+
+def _add_summarizer(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--summarizer", metavar="MODULE:CALLABLE",
+                   help="summarise the turns a what-if budget trim drops that no recorded "
+                   "summary covers, with this callable summarize(turns, previous) -> str or "
+                   "turnledger.Summarizer, imported from the working directory (C8); without "
+                   "it, only the recorded summaries are reused")
+    p.add_argument("--summarizer-timeout", type=_positive_float, metavar="SECONDS",
+                   help="the summarizer's time limit (default 30; past it the plain trim is "
+                   "recorded as a refusal)")
 
 
 def _add_analytics_commands(sub: _Subparsers) -> None:
@@ -1146,6 +1258,16 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 

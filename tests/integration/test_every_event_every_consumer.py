@@ -283,6 +283,13 @@ def _counted(event: Event) -> dict[str, int]:
             return {"overflows_unrecoverable": 1}
         case OrphansSwept():
             return {"orphan_sweeps": 1, "orphans_removed": event.removed}
+        case TurnsSummarized():  # C7: what the summary replaces minus what it costs
+            return {"summaries": 1, "summary_tokens_saved": event.replaced_tokens - event.tokens}
+        case SummaryRefused():
+            return {f"summary_refusals_{event.reason.value}": 1}
+        case ToolResultsCleared():
+            return {"tool_result_clearings": 1, "tool_results_cleared": len(event.tool_call_ids),
+                    "tool_result_tokens_saved": event.tokens_before - event.tokens_after}
     return {}
 
 

@@ -26,6 +26,7 @@ from turnledger.domain.events import (
     SummaryRefusal,
     SummaryRefused,
     TrimDecided,
+    TrimTrigger,
     TurnsSummarized,
     as_event,
 )
@@ -218,6 +219,22 @@ def _summarizer(kind: str) -> tl.Summarizer:
     return tl.Summarizer(kind, summarize)
 
 
+def _assert_sendable(request: tl.PreparedRequest, sent: Sequence[ConversationMessage]) -> None:
+    """``request`` carries no orphan, and the newest turn of ``sent``: its first message."""
+    swept = sweep_orphans(request.messages)
+    assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
+    starts = [item for item in sent if is_turn_start_item(item)]
+    if starts:  # the newest turn is kept: its first message is sent
+        newest = segment(request.messages).last_turn_start
+        assert newest is not None
+        assert to_chat_messages(starts[-1:]) == request.messages[newest:newest + 1]
+
+
+def _label(events: Sequence[object]) -> None:
+    event("summarised" if any(isinstance(e, TurnsSummarized) for e in events) else
+          "refused" if any(isinstance(e, SummaryRefused) for e in events) else "plain")
+
+
 @settings(max_examples=examples(40))
 @given(
     history=conversation_histories(min_turns=1, max_turns=8),
@@ -245,18 +262,10 @@ def test_i24_property_summaries_never_orphan_keep_the_newest_turn_and_replay(
             except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
                 continue
             digests.append(request.digest)
-            swept = sweep_orphans(request.messages)
-            assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))
-            newest = segment(request.messages).last_turn_start
-            sent = mine[: half if k == 0 else len(mine)]
-            starts = [item for item in sent if is_turn_start_item(item)]
-            if starts:  # the newest turn is kept: its first message is sent
-                assert newest is not None
-                assert to_chat_messages(starts[-1:]) == request.messages[newest:newest + 1]
+            _assert_sendable(request, mine[: half if k == 0 else len(mine)])
         assert () == verify(store.backend).violations
         events = session.events()
-        event("summarised" if any(isinstance(e, TurnsSummarized) for e in events) else
-              "refused" if any(isinstance(e, SummaryRefused) for e in events) else "plain")
+        _label(events)
         recorded = [e.digest for e in events if isinstance(e, RequestPrepared)]
         assert digests == recorded
         restored = store.restore(session.id)
@@ -318,3 +327,117 @@ def test_i24_what_if_reuses_a_summary_whose_range_was_widened() -> None:
         assert run.report.recorded == run.report.what_if
         assert all(row.same_messages for row in run.report.requests)
         assert 2 == len(calls)
+
+
+def _overflowed(store: tl.Store, summarizer: object, turns: int = 6) -> tl.Session:
+    """A session without a budget whose provider then reports an overflow."""
+    session = store.start_session(RuntimeProfile(max_context_tokens=0), (OPENAI,), ROUTE)
+    session.append(ChatMessage.system("You are a careful agent."))
+    _turns(session, 0, turns, None)
+    assert not any(isinstance(e, TrimDecided) for e in session.events())
+    assert session.recover_from_overflow("maximum context length exceeded",
+                                          summarizer=summarizer)  # type: ignore[arg-type]
+    return session
+
+
+def test_i24_an_overflow_recovery_summarises_the_turns_it_drops(tmp_path: Path) -> None:
+    """R25 with a summarizer: the reactive trim's dropped turns are given to it, recorded as
+    `TurnsSummarized` after the overflow's trim, shown in the breadcrumb's place; verify,
+    restore and what-if explain it without calling the summarizer again."""
+    recorder = Recorder()
+    with tl.open_store(f"sqlite:///{tmp_path / 'overflow.db'}") as store:
+        session = _overflowed(store, tl.Summarizer("recorder-v1", recorder))
+        events = session.events()
+        kinds = [type(e).__name__ for e in events[-5:]]
+        assert ["TrimDecided", "BreadcrumbInserted", "HistoryTrimmed", "TurnsSummarized",
+                "OverflowRecovered"] == kinds
+        trim = next(e for e in events if isinstance(e, TrimDecided))
+        summary = next(e for e in events if isinstance(e, TurnsSummarized))
+        assert TrimTrigger.OVERFLOW == trim.trigger
+        assert (summary.last_position + 1) == trim.first_kept_position
+        assert 1 == len(recorder.calls)
+        given = recorder.calls[0][0]
+        assert ("question 0 " * 8, None) == (given[0].content, recorder.calls[0][1])
+        assert all(m.role != "system" for m in given)
+        recovered = events[-1]
+        assert isinstance(recovered, tl.OverflowRecovered)
+        reported = next(e for e in events if isinstance(e, tl.OverflowReported))
+        assert recovered.tokens_after <= reported.target_tokens
+        assert recovered.tokens_after == session.state.chat_tokens()
+        view = session.chat_view()
+        assert SUMMARY_PREFIX + summary.text == view[1].content
+        assert tl.BREADCRUMB_TEXT not in [m.content for m in view]
+        assert () == verify(store.backend).violations
+        restored = store.restore(session.id)
+        assert view == restored.chat_view()
+        run = replay_what_if(events, session.profile)
+        assert run.report.recorded == run.report.what_if
+        assert view == tl.views_at(events, len(events))[0]
+    assert 1 == len(recorder.calls)
+
+
+def test_i24_an_overflow_recovery_with_a_failing_summarizer_still_recovers() -> None:
+    """A summarizer that raises leaves the plain reactive trim and its breadcrumb, recorded
+    as `SummaryRefused`; the recovery still succeeds. With one turn left, none is called."""
+    calls: list[int] = []
+
+    def boom(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        calls.append(len(turns))
+        raise RuntimeError("summary model unavailable")
+
+    with tl.open_store("memory://") as store:
+        session = _overflowed(store, boom)
+        events = session.events()
+        refused = [e for e in events if isinstance(e, SummaryRefused)]
+        assert [SummaryRefusal.RAISED] == [e.reason for e in refused]
+        assert isinstance(events[-1], tl.OverflowRecovered)
+        assert tl.BREADCRUMB_TEXT in [m.content for m in session.chat_view()]
+        assert () == verify(store.backend).violations
+        assert 1 == len(calls)
+        single = store.start_session(RuntimeProfile(max_context_tokens=0), (OPENAI,), ROUTE)
+        _turns(single, 0, 1, None)
+        assert not single.recover_from_overflow("maximum context length exceeded",
+                                                summarizer=boom)
+        assert isinstance(single.events()[-1], tl.OverflowUnrecoverable)
+        assert 1 == len(calls)
+
+
+@settings(max_examples=examples(30))
+@given(
+    history=conversation_histories(min_turns=1, max_turns=8),
+    kind=st.sampled_from(["ok", "raise", "oversize"]),
+)
+def test_i24_property_overflow_summaries_never_orphan_and_replay(
+    history: list[ConversationMessage], kind: str
+) -> None:
+    """For random histories and summarizers, an overflow recovery with a summarizer: the next
+    request carries no orphan and the newest turn, verify explains the log, restore and
+    what-if give the same request without calling a summarizer."""
+    mine = [m for m in history if not is_breadcrumb_item(m)]
+    calls: list[int] = []
+    chosen = _summarizer(kind)
+
+    def counted(turns: Sequence[ChatMessage], previous: str | None) -> str:
+        calls.append(len(turns))
+        return chosen.summarize(turns, previous)  # type: ignore[return-value]
+
+    with tl.open_store("memory://") as store:
+        session = store.start_session(RuntimeProfile(max_context_tokens=0), (OPENAI,), ROUTE)
+        session.extend(mine)
+        session.recover_from_overflow("maximum context length exceeded",
+                                      summarizer=tl.Summarizer(kind, counted))
+        try:
+            request = session.prepare_request()
+        except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
+            request = None
+        if request is not None:
+            _assert_sendable(request, mine)
+        assert () == verify(store.backend).violations
+        events = session.events()
+        _label(events)
+        made = len(calls)
+        restored = store.restore(session.id)
+        assert session.chat_view() == restored.chat_view()
+        run = replay_what_if(events, session.profile)
+        assert run.report.recorded == run.report.what_if
+        assert made == len(calls)

@@ -334,8 +334,15 @@ class ClearToolResults:
 
 @attrs.frozen
 class RecoverFromOverflow:
+    """Trim after a provider's overflow error (R25-R26) to two thirds of the estimate.
+
+    ``summary``: the summarizer's outcome for the turns this trim drops (issue 24), set by
+    `run` as for `EnforceTokenBudget`; the recovery then shows the summary in place of the
+    breadcrumb, or records why not."""
+
     error: str
     now: datetime
+    summary: SummaryOutcome | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -874,16 +881,29 @@ def _with_summary(state: SessionState, step: EnforceTokenBudget, summarize: Summ
     return step if outcome is None else attrs.evolve(step, summary=outcome)
 
 
+def _overflow_with_summary(
+    state: SessionState, step: RecoverFromOverflow, summarize: Summarize
+) -> RecoverFromOverflow:
+    """``step`` with the summarizer's outcome for the turns its trim drops (issue 24): the
+    plan of a budget trim to the recovery's target (R25), asked as a budget trim's is."""
+    if len(state.index.turns_from(state.chat.start)) <= 1:
+        return step  # nothing can drop: `OverflowUnrecoverable`, no summarizer is called
+    trim = EnforceTokenBudget(TrimTrigger.OVERFLOW, overflow_target(state), step.now)
+    summary = _with_summary(state, trim, summarize).summary
+    return step if summary is None else attrs.evolve(step, summary=summary)
+
+
 def _decide_summarised_trim(
     state: SessionState, command: EnforceTokenBudget, outcome: SummaryOutcome, target: int,
     batch: Batch,
-) -> None:
+) -> Cut | None:
     """The budget trim with the summarizer's outcome: `TurnsSummarized` after the trim to
     the planned turns when the summary is valid, fits and is smaller than what it replaces;
-    otherwise the plain trim and `SummaryRefused` saying why (the request still goes out)."""
+    otherwise the plain trim and `SummaryRefused` saying why (the request still goes out).
+    Returns the trim's numbers; None when nothing drops."""
     plain = _budget_window(state, target, BREADCRUMB_TOKENS)
     if plain is None:
-        return  # nothing drops (no plan is decided on another state than its own)
+        return None  # nothing drops (no plan is decided on another state than its own)
     plan, refusal, detail = outcome.plan, outcome.refusal, outcome.detail
     text = outcome.text
     fresh = plan_summary(state, target, BREADCRUMB_TOKENS)
@@ -908,15 +928,15 @@ def _decide_summarised_trim(
             detail = f"the kept turns and the summary exceed the budget of {target:,} tokens"
     reason = TrimReason.TOKEN_BUDGET
     if refusal is not None:
-        _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=plain,
-              limit=target)
+        cut = _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason,
+                    kept=plain, limit=target)
         batch.add(SummaryRefused, first_position=plan.first_position,
                   last_position=plan.last_position, summarizer=outcome.summarizer,
                   reason=refusal, detail=detail[:2000])
-        return
+        return cut
     assert text is not None
-    _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
-          limit=target, shown=tokens)
+    cut = _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
+                limit=target, shown=tokens)
     batch.add(
         TurnsSummarized,
         view=View.CHAT,
@@ -929,6 +949,7 @@ def _decide_summarised_trim(
         tokens=tokens,
         replaced_tokens=state.chat_tokens() - state.index.tokens(kept) + BREADCRUMB_TOKENS,
     )
+    return cut
 
 
 def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) -> None:
@@ -1033,9 +1054,15 @@ def _rejection_text(resolved: ResolvedRoute, estimated: int) -> str:
     )
 
 
+def overflow_target(state: SessionState) -> int:
+    """The tokens an overflow recovery trims to (R25): two thirds of the current estimate,
+    not the capacity."""
+    return state.chat_tokens() * 2 // 3
+
+
 def _decide_overflow(state: SessionState, command: RecoverFromOverflow, batch: Batch) -> None:
     estimate = state.chat_tokens()
-    target = estimate * 2 // 3  # R25: two thirds of the current estimate, not the capacity
+    target = overflow_target(state)
     batch.add(
         OverflowReported,
         error=command.error[:2000],
@@ -1050,11 +1077,16 @@ def _decide_overflow(state: SessionState, command: RecoverFromOverflow, batch: B
             detail += f"; the system prompt alone is about {floor:,} tokens (target {target:,})"
         batch.add(OverflowUnrecoverable, detail=detail)
         return
-    kept = window_for_budget(state.index, state.chat, target)
-    if kept is None:  # a zero target: keep the newest turn, as any budget would (R6)
-        kept = Window(starts[-1], breadcrumb=True)
-    cut = _trim(state, batch, view=View.CHAT, trigger=TrimTrigger.OVERFLOW,
-                reason=TrimReason.TOKEN_BUDGET, kept=kept, limit=target)
+    cut = None
+    if command.summary is not None:  # issue 24: the summarised trim, as a budget trim's
+        trim = EnforceTokenBudget(TrimTrigger.OVERFLOW, target, command.now)
+        cut = _decide_summarised_trim(state, trim, command.summary, target, batch)
+    if cut is None:
+        kept = window_for_budget(state.index, state.chat, target)
+        if kept is None:  # a zero target: keep the newest turn, as any budget would (R6)
+            kept = Window(starts[-1], breadcrumb=True)
+        cut = _trim(state, batch, view=View.CHAT, trigger=TrimTrigger.OVERFLOW,
+                    reason=TrimReason.TOKEN_BUDGET, kept=kept, limit=target)
     batch.add(OverflowRecovered, tokens_before=estimate, tokens_after=cut.tokens_after)
 
 
@@ -1249,6 +1281,8 @@ def run(state: SessionState, command: Command, summarize: Summarize | None = Non
     for step in _steps(command):
         if summarize is not None and isinstance(step, EnforceTokenBudget):
             step = _with_summary(state, step, summarize)
+        elif summarize is not None and isinstance(step, RecoverFromOverflow):
+            step = _overflow_with_summary(state, step, summarize)
         done = len(batch.events)
         _decide(state, step, batch)
         older = step.summarised if isinstance(step, PopMessage) else None

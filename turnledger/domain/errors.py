@@ -17,6 +17,7 @@ __all__ = [
     "AlreadyKeyed",
     "AnchorMismatch",
     "AppendInDoubt",
+    "AppendRefused",
     "AuditKeyRequired",
     "ConcurrencyConflict",
     "ContextWindowExceeded",
@@ -156,6 +157,13 @@ class AppendInDoubt(StoreUnavailable):
         self.first = first
         self.last = last
         self.head = head
+
+
+class AppendRefused(StoreUnavailable):
+    """An append the database refused before anything of it could commit, because a limit
+    ran out: a lock or statement timeout, or no connection within the connect or pool wait
+    (a busy server, a held lock). Nothing of the batch was stored, so calling again is safe;
+    the framework integrations do so within their conflict budget (ADR-0065)."""
 
 
 class InvalidAppend(TurnledgerError, ValueError):

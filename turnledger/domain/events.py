@@ -94,9 +94,10 @@ class SummaryRefusal(enum.StrEnum):
     DOES_NOT_FIT = "does_not_fit"
     """The newest turn and the summary together exceed the budget."""
     INVALID = "invalid"
+    """The summarizer returned something that is not a non-empty text, or its plan no longer
+    matches the session."""
     UNPAIRED = "unpaired"
     """A tool call of the dropped turns is not answered within them: no summary covers it."""
-    """The summarizer returned something that is not a non-empty text."""
 
 
 class RouteReason(enum.StrEnum):

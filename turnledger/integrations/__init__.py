@@ -25,7 +25,7 @@ from typing import ParamSpec, TypeVar
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import ConcurrencyConflict, SessionNotFound
+from turnledger.domain.errors import AppendRefused, ConcurrencyConflict, SessionNotFound
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
 
@@ -95,14 +95,24 @@ def conflict_budget(seconds: float) -> float:
     return float(seconds)
 
 
-def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
-    """``write()``; after a `ConcurrencyConflict`, ``write()`` again on the reloaded session,
-    backing off (`retry_on_conflict`), until it returns or ``budget_seconds`` are spent.
+class _Refused(ConcurrencyConflict):
+    """An `AppendRefused` carried through `retry_on_conflict`'s backoff like a conflict."""
 
-    Safe because a conflict means nothing of that attempt was stored (one transaction, E3) and
-    ``write`` decides afresh on each call. When the budget is spent, `ConcurrencyConflict`
-    says so, naming ``what``, the attempts and the time; nothing of the call was recorded.
-    No store round trip is added when the first attempt lands (ADR-0065).
+    def __init__(self, refused: AppendRefused) -> None:
+        super().__init__(str(refused))
+        self.refused = refused
+
+
+def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
+    """``write()``; after a `ConcurrencyConflict` or an `AppendRefused`, ``write()`` again on
+    the reloaded session, backing off (`retry_on_conflict`), until it returns or
+    ``budget_seconds`` are spent.
+
+    Safe because either means nothing of that attempt was stored (one transaction, E3; a
+    refusal came before anything could commit) and ``write`` decides afresh on each call.
+    When the budget is spent, the last error is raised again, saying so and naming ``what``,
+    the attempts and the time; nothing of the call was recorded. No store round trip is added
+    when the first attempt lands (ADR-0065).
     """
     attempts = 0
     started = time.monotonic()
@@ -110,13 +120,24 @@ def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
     def attempt() -> R:
         nonlocal attempts
         attempts += 1
-        return write()
+        try:
+            return write()
+        except AppendRefused as refused:  # a busy store: as safe to retry as a conflict
+            raise _Refused(refused) from refused
+
+    def gave_up() -> str:
+        return (f"{what}: gave up after {attempts} attempt(s) in "
+                f"{time.monotonic() - started:.1f} s (conflict budget {budget_seconds:g} s)")
 
     try:
         return retry_on_conflict(attempt, budget_seconds=budget_seconds)
+    except _Refused as error:
+        raise AppendRefused(
+            f"{gave_up()}: the store refused the last attempt before anything was stored, "
+            f"and nothing of this call was recorded; last: {error.refused}"
+        ) from error.refused
     except ConcurrencyConflict as error:
         raise ConcurrencyConflict(
-            f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f} s "
-            f"(conflict budget {budget_seconds:g} s): other writers of this conversation "
-            f"recorded first each time, and nothing of this call was recorded; last: {error}"
+            f"{gave_up()}: other writers of this conversation recorded first each time, and "
+            f"nothing of this call was recorded; last: {error}"
         ) from error

@@ -41,8 +41,11 @@ the next events to the right route).
 - ``legacy`` (boolean): the session runs the legacy loop (R34).
 - ``events``, ``appends``, ``trims_token_budget``, ``trims_turn_limit``, ``messages_dropped``,
   ``tokens_dropped``, ``requests_prepared``, ``requests_rejected``, ``overflow_recoveries``,
-  ``overflows_unrecoverable``, ``orphan_sweeps``, ``orphans_removed``,
-  ``peak_estimated_tokens``, ``peak_window`` (NULL before the first request),
+  ``overflows_unrecoverable``, ``orphan_sweeps``, ``orphans_removed``, the compaction
+  counters (``summaries``, ``summary_tokens_saved``, ``summary_refusals_<reason>`` for each
+  `SummaryRefusal`, ``tool_result_clearings``, ``tool_results_cleared``,
+  ``tool_result_tokens_saved``; issue 24, rule C7), ``peak_estimated_tokens``,
+  ``peak_window`` (NULL before the first request),
   ``last_event_at`` (text): the session's `Counters`, as `Counters` defines them (``events``
   equals the session's version).
 
@@ -63,9 +66,12 @@ route its session was on when the event happened.
 - ``selections``: times a session started on or switched to this route (`RouteSelected`).
 - ``events``, ``appends``, ``trims_token_budget``, ``trims_turn_limit``, ``messages_dropped``,
   ``tokens_dropped``, ``requests_prepared``, ``requests_rejected``, ``overflow_recoveries``,
-  ``overflows_unrecoverable``, ``orphan_sweeps``, ``orphans_removed``,
-  ``peak_estimated_tokens``, ``peak_window``, ``last_event_at``: as in ``tl_session_stats``,
-  over the events attributed to the route.
+  ``overflows_unrecoverable``, ``orphan_sweeps``, ``orphans_removed``, the compaction
+  counters, ``peak_estimated_tokens``, ``peak_window``, ``last_event_at``: as in
+  ``tl_session_stats``, over the events attributed to the route.
+
+Tables made by a version without the compaction counters get their columns on open
+(``ALTER TABLE ... ADD COLUMN``, every row kept, the new counters at 0; ADR-0087).
 
 Example: trims per reason and tokens dropped per route::
 
@@ -135,6 +141,21 @@ TABLES: Final = (
 )
 """Every table this projection owns (`Analytics.rebuild` drops and recreates them)."""
 
+COMPACTION_COLUMNS: Final = (
+    "summaries",
+    "summary_tokens_saved",
+    "summary_refusals_raised",
+    "summary_refusals_timed_out",
+    "summary_refusals_oversize",
+    "summary_refusals_does_not_fit",
+    "summary_refusals_invalid",
+    "summary_refusals_unpaired",
+    "tool_result_clearings",
+    "tool_results_cleared",
+    "tool_result_tokens_saved",
+)
+"""The compaction counters (issue 24): `Analytics` adds them to tables made before them."""
+
 COUNTER_COLUMNS: Final = (
     "events",
     "appends",
@@ -148,6 +169,7 @@ COUNTER_COLUMNS: Final = (
     "overflows_unrecoverable",
     "orphan_sweeps",
     "orphans_removed",
+    *COMPACTION_COLUMNS,
 )
 """The summable counters shared by ``tl_session_stats`` and ``tl_route_stats``."""
 
@@ -560,11 +582,24 @@ class Analytics:
                     db.close()
 
     def _ensure_tables(self) -> None:
-        with self._database("create the analytics tables") as db, db.transaction():
-            for statement in db.sql.create:
-                db.run(statement)
-            for name in (TRACKING_NAME, HORIZON_NAME):
-                db.run(db.sql.init_tracking, (name,))
+        """Create the missing tables, and add the counter columns a table made by an older
+        version lacks (their counts kept; the new counters start at 0). Another process
+        adding the same columns at once may fail this transaction (a duplicate column, or a
+        deadlock on PostgreSQL, where each holds the table its check read): it is tried again,
+        and then sees the columns the winner added."""
+        for attempt in (1, 2, 3):
+            try:
+                with self._database("create the analytics tables") as db, db.transaction():
+                    for statement in db.sql.create:
+                        db.run(statement)
+                    for name in (TRACKING_NAME, HORIZON_NAME):
+                        db.run(db.sql.init_tracking, (name,))
+                    _add_missing_columns(db)
+                return
+            except StoreUnavailable:
+                if attempt == 3 or self._closed:
+                    raise
+                log.debug("analytics: the tables changed while they were checked; again")
 
     @staticmethod
     def _position(db: _Database) -> int:
@@ -744,6 +779,26 @@ class _Batch:
         self.db.run_many(
             sql.upsert_session_route, [(sid, *route) for sid, route in moved if route is not None]
         )
+
+
+_COUNTED_TABLES: Final = ("tl_session_stats", "tl_route_stats")
+
+
+def _add_missing_columns(db: _Database) -> None:
+    """Add to the counted tables the `COUNTER_COLUMNS` they lack (tables made before them,
+    ADR-0087): ``ALTER TABLE ... ADD COLUMN`` keeps every row; the new counters start at 0,
+    which is exact for a store written by a release (none recorded a compaction before the
+    columns existed). Run in the caller's transaction."""
+    for table in _COUNTED_TABLES:
+        cursor = db.connection.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+        try:
+            have = {str(column[0]).lower() for column in cursor.description or ()}
+            cursor.fetchall()
+        finally:
+            cursor.close()
+        for column in COUNTER_COLUMNS:
+            if column not in have:
+                db.run(f"ALTER TABLE {table} ADD COLUMN {column} {_INT}")
 
 
 def _list_row(values: Sequence[Any]) -> _ListRow:

@@ -33,6 +33,7 @@ from turnledger.domain.events import (
     RouteSelected,
     SessionForgotten,
     SessionStarted,
+    SummaryRefusal,
     SummaryRefused,
     ToolResultsCleared,
     TrimDecided,
@@ -71,6 +72,17 @@ class Counters:
       (`OverflowUnrecoverable`).
     - ``orphan_sweeps``: sweeps that removed or rewrote something (`OrphansSwept`, R36, E5);
       ``orphans_removed``: the messages they removed (sum of ``removed``).
+    - ``summaries``: summaries shown in place of dropped turns (`TurnsSummarized`, issue 24);
+      ``summary_tokens_saved``: what they saved (sum of ``replaced_tokens - tokens``: the
+      turns each covers, with the breadcrumb or previous summary it replaces, minus the
+      summary's own tokens, C7).
+    - ``summary_refusals_<reason>``: summaries not used, per `SummaryRefusal` (``raised``,
+      ``timed_out``, ``oversize``, ``does_not_fit``, ``invalid``, ``unpaired``;
+      `SummaryRefused`): the plain trim stood.
+    - ``tool_result_clearings``: tool-result clearings (`ToolResultsCleared`, issue 24);
+      ``tool_results_cleared``: the results they cleared (sum of ``len(tool_call_ids)``);
+      ``tool_result_tokens_saved``: what they saved (sum of ``tokens_before -
+      tokens_after``, C7).
     - ``peak_estimated_tokens``: the largest estimate of any request, prepared or rejected (0
       before the first); ``peak_window``: the window of the first request that reached it
       (None before the first request).
@@ -91,6 +103,17 @@ class Counters:
     overflows_unrecoverable: int = 0
     orphan_sweeps: int = 0
     orphans_removed: int = 0
+    summaries: int = 0
+    summary_tokens_saved: int = 0
+    summary_refusals_raised: int = 0
+    summary_refusals_timed_out: int = 0
+    summary_refusals_oversize: int = 0
+    summary_refusals_does_not_fit: int = 0
+    summary_refusals_invalid: int = 0
+    summary_refusals_unpaired: int = 0
+    tool_result_clearings: int = 0
+    tool_results_cleared: int = 0
+    tool_result_tokens_saved: int = 0
     peak_estimated_tokens: int = 0
     peak_window: int | None = None
     last_event_at: str | None = None
@@ -106,6 +129,21 @@ class Counters:
             TrimReason.TOKEN_BUDGET.value: self.trims_token_budget,
             TrimReason.TURN_LIMIT.value: self.trims_turn_limit,
         }
+
+    @property
+    def summary_refusals(self) -> int:
+        """Summaries not used, every reason together."""
+        return sum(self.summary_refusals_by_reason().values())
+
+    def summary_refusals_by_reason(self) -> dict[str, int]:
+        """Summary refusals per `SummaryRefusal` value, every reason present, sorted."""
+        return {reason.value: getattr(self, f"summary_refusals_{reason.value}")
+                for reason in sorted(SummaryRefusal, key=lambda r: r.value)}
+
+    @property
+    def compaction_tokens_saved(self) -> int:
+        """Tokens saved by summaries and tool-result clearings together (C7)."""
+        return self.summary_tokens_saved + self.tool_result_tokens_saved
 
 
 def count(counters: Counters, event: Event) -> Counters:
@@ -178,6 +216,8 @@ class Tally:
             case OrphansSwept():
                 self.orphan_sweeps += 1
                 self.orphans_removed += event.removed
+            case TurnsSummarized() | SummaryRefused() | ToolResultsCleared():
+                self._compacted(event)
             case (
                 BreadcrumbInserted()
                 | SessionStarted()
@@ -186,13 +226,24 @@ class Tally:
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()
-                | ToolResultsCleared()
-                | TurnsSummarized()
-                | SummaryRefused()
             ):
                 pass  # no counter of their own: they only count as events
             case _:
                 assert_never(event)
+
+    def _compacted(self, event: TurnsSummarized | SummaryRefused | ToolResultsCleared) -> None:
+        """The compaction counters (issue 24, C7)."""
+        match event:
+            case TurnsSummarized():
+                self.summaries += 1
+                self.summary_tokens_saved += event.replaced_tokens - event.tokens
+            case SummaryRefused():
+                name = f"summary_refusals_{event.reason.value}"
+                setattr(self, name, getattr(self, name) + 1)
+            case ToolResultsCleared():
+                self.tool_result_clearings += 1
+                self.tool_results_cleared += len(event.tool_call_ids)
+                self.tool_result_tokens_saved += event.tokens_before - event.tokens_after
 
     def _peak(self, event: RequestPrepared | RequestRejected) -> None:
         # Strictly greater: the first request to reach the peak names its window.
@@ -221,6 +272,17 @@ class Tally:
     overflows_unrecoverable: int
     orphan_sweeps: int
     orphans_removed: int
+    summaries: int
+    summary_tokens_saved: int
+    summary_refusals_raised: int
+    summary_refusals_timed_out: int
+    summary_refusals_oversize: int
+    summary_refusals_does_not_fit: int
+    summary_refusals_invalid: int
+    summary_refusals_unpaired: int
+    tool_result_clearings: int
+    tool_results_cleared: int
+    tool_result_tokens_saved: int
     peak_estimated_tokens: int
     peak_window: int | None
     last_event_at: str | None

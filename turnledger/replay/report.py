@@ -9,8 +9,9 @@
    point and marker carries its event's position in an SVG ``<title>`` (the hover text) and
    links to the timeline row of that event.
 2. **Turns**: the log's turns as a strip, widths proportional to their estimated tokens, coloured
-   by their fate (kept, or dropped by which trim at which event); turns with images or large tool
-   results are flagged above the strip.
+   by their fate (kept, or dropped by which trim at which event; dropped and shown as a runtime's
+   summary, naming its `TurnsSummarized`, issue 24); turns with images, large tool results or
+   cleared tool results (`ToolResultsCleared`) are flagged above the strip.
 3. **Timeline**: one row per event with its one-line summary (`summarize`, as in ``replay``).
 4. **Totals**: the session's `Counters` (the fold behind ``turnledger stats``).
 5. With ``what_if``: the chart and strip of the same session re-decided under another profile
@@ -77,6 +78,7 @@ from turnledger.domain.turns import is_turn_start_item
 from turnledger.projections.counters import Counters, fold_counters
 from turnledger.replay.timeline import ReplayError, item_tokens, printable, summarize
 from turnledger.replay.whatif import WhatIfReport, replay_what_if
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 __all__ = ["POINT_BUDGET", "TIMELINE_FULL", "report"]
 
@@ -112,6 +114,7 @@ _FATES: Final = {
     "turn_limit": "dropped by a turn-limit trim",
     "overflow": "dropped by an overflow recovery",
     "cleared": "removed by a clear",
+    "summarised": "dropped by a token-budget trim and shown as a summary",
 }
 _PLAIN: Final = (MessageAppended, RequestPrepared)
 _ROUTINE: Final = (*_PLAIN, TrimDecided, BreadcrumbInserted, HistoryTrimmed)
@@ -175,13 +178,20 @@ class _Turn:
     drops: dict[View, tuple[str, int, str]] = attrs.field(factory=dict)
     swept: int = 0
     popped: int = 0
+    summary: tuple[int, str, int, int] | None = None
+    """The `TurnsSummarized` whose range holds the turn: its event position, summarizer, and
+    first and last log positions (issue 24)."""
+    cleared_results: int = 0
+    cleared_by: list[int] = attrs.field(factory=list)  # `ToolResultsCleared` positions
 
     @property
     def fate(self) -> str:
-        """``kept`` or the kind of the first trim that dropped the turn from a view."""
+        """``kept``, or the kind of the first trim that dropped the turn from a view
+        (``summarised`` when that trim's turns are shown as a summary)."""
         if not self.drops:
             return "kept"
-        return min(self.drops.values(), key=lambda d: d[1])[0]
+        kind = min(self.drops.values(), key=lambda d: d[1])[0]
+        return "summarised" if kind == "token_budget" and self.summary is not None else kind
 
 
 @attrs.define
@@ -213,19 +223,17 @@ class _Session:
                     self.request(event)
                 case TrimDecided():
                     self.trimmed(event)
+                case TurnsSummarized() | ToolResultsCleared() | OrphansSwept():
+                    self.marked(event)
                 case (
                     BreadcrumbInserted()
                     | HistoryTrimmed()
                     | OverflowReported()
                     | OverflowRecovered()
                     | SessionForgotten()
-                    | ToolResultsCleared()
-                    | TurnsSummarized()
                     | SummaryRefused()
                 ):
                     pass  # drawn as the trim they go with, or as their timeline row alone
-                case OrphansSwept():
-                    self.swept(event)
                 case RouteSelected():
                     self.route(event)
                 case MessagePopped():
@@ -299,6 +307,37 @@ class _Session:
             at = self._turn_at(position)
             if at >= 0:
                 self.turns[at].swept += 1
+
+    def marked(self, event: TurnsSummarized | ToolResultsCleared | OrphansSwept) -> None:
+        """An event that marks turns it leaves in the log: a sweep, a summary, a clearing."""
+        match event:
+            case OrphansSwept():
+                self.swept(event)
+            case TurnsSummarized():
+                self.summarised(event)
+            case ToolResultsCleared():
+                self.results_cleared(event)
+
+    def summarised(self, event: TurnsSummarized) -> None:
+        """The turns of the summary's range are shown as it (the first summary to cover a
+        turn names it: a later one rolls it in from ``covers_from``)."""
+        at = max(self._turn_at(event.first_position), 0)
+        mark = (event.originator_version, event.summarizer, event.first_position,
+                event.last_position)
+        while at < len(self.turns) and self.turns[at].start <= event.last_position:
+            if self.turns[at].start >= event.first_position and self.turns[at].summary is None:
+                self.turns[at].summary = mark
+            at += 1
+
+    def results_cleared(self, event: ToolResultsCleared) -> None:
+        """The turns holding the cleared results are flagged (the log keeps them)."""
+        for position in event.positions:
+            at = self._turn_at(position)
+            if at >= 0:
+                turn = self.turns[at]
+                turn.cleared_results += 1
+                if event.originator_version not in turn.cleared_by:
+                    turn.cleared_by.append(event.originator_version)
 
     def _turn_at(self, position: int) -> int:
         """The index of the turn holding ``position`` (-1: before the first turn)."""
@@ -698,6 +737,14 @@ def _turn_title(turn: _Turn) -> str:
         extras.append(f"{_n(turn.swept)} message(s) removed by an orphan sweep")
     if turn.popped:
         extras.append(f"{_n(turn.popped)} message(s) popped")
+    if turn.summary is not None:
+        version, summarizer, first, last = turn.summary
+        extras.append(f"summarised by {_e(repr(summarizer))} (TurnsSummarized at event "
+                      f"{_n(version)}, log positions {_n(first)}-{_n(last)})")
+    if turn.cleared_results:
+        at = ", ".join(_n(v) for v in turn.cleared_by)
+        extras.append(f"{_n(turn.cleared_results)} tool result(s) cleared "
+                      f"(ToolResultsCleared at event {at})")
     extra = "".join(f" · {x}" for x in extras)
     return (f"turn {_n(turn.number)} (log position {_n(turn.start)}, {_n(turn.messages)} "
             f"messages, ~{_n(turn.tokens)} tokens): {drops}{extra} · {_e(repr(turn.preview))}")
@@ -712,9 +759,15 @@ def _group_title(group: Sequence[_Turn]) -> str:
         span = f" (events {_n(min(versions))}–{_n(max(versions))})" if versions else ""
         parts.append(f"{_n(count)} {_FATES[fate]}{span}")
     images, large = sum(t.images for t in group), sum(t.large for t in group)
+    summaries = sorted({t.summary for t in group if t.summary is not None})
+    summarised = "".join(
+        f" · summarised by {_e(repr(name))} (TurnsSummarized at event {_n(version)}, log "
+        f"positions {_n(first)}-{_n(last)})" for version, name, first, last in summaries)
+    cleared = sum(t.cleared_results for t in group)
     return (f"turns {_n(group[0].number)}–{_n(group[-1].number)} ({_n(len(group))} turns, "
             f"~{_n(sum(t.tokens for t in group))} tokens): {', '.join(parts)}"
-            f" · {_n(images)} image(s) · {_n(large)} large tool result(s)")
+            f" · {_n(images)} image(s) · {_n(large)} large tool result(s)"
+            f" · {_n(cleared)} tool result(s) cleared{summarised}")
 
 
 def _group_svg(group: Sequence[_Turn], x: float, width: float, links: _Links) -> str:
@@ -741,6 +794,10 @@ def _group_svg(group: Sequence[_Turn], x: float, width: float, links: _Links) ->
     if large:
         out.append(f'<rect class="flag large" x="{middle + 1:.1f}" y="8" width="7" '
                    f'height="8"><title>{_n(large)} large tool result(s) in {title}</title></rect>')
+    cleared = sum(t.cleared_results for t in group)
+    if cleared:
+        out.append(f'<path class="flag results-cleared" d="M{middle - 11:.1f},16 l4,-9 l4,9 z">'
+                   f"<title>{_n(cleared)} tool result(s) cleared in {title}</title></path>")
     return "".join(out)
 
 
@@ -887,7 +944,8 @@ _CSP: Final = (
 )
 _CSS: Final = """
 :root { --kept: #4c9a6a; --token_budget: #e08a2c; --turn_limit: #7b61c9;
-  --overflow: #c23b3b; --sweep: #2f7fc1; --head: #a3a9b0; --cleared: #d5dae0; }
+  --overflow: #c23b3b; --sweep: #2f7fc1; --head: #a3a9b0; --cleared: #d5dae0;
+  --summarised: #a8d08d; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2329;
   margin: 0 auto; padding: 16px 24px 48px; max-width: 1400px; background: #fff; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
@@ -918,6 +976,9 @@ svg a { cursor: pointer; }
 .turn.token_budget { fill: var(--token_budget); } .turn.turn_limit { fill: var(--turn_limit); }
 .turn.overflow { fill: var(--overflow); } .turn.head { fill: var(--head); }
 .turn.cleared { fill: var(--cleared); } .sw.cleared { background: var(--cleared); }
+.turn.summarised { fill: var(--summarised); } .sw.summarised { background: var(--summarised); }
+.flag.results-cleared { fill: #f0b400; stroke: #343a40; stroke-width: .6; }
+.sw.results-cleared { background: #f0b400; border: 1px solid #343a40; }
 .turn:hover { fill-opacity: .75; } .turn-label { fill: #fff; font-size: 10px; }
 .flag.image { fill: #d6336c; } .flag.large { fill: #343a40; }
 .empty { fill: #7a838c; font-style: italic; }
@@ -949,9 +1010,11 @@ _LEGEND: Final = (
     '<span><span class="sw overflow"></span>overflow recovery (▲) / rejected request (✕)</span>'
     '<span><span class="sw sweep"></span>orphan sweep (●)</span>'
     '<span><span class="sw cleared"></span>removed by a clear</span>'
+    '<span><span class="sw summarised"></span>dropped and shown as a summary</span>'
     '<span><span class="sw head"></span>leading system messages</span>'
     '<span><span class="sw image"></span>images</span>'
     '<span><span class="sw large"></span>large or truncated tool result</span>'
+    '<span><span class="sw results-cleared"></span>tool results cleared</span>'
     "<span>— estimated tokens · - - budget · ··· model window · teal: route switch</span></div>"
 )
 
@@ -983,17 +1046,20 @@ def report(
     path: str | os.PathLike[str] | None = None,
     *,
     what_if: RuntimeProfile | None = None,
+    summarizer: Summarizer | SummaryFunction | None = None,
 ) -> str:
     """The HTML report of one session's ``events`` (see the module doc); also written to ``path``.
 
     ``what_if``: another runtime profile; the report then shows the session re-decided under it
-    (`turnledger.what_if`) next to the recorded one. Writes nothing to any store. Raises
+    (`turnledger.what_if`) next to the recorded one; ``summarizer``: the what-if's, as
+    `turnledger.what_if` takes it (C8; ignored without ``what_if``). Writes nothing to any
+    store. Raises
     `ReplayError` when ``events`` do not start with a `SessionStarted` or ``path`` cannot be
     written, and `TurnledgerError` when the decider refuses a recorded command under ``what_if``.
     """
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a report needs a session's events from its SessionStarted")
-    text = _render(events, what_if)
+    text = _render(events, what_if, summarizer)
     if path is not None:
         try:
             # The report holds the conversation's text: readable by its owner only, like the
@@ -1007,7 +1073,8 @@ def report(
     return text
 
 
-def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None) -> str:
+def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None,
+            summarizer: Summarizer | SummaryFunction | None = None) -> str:
     started = events[0]
     assert isinstance(started, SessionStarted)
     rows = _timeline_rows(events)
@@ -1015,7 +1082,7 @@ def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None) -> st
     sides = [_Side("recorded", _Session().fold(events), _Links(anchors), fold_counters(events))]
     compared: WhatIfReport | None = None
     if what_if is not None:
-        run = replay_what_if(events, what_if)
+        run = replay_what_if(events, what_if, summarizer=summarizer)
         compared = run.report
         requests: tuple[int, ...] | None = tuple(r.position for r in compared.requests)
         if compared.simulated_requests is not None:  # the recorded side is a re-run too
@@ -1047,6 +1114,9 @@ def _header(started: SessionStarted, events: Sequence[DomainEvent], sides: Seque
     ]
     if compared is not None:
         lines.append(f'<p class="meta">what-if profile: {_e(_profile_change(compared))}</p>')
+        if compared.summarizer is not None:
+            lines.append(f'<p class="meta">what-if summarizer: {_e(repr(compared.summarizer))} '
+                         "(asked about the turns no recorded summary covers, C8)</p>")
     lines.append('<p class="note">Hover a point, marker or turn for its event position and '
                  "summary; click it to jump to that event in the timeline. Token counts are "
                  "turnledger's estimate (UTF-8 bytes / 4, 1,600 per image; R20-R23).</p>")
@@ -1096,7 +1166,9 @@ def _turns_section(sides: Sequence[_Side]) -> str:
     )
     return ('<section id="turns"><h2>2. Turns</h2><p class="note">Each turn (a user message and '
             "everything until the next one) as wide as its estimated tokens, coloured by its "
-            "fate: kept, or the kind of the first trim that dropped it. Turns too narrow to see "
+            "fate: kept, or the kind of the first trim that dropped it (light green: dropped "
+            "and shown as a summary; a yellow triangle: tool results cleared). Turns too "
+            "narrow to see "
             f"are merged with their neighbours.</p><div class=\"sides\">{strips}</div></section>")
 
 

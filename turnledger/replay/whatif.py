@@ -20,12 +20,23 @@ How each recorded event is replayed:
   overhead is the recorded estimate minus the recorded chat view's.
 - `OverflowReported` → `RecoverFromOverflow` with the recorded error, but only when the what-if
   chat view is at least as large as the one the provider refused; a smaller one is counted as an
-  avoided overflow (the provider is assumed to accept fewer tokens than it refused).
+  avoided overflow (the provider is assumed to accept fewer tokens than it refused). It is
+  replayed where its recorded batch ends, so that its trim reuses the summary (or refusal)
+  the batch recorded (issue 24).
 - `OrphansSwept` → `SweepOrphans`; `MessagePopped` → `PopMessage`; `HistoryCleared` →
   `ClearHistory`. Decision events (trims, breadcrumbs, notices, recoveries) are
   not replayed: they are what is being re-decided.
 
-Every command runs with its recorded timestamp, so the report is deterministic (E12).
+Summaries (issue 24, C8): where a what-if budget trim drops the same turns a recorded one
+summarised (or refused to), the recorded outcome is reused and no summarizer is called. Where it
+drops other turns, the ``summarizer`` passed to `what_if` (a `Summarizer` or a plain callable) is
+called, under its time limit, exactly as a live session calls it: a failure is recorded as a
+`SummaryRefused` of the what-if run, and the request still goes out. Without one, those trims
+are the plain ones. Each request's row says which summaries were reused from the log and which
+the passed summarizer made (`CompactionNote`).
+
+Every command runs with its recorded timestamp, so the report is deterministic (E12) as long as
+the passed summarizer, if any, answers the same turns with the same text.
 
 A session that recorded no request (an imported transcript, issue 8) has nothing to compare: a
 model call is then simulated before every assistant message, where the runtime called the model.
@@ -35,8 +46,9 @@ side), then under the other profile; the report says how many calls were simulat
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar, assert_never
+from typing import Any, ClassVar, Final, assert_never
 
 import attrs
 
@@ -87,8 +99,67 @@ from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMes
 from turnledger.domain.state import collect_summarised
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import FoldedState, ReplayError, dumps, to_jsonable
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer, summary_outcome
 
 __all__ = ["WhatIfReport", "replay_what_if", "what_if"]
+
+FROM_LOG: Final = "log"
+"""`CompactionNote.source`: a recorded summary or refusal, reused (no summarizer called)."""
+FROM_SUMMARIZER: Final = "summarizer"
+"""`CompactionNote.source`: made by the summarizer passed to the what-if."""
+FROM_PROFILE: Final = "profile"
+"""`CompactionNote.source`: decided without a summarizer (a tool-result clearing, or a range
+with an unanswered call, which no summary may cover)."""
+
+
+@attrs.frozen
+class CompactionNote:
+    """One compaction the what-if run decided for a request (issue 24).
+
+    ``kind``: ``summary`` (`TurnsSummarized`), ``refused`` (`SummaryRefused`, ``reason``
+    says why) or ``cleared`` (`ToolResultsCleared`, ``items`` results). ``source``: where the
+    outcome came from (``log``, ``summarizer`` or ``profile``). ``first_position`` /
+    ``last_position``: the log range it covers (a clearing: its first and last cleared
+    result). ``tokens``: the summary's tokens, or the chat view's after a clearing;
+    ``replaced_tokens``: what the summary replaces, or the view's before the clearing;
+    ``saved``: the difference (0 for a refusal). ``event``: its position in the what-if run.
+    """
+
+    kind: str
+    source: str
+    event: int
+    first_position: int
+    last_position: int
+    summarizer: str = ""
+    tokens: int = 0
+    replaced_tokens: int = 0
+    items: int = 0
+    reason: str = ""
+
+    @property
+    def saved(self) -> int:
+        """Tokens the compaction saved (0 for a refusal)."""
+        return 0 if self.kind == "refused" else self.replaced_tokens - self.tokens
+
+    def describe(self) -> str:
+        """One line, e.g. ``summary of log positions 2-17 reused from the log ('v1'), 40
+        tokens for 812``."""
+        span = f"log positions {self.first_position:,}-{self.last_position:,}"
+        origin = {
+            FROM_LOG: "reused from the log",
+            FROM_SUMMARIZER: "made by the passed summarizer",
+            FROM_PROFILE: "decided by the profile",
+        }[self.source]
+        if self.kind == "cleared":
+            if self.first_position == self.last_position:
+                span = f"log position {self.first_position:,}"
+            return (f"{self.items:,} tool result(s) cleared at {span}, "
+                    f"{self.replaced_tokens:,} -> {self.tokens:,} tokens")
+        if self.kind == "refused":
+            by = f" ({self.summarizer!r})" if self.summarizer else ""
+            return f"summary of {span} refused ({self.reason}), {origin}{by}"
+        return (f"summary of {span} {origin} ({self.summarizer!r}), {self.tokens:,} tokens "
+                f"for {self.replaced_tokens:,}")
 
 
 @attrs.frozen
@@ -123,6 +194,8 @@ class WhatIfRow:
     recorded: RequestOutcome
     what_if: RequestOutcome
     same_messages: bool
+    compactions: tuple[CompactionNote, ...] = ()
+    """The what-if run's compactions since the previous request, this one's included."""
 
 
 @attrs.frozen
@@ -140,6 +213,12 @@ class SideTotals:
     rejections: int
     overflow_recoveries: int
     overflows_unrecoverable: int
+    summaries: int = attrs.field(default=0, kw_only=True)
+    summary_refusals: int = attrs.field(default=0, kw_only=True)
+    tool_result_clearings: int = attrs.field(default=0, kw_only=True)
+    compaction_tokens_saved: int = attrs.field(default=0, kw_only=True)
+    """Issue 24: see `Counters` (``summary_refusals``: every reason together,
+    ``compaction_tokens_saved``: summaries and clearings together, C7)."""
 
     @classmethod
     def of(cls, counters: Counters) -> SideTotals:
@@ -153,6 +232,10 @@ class SideTotals:
             rejections=counters.requests_rejected,
             overflow_recoveries=counters.overflow_recoveries,
             overflows_unrecoverable=counters.overflows_unrecoverable,
+            summaries=counters.summaries,
+            summary_refusals=counters.summary_refusals,
+            tool_result_clearings=counters.tool_result_clearings,
+            compaction_tokens_saved=counters.compaction_tokens_saved,
         )
 
     @property
@@ -163,10 +246,17 @@ class SideTotals:
         """One line: ``5 trims (3 token_budget, 2 turn_limit), 120 messages dropped, …``."""
         reasons = ", ".join(f"{n:,} {r}" for r, n in sorted(self.trims_by_reason.items()) if n)
         trims = f"{self.trims:,} trims" + (f" ({reasons})" if reasons else "")
+        compacted = ""
+        if self.summaries or self.summary_refusals or self.tool_result_clearings:
+            compacted = (
+                f", {self.summaries:,} summaries, {self.summary_refusals:,} refused, "
+                f"{self.tool_result_clearings:,} tool-result clearings, "
+                f"{self.compaction_tokens_saved:,} tokens saved by compaction"
+            )
         return (
             f"{trims}, {self.dropped_messages:,} messages dropped, "
             f"{self.rejections:,} of {self.requests:,} requests rejected, "
-            f"{self.overflow_recoveries:,} overflow recoveries"
+            f"{self.overflow_recoveries:,} overflow recoveries{compacted}"
         )
 
 
@@ -198,6 +288,8 @@ class WhatIfReport:
     simulated_requests: int | None = attrs.field(default=None, kw_only=True)
     """None: the requests are the recorded ones; a count: none was recorded, and a model call
     was simulated before each of that many assistant messages."""
+    summarizer: str | None = attrs.field(default=None, kw_only=True)
+    """The name of the summarizer passed to the what-if (None: recorded summaries only)."""
 
     def rows(self) -> list[dict[str, str]]:
         """One row of display strings per request, keyed by `COLUMNS` in that order."""
@@ -232,15 +324,37 @@ class WhatIfReport:
                 f"{self.overflows_avoided:,} provider overflows would have been avoided "
                 "(the what-if view stayed below the size the provider refused)"
             )
+        notes = [note for row in self.requests for note in row.compactions
+                 if note.kind != "cleared"]
+        if notes or self.summarizer is not None:
+            tally = Counter((note.kind, note.source) for note in notes)
+            made = ("no summarizer passed" if self.summarizer is None else
+                    f"{tally['summary', FROM_SUMMARIZER]:,} made by the passed summarizer "
+                    f"{self.summarizer!r}")
+            refused = sum(n for (kind, _), n in tally.items() if kind == "refused")
+            lines.append(
+                f"what-if summaries: {tally['summary', FROM_LOG]:,} reused from the log, "
+                f"{made}; {refused:,} refused ({tally['refused', FROM_LOG]:,} refusal(s) "
+                f"reused from the log)")
         return "\n".join(lines)
+
+    def compaction_lines(self) -> list[str]:
+        """One line per compaction of the what-if run, under the request it went with."""
+        return [
+            f"#{row.index} (position {row.position:,}): {note.describe()}"
+            for row in self.requests
+            for note in row.compactions
+        ]
 
     def to_jsonable(self) -> dict[str, Any]:
         """The report as plain JSON values."""
         simulated = {} if self.simulated_requests is None else {
             "simulated_requests": self.simulated_requests
         }
+        passed = {} if self.summarizer is None else {"summarizer": self.summarizer}
         return {
             **simulated,
+            **passed,
             "session_id": self.session_id,
             "recorded_profile": to_jsonable(self.recorded_profile),
             "profile": to_jsonable(self.profile),
@@ -259,14 +373,22 @@ class WhatIfReport:
 
 # --- replay -----------------------------------------------------------------------------------
 
-def what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfReport:
+def what_if(
+    events: Sequence[DomainEvent],
+    profile: RuntimeProfile,
+    *,
+    summarizer: Summarizer | SummaryFunction | None = None,
+) -> WhatIfReport:
     """Re-decide a recorded session under ``profile``, in memory, and compare (see module doc).
 
-    ``events`` are one session's recorded events, in order, from its `SessionStarted`. Writes
-    nothing. Raises `ReplayError` when the events do not start with `SessionStarted`, and
-    `TurnledgerError` if the decider refuses a recorded command under ``profile``.
+    ``events`` are one session's recorded events, in order, from its `SessionStarted`.
+    ``summarizer``: called for the turns a what-if budget trim drops that no recorded summary
+    covers (C8; a plain callable is named as `Session.summarizer` names it); None: recorded
+    summaries only. Writes nothing. Raises `ReplayError` when the events do not start with
+    `SessionStarted`, and `TurnledgerError` if the decider refuses a recorded command under
+    ``profile``; ``TypeError`` for a summarizer that is not callable.
     """
-    return replay_what_if(events, profile).report
+    return replay_what_if(events, profile, summarizer=summarizer).report
 
 
 @attrs.frozen
@@ -283,8 +405,14 @@ class WhatIfRun:
     what_if: tuple[DomainEvent, ...] = attrs.field(repr=False)
 
 
-def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> WhatIfRun:
+def replay_what_if(
+    events: Sequence[DomainEvent],
+    profile: RuntimeProfile,
+    *,
+    summarizer: Summarizer | SummaryFunction | None = None,
+) -> WhatIfRun:
     """`what_if`, keeping both sides' events; raises like `what_if`."""
+    passed = as_summarizer(summarizer)
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")
     started = events[0]
@@ -294,7 +422,10 @@ def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> Wh
     simulated: int | None = None
     if not any(isinstance(e, RequestPrepared | RequestRejected) for e in recorded):
         recorded, simulated = _with_simulated_requests(recorded, started)
-    replay = _Replay(profile)
+    replay = _Replay(profile, passed)
+    for event in recorded:  # every recorded outcome, also one recorded after the request
+        if isinstance(event, TurnsSummarized | SummaryRefused):  # whose trim matches it
+            replay.summaries.setdefault(event.first_position, event)
     for event in recorded:
         replay.replay(event)
     report = WhatIfReport(
@@ -306,6 +437,7 @@ def replay_what_if(events: Sequence[DomainEvent], profile: RuntimeProfile) -> Wh
         what_if=SideTotals.of(replay.what_if.counters),
         overflows_avoided=replay.avoided,
         simulated_requests=simulated,
+        summarizer=None if passed is None else passed.name,
     )
     return WhatIfRun(report, tuple(recorded), tuple(replay.events))
 
@@ -370,18 +502,24 @@ class _Side:
 class _Replay:
     """The recorded session and the what-if one, folded side by side, one event at a time."""
 
-    def __init__(self, profile: RuntimeProfile) -> None:
+    def __init__(self, profile: RuntimeProfile, summarizer: Summarizer | None = None) -> None:
         self.profile = profile
+        self.summarizer = summarizer  # asked where no recorded outcome matches (C8)
+        # Where each summary outcome of the what-if run came from, by its range.
+        self.origins: dict[tuple[int, int], str] = {}
+        self.notes: list[CompactionNote] = []  # the compactions since the previous request
         self.recorded_state = FoldedState()
         self.state = SessionState()  # the what-if session
         self.recorded = _Side()
         self.what_if = _Side()
         self.rows: list[WhatIfRow] = []
         self.avoided = 0
+        self.overflow: OverflowReported | None = None  # reported, its outcome not yet read
         self.events: list[DomainEvent] = []  # what the what-if session records
         self.log: dict[int, ConversationMessage | None] = {}  # its log's items, for its pops
         # The recorded summaries and refusals by their first position (issue 24): reused
-        # where a what-if trim drops the same turns; no summarizer is called.
+        # where a what-if trim drops the same turns, also earlier than they were recorded
+        # (the same turns, the same digest); no summarizer is called for them.
         self.summaries: dict[int, TurnsSummarized | SummaryRefused] = {}
 
     def replay(self, event: Event) -> None:
@@ -393,7 +531,7 @@ class _Replay:
             if command is not None:
                 self.run(command)
         if isinstance(event, TurnsSummarized | SummaryRefused):
-            self.summaries[event.first_position] = event
+            self.summaries.setdefault(event.first_position, event)
         self.recorded.counters = count(self.recorded.counters, event)
         self.recorded_state.fold(event)
 
@@ -416,13 +554,60 @@ class _Replay:
                 return SummaryOutcome(plan, found.summarizer, refusal=reason, detail=detail)
         return None
 
+    def summarize(self, plan: SummaryPlan) -> SummaryOutcome | None:
+        """The recorded outcome for ``plan``, else the passed summarizer's (C8), else None."""
+        outcome = self.recorded_summary(plan) if self.summaries else None
+        if outcome is not None:
+            self.origins[outcome.plan.first_position, outcome.plan.last_position] = FROM_LOG
+            return outcome
+        if self.summarizer is None:
+            return None
+        self.origins[plan.first_position, plan.last_position] = FROM_SUMMARIZER
+        return summary_outcome(self.summarizer, plan)  # under its limit; failures refuse
+
     def run(self, command: Command) -> list[DomainEvent]:
-        summarize = self.recorded_summary if self.summaries else None
-        new = run_command(self.state, command, summarize).events
+        asks = self.summaries or self.summarizer is not None
+        self.origins = {}
+        new = run_command(self.state, command, self.summarize if asks else None).events
         self.events += new
         collect_summarised(self.log, new)
         self.what_if.counters = fold_counters(new, self.what_if.counters)
+        self.notes += [n for n in map(self.note, unchecked_events(new)) if n is not None]
         return new
+
+    def note(self, event: Event) -> CompactionNote | None:
+        """The `CompactionNote` of a compaction event of the what-if run (None: not one)."""
+        at = event.originator_version
+        match event:
+            case TurnsSummarized():
+                return CompactionNote(
+                    "summary", self.origin(event), at, event.first_position,
+                    event.last_position, event.summarizer, event.tokens,
+                    event.replaced_tokens)
+            case SummaryRefused():
+                return CompactionNote(
+                    "refused", self.origin(event), at, event.first_position,
+                    event.last_position, event.summarizer, reason=event.reason.value)
+            case ToolResultsCleared():
+                return CompactionNote(
+                    "cleared", FROM_PROFILE, at, min(event.positions, default=0),
+                    max(event.positions, default=0), tokens=event.tokens_after,
+                    replaced_tokens=event.tokens_before, items=len(event.tool_call_ids))
+        return None
+
+    def origin(self, event: TurnsSummarized | SummaryRefused) -> str:
+        return self.origins.get((event.first_position, event.last_position), FROM_PROFILE)
+
+    def overflow_recovery(self) -> RecoverFromOverflow | None:
+        """The recovery of the overflow reported last, when the what-if chat view is at least
+        as large as the one the provider refused; otherwise an avoided overflow."""
+        reported, self.overflow = self.overflow, None
+        if reported is None:
+            return None  # a log without its report: nothing to re-decide
+        if self.state.chat_tokens() >= reported.estimated_tokens:
+            return RecoverFromOverflow(reported.error, reported.timestamp)
+        self.avoided += 1
+        return None
 
     def command_for(self, event: Event) -> Command | None:
         """The command a recorded non-request event stands for (None: nothing to replay)."""
@@ -437,8 +622,6 @@ class _Replay:
                 TrimDecided()
                 | BreadcrumbInserted()
                 | HistoryTrimmed()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
                 | SessionForgotten()
                 | ToolResultsCleared()
                 | TurnsSummarized()
@@ -451,10 +634,13 @@ class _Replay:
                 return SelectRoute(event.route, reason, event.timestamp)
             case RouteSelected():
                 pass  # the initial route: `StartSession` selects it
-            case OverflowReported(error=error, estimated_tokens=refused):
-                if self.state.chat_tokens() >= refused:
-                    return RecoverFromOverflow(error, event.timestamp)
-                self.avoided += 1
+            case OverflowReported():
+                # Replayed at the end of its recorded batch (`OverflowRecovered` or
+                # `OverflowUnrecoverable`), once the summary or refusal that batch recorded
+                # is known (issue 24): its trim reuses it as a budget trim's does.
+                self.overflow = event
+            case OverflowRecovered() | OverflowUnrecoverable():
+                return self.overflow_recovery()
             case MessagePopped():
                 return PopMessage(event.timestamp, summarised=self.log)
             case HistoryCleared():
@@ -486,5 +672,7 @@ class _Replay:
                 recorded=self.recorded.outcome(event),
                 what_if=self.what_if.outcome(decided),
                 same_messages=self.recorded_state.chat_view() == self.state.chat_view(),
+                compactions=tuple(self.notes),
             )
         )
+        self.notes = []

@@ -19,6 +19,7 @@ from eventsourcing.persistence import StoredEvent
 from turnledger.domain.errors import (
     AnchorMismatch,
     AppendInDoubt,
+    AppendRefused,
     ConcurrencyConflict,
     InvalidAppend,
     TurnledgerError,
@@ -84,7 +85,11 @@ class EventStreams(BackendCore):
         stored, head = self.mapper.to_stored_events(events, prev_chain)
         last = first + len(events) - 1
         if not head_known:
-            self._check_head(session_id, first, prev_chain)
+            try:
+                self._check_head(session_id, first, prev_chain)
+            except StoreUnavailable as failure:
+                self._refuse_on_limit(failure)  # nothing was sent yet
+                raise
         try:
             with self._translate("append", session_id, first):
                 self._insert(stored, keys)
@@ -141,10 +146,9 @@ class EventStreams(BackendCore):
         insert was sent is settled so, once the database answers again (`_stored`); only when
         it does not answer in time is the outcome unknown: `AppendInDoubt`.
         """
-        if self.database.limits.exceeded(failure) is not None:
-            # The server refused the statement (lock or statement timeout) or no connection
-            # was had (connect timeout): the transaction cannot commit.
-            raise StoreUnavailable(f"{failure}; nothing of this batch was stored") from failure
+        # The server refused the statement (lock or statement timeout) or no connection was
+        # had (connect timeout): the transaction cannot commit.
+        self._refuse_on_limit(failure)
         # After a database error a dying transaction may still commit: wait for it first.
         stored = self._stored(
             session_id, first, last, head, wait=isinstance(failure, StoreUnavailable),
@@ -161,6 +165,12 @@ class EventStreams(BackendCore):
             "another writer recorded first; nothing of this batch was stored; reload "
             "and retry"
         ) from failure.__cause__
+
+    def _refuse_on_limit(self, failure: TurnledgerError) -> None:
+        """Raise `AppendRefused` when ``failure`` is a limit that ran out (lock, statement or
+        connect timeout) before anything of the batch could commit."""
+        if self.database.limits.exceeded(failure) is not None:
+            raise AppendRefused(f"{failure}; nothing of this batch was stored") from failure
 
     def resolve_in_doubt(self, doubt: AppendInDoubt) -> bool:
         """Whether the batch ``doubt`` was raised for is stored (ADR-0064).

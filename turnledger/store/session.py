@@ -364,15 +364,21 @@ class Session:
             assert batch.request is not None, "a prepared request carries what it rendered"
             return batch.request
 
-    def recover_from_overflow(self, error: BaseException | str) -> bool:
+    def recover_from_overflow(
+        self, error: BaseException | str, *,
+        summarizer: Summarizer | SummaryFunction | None = None,
+    ) -> bool:
         """React to a provider overflow (R25-R26): True when trimmed (retry), else False.
 
         A non-overflow error returns False and records nothing. An overflow with one turn left
-        returns False and records why (`OverflowUnrecoverable`).
+        returns False and records why (`OverflowUnrecoverable`). ``summarizer`` (default: the
+        session's `summarizer`; issue 24, docs/behaviour.md C4): the turns the recovery drops
+        are shown as its summary in place of the breadcrumb, as for a budget trim.
         """
         if not is_context_window_exceeded(error):
             return False
-        events = self._run(RecoverFromOverflow(_error_text(error), _now())).events
+        events = self._run(RecoverFromOverflow(_error_text(error), _now()),
+                           self._summarize(summarizer)).events
         return any(isinstance(e, OverflowRecovered) for e in events)
 
     def select_route(self, route: Route, reason: str = "explicit") -> list[DomainEvent]:

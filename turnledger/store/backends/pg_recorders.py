@@ -133,14 +133,36 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
     def _insert_stored_events(
         self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> None:
-        if self.lock_ordered:  # the library's own: lock, notify, insert
-            super()._insert_stored_events(curs, stored_events, **kwargs)
-            return
-        # No table lock and no NOTIFY (its commit takes a database-wide lock; nothing here
-        # listens): the row's transaction_id column default orders it for the followers.
-        PostgresAggregateRecorder._insert_stored_events(  # noqa: SLF001
-            self, curs, stored_events, **kwargs
-        )
+        with _prepared_forgotten_on_error(curs.connection):
+            if self.lock_ordered:  # the library's own: lock, notify, insert
+                super()._insert_stored_events(curs, stored_events, **kwargs)
+            else:
+                # No table lock and no NOTIFY (its commit takes a database-wide lock; nothing
+                # here listens): the row's transaction_id column default orders it for the
+                # followers.
+                PostgresAggregateRecorder._insert_stored_events(  # noqa: SLF001
+                    self, curs, stored_events, **kwargs
+                )
+            if curs.connection._pipeline is not None:  # noqa: SLF001
+                curs.connection._pipeline.sync()  # noqa: SLF001  # its errors: here
+
+
+@contextlib.contextmanager
+def _prepared_forgotten_on_error(connection: psycopg.Connection[Any]) -> Iterator[None]:
+    """Forget ``connection``'s prepared statements when the block fails.
+
+    psycopg prepares a statement by its fifth use; in pipeline mode it counts the statement
+    as prepared when it queues the Parse, before the server answers. A Parse the server
+    refuses (the insert's Parse waits for the table's lock and a lock timeout ends it) stays
+    counted, the library's transaction then ends by a COMMIT (answered ROLLBACK) that does not
+    reset psycopg's count, and every later insert on that pooled connection failed with
+    'prepared statement "_pg3_0" does not exist'. Forgetting them all makes psycopg send
+    DEALLOCATE ALL before the connection's next statement and prepare afresh."""
+    try:
+        yield
+    except psycopg.Error:
+        connection._prepared.clear()  # noqa: SLF001
+        raise
 
 
 def set_log_order(recorder: PostgresApplicationRecorder, *, lock: bool) -> None:
