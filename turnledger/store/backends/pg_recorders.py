@@ -765,15 +765,17 @@ class ThinInsert:
                     # One cursor per connection, rows as tuples (the dict rows' names cost
                     # on every statement, and an INSERT returns none).
                     cursor = _cursors[connection] = connection.cursor(row_factory=tuple_row)
-                cursor.execute(self._statement(len(records), connection),
-                               self._parameters(records), prepare=True)
+                with _prepared_forgotten_on_error(connection):
+                    cursor.execute(self._statement(len(records), connection),
+                                   self._parameters(records), prepare=True)
         except psycopg.Error as error:
             raise _library_error(error) from error
 
     def execute(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent]) -> None:
         """The same statement in the caller's transaction."""
-        cursor.execute(self._statement(len(records), cursor.connection),
-                       self._parameters(records), prepare=True)
+        with _prepared_forgotten_on_error(cursor.connection):
+            cursor.execute(self._statement(len(records), cursor.connection),
+                           self._parameters(records), prepare=True)
 
 
 _cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
