@@ -12,6 +12,7 @@ statement timeouts (so reads obey them too) and libpq's connect timeout.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import time
@@ -183,10 +184,10 @@ class _TrackingRecorder(PostgresTrackingRecorder):
 
 
 _COMPOSITES: dict[tuple[object, ...], CompositeInfo] = {}
-"""The composite types this process has read, by server, database, schema, name, oid and
-the transaction id that last wrote the type's relation row (a type dropped and made again
-has another oid; one altered, another row version): the catalog query of a type costs a new
-server connection ~10 ms of cold catalog reads (ADR-0089)."""
+"""The composite types this process has read, by server, database, schema, name and oid (a
+type dropped and made again, as a schema dropped and made again, has another oid): psycopg's
+catalog query of a type costs a new server connection milliseconds of cold reads (ADR-0089).
+The library's DDL never alters its types in place."""
 _COMPOSITES_KEPT = 256
 
 
@@ -202,12 +203,10 @@ class _Datastore(PostgresDatastore):
         if not self.types_deferred:
             super().register_type_adapters()
 
-    def register_types(
-        self, connection: psycopg.Connection[Any], found: dict[str, tuple[int, str]]
-    ) -> None:
+    def register_types(self, connection: psycopg.Connection[Any], found: dict[str, int]) -> None:
         """The library's ``register_type_adapters``, on ``connection``; a type found (by
-        `catalog`) with the oid and row version it had when this process last read it is
-        not read again (`_COMPOSITES`)."""
+        `catalog`) with the oid it had when this process last read it is not read again
+        (`_COMPOSITES`)."""
         self.types_deferred = False
         where = connection.info
         for name in self.db_type_names:
@@ -219,7 +218,7 @@ class _Datastore(PostgresDatastore):
                 info = CompositeInfo.fetch(connection, f"{self.schema}.{name}")
                 if info is None:
                     continue
-                if name in found and info.oid == found[name][0]:
+                if name in found and info.oid == found[name]:
                     if len(_COMPOSITES) >= _COMPOSITES_KEPT:
                         _COMPOSITES.clear()
                     _COMPOSITES[key] = info
@@ -274,9 +273,7 @@ def adopt(datastore: PostgresDatastore, connection: psycopg.Connection[Any]) -> 
 
 
 def register_types(
-    datastore: PostgresDatastore,
-    connection: psycopg.Connection[Any],
-    found: dict[str, tuple[int, str]],
+    datastore: PostgresDatastore, connection: psycopg.Connection[Any], found: dict[str, int]
 ) -> None:
     """Register the recorders' composite types (``found`` by `catalog`) on ``connection``."""
     assert isinstance(datastore, _Datastore), "the datastore of a bounded factory"
@@ -318,15 +315,55 @@ class _BoundedFactory(PostgresFactory):
     def env_create_table(self) -> bool:
         return self.create_tables and super().env_create_table()
 
+    def application_recorder(self) -> Any:
+        return self._from_template(
+            ("application", self.env.get(self.APPLICATION_RECORDER_TOPIC)),
+            super().application_recorder,
+        )
+
+    def aggregate_recorder(self, purpose: str = "events") -> Any:
+        return self._from_template(
+            ("aggregate", purpose), functools.partial(super().aggregate_recorder, purpose)
+        )
+
+    def _from_template(self, kind: tuple[object, ...], build: Callable[[], Any]) -> Any:
+        """The library's recorder, copied from one this process built with the same names and
+        settings (ADR-0089): a recorder composes some twenty SQL statements from its names,
+        ~1 ms of an open's CPU. Its only link to a store is its ``datastore``; the statements
+        are immutable. The tables are still checked (or made) for each store."""
+        datastore = self.datastore
+        key = (type(self), kind, self.env.name, datastore.schema, datastore.lock_timeout,
+               datastore.originator_id_type, datastore.enable_db_functions)
+        template = _TEMPLATES.get(key)
+        if template is None:
+            recorder = build()
+            template = copy.copy(recorder)
+            template.datastore = None  # keeps no store's pool alive
+            if len(_TEMPLATES) >= _COMPOSITES_KEPT:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = template
+            return recorder
+        recorder = copy.copy(template)
+        recorder.datastore = datastore
+        datastore.db_type_names.add(recorder.stored_event_type_name)
+        datastore.register_type_adapters()
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+
+_TEMPLATES: dict[tuple[object, ...], Any] = {}
+"""A recorder of each kind this process built, by its names and settings, without its
+datastore (`_BoundedFactory._from_template`)."""
+
 
 class Catalog(NamedTuple):
     """What `catalog` found of the library's objects in a schema."""
 
     missing: list[str]
-    """The tables, indexes, composite types, function and column that are not there."""
-    types: dict[str, tuple[int, str]]
-    """Each composite type found: (its oid, the transaction id that last wrote its relation's
-    row): the key of `register_types`'s cache (ADR-0089)."""
+    """The tables, indexes, composite types and function that are not there."""
+    types: dict[str, int]
+    """The oid of each composite type found: part of the key of `register_types`'s cache."""
     settings_table: bool
     """Whether the schema has the store's settings table (`turnledger.store.keys`)."""
 
@@ -338,52 +375,41 @@ def catalog(
     connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
 ) -> Catalog:
     """The tables, indexes, composite types and function the library's DDL makes for
-    ``recorders`` (and the horizon column, ADR-0083), looked up by name in ``schema`` in one
-    query of index lookups (``to_regclass``, ``to_regtype``; no scan of the catalogs: a new
-    server connection reads them cold, ADR-0089)."""
-    checks: list[tuple[str, str, list[Any]]] = []  # (name, SQL expression, parameters)
+    ``recorders`` and the horizon index (ADR-0083), and the settings table, looked up by name
+    in ``schema`` in one query of ``to_regclass``, ``to_regtype`` and ``to_regproc``
+    (ADR-0089): cache lookups, where a query of the catalog tables costs a new server
+    connection milliseconds of cold reads and planning. The horizon column is not looked up:
+    its index exists only with it (made in one transaction, dropped with it)."""
+    checks: list[tuple[str, str, str]] = []  # (name, SQL function, its argument)
 
     def qualified(name: str) -> str:
         return f'"{schema}"."{name}"'
 
     for recorder in recorders:
         table = recorder.events_table_name
-        checks.append((table, "to_regclass(%s) IS NOT NULL", [qualified(table)]))
+        checks.append((table, "to_regclass", qualified(table)))
         type_name = recorder.stored_event_type_name
-        checks.append((type_name, "(SELECT t.oid::bigint || ':' || c.xmin FROM pg_type t"
-                       " JOIN pg_class c ON c.oid = t.typrelid WHERE t.oid = to_regtype(%s))",
-                       [qualified(type_name)]))
+        checks.append((type_name, "to_regtype", qualified(type_name)))
         if isinstance(recorder, PostgresApplicationRecorder):
             for index in (recorder.notification_id_index_name, horizon_index_name(recorder)):
-                checks.append((index, "to_regclass(%s) IS NOT NULL", [qualified(index)]))
-            checks.append((f"{table}.{HORIZON_COLUMN}",
-                           "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid ="
-                           " to_regclass(%s) AND attname = %s AND NOT attisdropped)",
-                           [qualified(table), HORIZON_COLUMN]))
+                checks.append((index, "to_regclass", qualified(index)))
             function = recorder.pg_function_name_insert_events
-            checks.append((function, "EXISTS (SELECT 1 FROM pg_proc WHERE proname = %s"
-                           " AND pronamespace = to_regnamespace(%s))",
-                           [function, f'"{schema}"']))
-    checks.append((SETTINGS_TABLE, "to_regclass(%s) IS NOT NULL", [qualified(SETTINGS_TABLE)]))
-    names = list(dict.fromkeys(name for name, _, _ in checks))
-    unique = {name: (expression, parameters) for name, expression, parameters in checks}
+            # By name: ``to_regprocedure`` raises when the argument's type or schema is
+            # missing (PostgreSQL 15); the library makes one function of this name.
+            checks.append((function, "to_regproc", qualified(function)))
+    checks.append((SETTINGS_TABLE, "to_regclass", qualified(SETTINGS_TABLE)))
+    unique = {name: (function, argument) for name, function, argument in checks}
     cursor = connection.cursor(row_factory=tuple_row)  # the pool's connections give dicts
     row = cursor.execute(
-        "SELECT " + ", ".join(unique[name][0] for name in names),
-        [value for name in names for value in unique[name][1]],
+        "SELECT " + ", ".join(f"{function}(%s)::oid" for function, _ in unique.values()),
+        [argument for _, argument in unique.values()],
     ).fetchone()
     assert row is not None
-    missing: list[str] = []
-    types: dict[str, tuple[int, str]] = {}
-    *values, settings_table = row
-    names.pop()
-    for name, value in zip(names, values, strict=True):
-        if isinstance(value, str):
-            oid, _, xmin = value.partition(":")
-            types[name] = (int(oid), xmin)
-        elif not value:
-            missing.append(name)
-    return Catalog(missing, types, bool(settings_table))
+    found = dict(zip(unique, row, strict=True))
+    settings_table = found.pop(SETTINGS_TABLE) is not None
+    types = {name: int(oid) for name, oid in found.items()
+             if oid is not None and unique[name][0] == "to_regtype"}
+    return Catalog([name for name, oid in found.items() if oid is None], types, settings_table)
 
 
 def missing_objects(
