@@ -20,7 +20,7 @@ the three tool steps are timed. The ratio is SDK / turnledger: above 1, turnledg
 Goal (issue 22): >= 1x at 100 turns.
 
 **LangGraph** (LangChain 1.x ``create_agent``, the agent LangGraph users build now), the same
-step inside a real graph run: two agents on the same scripted chat model and tool (a turn of
+step inside a real graph run: three agents on the same scripted chat model and tool (a turn of
 four messages, ~2.4 KB: question, reasoning + tool call, ~1.5 KB tool result, answer), each
 with a durable checkpointer of its own (``SqliteSaver``; ``PostgresSaver`` of
 ``langgraph-checkpoint-postgres``), run with ``durability="sync"`` (every checkpoint written
@@ -30,14 +30,34 @@ before the next node, as turnledger records before the model call):
   ``trim_messages`` (``strategy="last"``, ``max_tokens=32000``, ``start_on="human"``,
   ``count_tokens_approximately``) before each model call;
 - **turnledger**: ``TurnledgerMiddleware`` (default profile: 50 turns, 32,000 tokens). It does
-  not replace the checkpointer: the graph state must keep the thread's messages (the middleware
-  records what is new against it), so a durable deployment has both, and the middleware's
-  ``after_model`` is a graph node: one more checkpoint per step.
+  not replace the checkpointer: the graph state keeps the thread's messages (the middleware
+  records what is new against it), so a durable deployment has both. It records the reply
+  inside nodes the graph runs anyway (the tool step, the end of the run: ADR-0090), so a step
+  writes as many checkpoints as LangGraph's;
+- **window**: ``TurnledgerMiddleware(state_window=True)``: the graph state keeps the window the
+  model saw and its reply, not the thread (the log keeps every message), so each checkpoint
+  holds the window. Its thread is filled as such runs leave it: the window in the checkpoint.
 
 A step is timed from the moment a model call returns to the moment the next one starts
 (timestamps taken inside the scripted model): the graph records the reply and the tool result
 (checkpoints, middleware), runs the (trivial) tool and builds the next model input. Runs are
-interleaved one by one. Ratio = LangGraph / turnledger.
+interleaved one by one, each side first in turn. Ratio = LangGraph / turnledger (wall time);
+the CPU time of the process over the same interval (``time.process_time``, all threads: the
+checkpointer's background writes included) is reported beside it, a steadier figure when
+others load the machine, with the 1-minute load average after each row.
+
+**pydantic-ai** (``--parts pydantic_ai``; it has no store of its own): the same turns and steps
+in an ``Agent`` on pydantic-ai's ``FunctionModel``, with a capability on each side:
+
+- **pydantic-ai**: what its documentation shows, per step: the run's new messages saved as
+  ``ModelMessagesTypeAdapter`` JSON rows (one transaction; SQLite file, or a PostgreSQL table),
+  and the model input trimmed by the user's whole-turn rule (``_pa_trim``: 50 turns, 32,000
+  estimated tokens of the parts' text); the conversation's messages kept in memory between
+  runs and given whole as each run's ``message_history``, as the documentation does;
+- **turnledger**: ``TurnledgerHistory`` (records the run's new messages, decides and records
+  the trims, sends the window); each run gets ``history.messages()`` as its history.
+
+Ratio = pydantic-ai / turnledger, wall and CPU as above.
 
 Run from the project root::
 
@@ -85,7 +105,7 @@ RESULTS = Path(__file__).parent / "results" / "agent_step.json"
 MAX_TURNS = 50  # turnledger's default turn limit (R29), applied on the SDK side too
 BUDGET = 32_000  # turnledger's default token budget (R11), applied on the SDK side too
 Item = dict[str, Any]
-PARTS = ("agents", "langgraph")
+PARTS = ("agents", "langgraph", "pydantic_ai")
 
 
 def user_trim(items: list[Item], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Item]:
@@ -207,6 +227,8 @@ def _step_model(script: list[Any]) -> Any:
         script: list[Any] = Field(default_factory=list)
         entered: list[float] = Field(default_factory=list)
         left: list[float] = Field(default_factory=list)
+        cpu_entered: list[float] = Field(default_factory=list)
+        cpu_left: list[float] = Field(default_factory=list)
         seen: list[int] = Field(default_factory=list)
 
         @property
@@ -219,8 +241,10 @@ def _step_model(script: list[Any]) -> Any:
         def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
                       **kwargs: Any) -> ChatResult:
             self.entered.append(time.perf_counter())
+            self.cpu_entered.append(time.process_time())
             self.seen.append(len(messages))
             result = ChatResult(generations=[ChatGeneration(message=self.script.pop(0))])
+            self.cpu_left.append(time.process_time())
             self.left.append(time.perf_counter())
             return result
 
@@ -332,14 +356,21 @@ def _lg_agent(saver: Any, middleware: Any, outputs: dict[str, str]) -> tuple[Any
 
 def _lg_fill(agent: Any, messages: list[Any], middleware: Any) -> None:
     """The thread's checkpoint holds ``messages`` (one checkpoint, as if grown run by run);
-    turnledger's log holds them too, 100 turns a transaction."""
+    turnledger's log holds them too, 100 turns a transaction. With ``state_window`` the
+    checkpoint holds what such runs leave there: the window and nothing older."""
     nodes = agent.get_graph().nodes
     last = next((n for n in nodes if n.endswith(".after_agent")), "model")
-    agent.update_state(THREAD, {"messages": messages}, as_node=last)
-    assert agent.get_state(THREAD).next == (), "the filled thread must be at rest"
+    state = messages
     if middleware is not None:
         for end in range(400, len(messages) + 400, 400):
             middleware.trimmer.record(messages[:end], THREAD)
+        if middleware.state_window:
+            state = middleware.trimmer.window(messages, THREAD)
+    agent.update_state(THREAD, {"messages": state}, as_node=last)
+    assert agent.get_state(THREAD).next == (), "the filled thread must be at rest"
+
+
+SIDES = ("langgraph", "turnledger", "window")  # window: TurnledgerMiddleware(state_window=True)
 
 
 def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
@@ -351,35 +382,50 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
     history = [m for n in range(turns) for m in _lc_turn(n, text)]
     outputs: dict[str, str] = {}
     tag = f"{turns}"
-    times: dict[str, list[float]] = {"langgraph": [], "turnledger": []}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in SIDES}
     seen: dict[str, int] = {}
-    with tl.open_store(savers.ours_url(tag)) as store:
+    with tl.open_store(savers.ours_url(tag)) as store, \
+            tl.open_store(savers.ours_url(f"{tag}w")) as window_store:
         ours = TurnledgerMiddleware(store)
+        windowed = TurnledgerMiddleware(window_store, state_window=True)
         agents = {"langgraph": _lg_agent(savers.saver(f"lg{tag}"), _trim_middleware(), outputs),
-                  "turnledger": _lg_agent(savers.saver(f"tl{tag}"), ours, outputs)}
+                  "turnledger": _lg_agent(savers.saver(f"tl{tag}"), ours, outputs),
+                  "window": _lg_agent(savers.saver(f"tw{tag}"), windowed, outputs)}
         _lg_fill(agents["langgraph"][0], history, None)
         _lg_fill(agents["turnledger"][0], history, ours)
+        _lg_fill(agents["window"][0], history, windowed)
         del history
         text = Text(turns + 7)
         for r in range(runs):
             user, replies, run_outputs = _lg_run(turns + r, text)
             outputs.update(run_outputs)
-            sides = ("langgraph", "turnledger") if r % 2 == 0 else ("turnledger", "langgraph")
-            for side in sides:
+            for side in SIDES[r % 3:] + SIDES[:r % 3]:  # each side first in turn
                 agent, scripted = agents[side]
                 scripted.script[:] = [m.model_copy() for m in replies]
-                scripted.entered.clear()
-                scripted.left.clear()
-                scripted.seen.clear()
+                for noted in (scripted.entered, scripted.left, scripted.cpu_entered,
+                              scripted.cpu_left, scripted.seen):
+                    noted.clear()
                 agent.invoke({"messages": [user.model_copy()]}, THREAD, durability="sync")
                 times[side] += [scripted.entered[k + 1] - scripted.left[k]
                                 for k in range(LG_STEPS)]
+                cpu[side] += [scripted.cpu_entered[k + 1] - scripted.cpu_left[k]
+                              for k in range(LG_STEPS)]
                 seen[side] = scripted.seen[-1]
-    theirs, mine = statistics.median(times["langgraph"]), statistics.median(times["turnledger"])
+    wall = {side: statistics.median(times[side]) for side in SIDES}
+    used = {side: statistics.median(cpu[side]) for side in SIDES}
     return {"backend": backend, "turns": turns, "steps": len(times["langgraph"]),
-            "langgraph_ms": theirs * 1e3, "turnledger_ms": mine * 1e3,
+            "langgraph_ms": wall["langgraph"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            "window_ms": wall["window"] * 1e3,
             "langgraph_messages": seen["langgraph"], "turnledger_messages": seen["turnledger"],
-            "langgraph_over_turnledger": theirs / mine}
+            "window_messages": seen["window"],
+            "langgraph_over_turnledger": wall["langgraph"] / wall["turnledger"],
+            "langgraph_over_window": wall["langgraph"] / wall["window"],
+            "langgraph_cpu_ms": used["langgraph"] * 1e3,
+            "turnledger_cpu_ms": used["turnledger"] * 1e3, "window_cpu_ms": used["window"] * 1e3,
+            "cpu_langgraph_over_turnledger": used["langgraph"] / used["turnledger"],
+            "cpu_langgraph_over_window": used["langgraph"] / used["window"],
+            "load_average": os.getloadavg()[0]}
 
 
 def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -397,6 +443,250 @@ def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, A
         finally:
             savers.close()
     return rows
+
+
+# --- pydantic-ai: an agent with a history capability -----------------------------------------
+
+def _pa_turn(n: int, text: Text) -> list[Any]:
+    """One filled turn as pydantic-ai messages (the four of the LangGraph part)."""
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    return [ModelRequest(parts=[UserPromptPart(f"Question {n}: {text(200)}")]),
+            ModelResponse(parts=[TextPart(text(300)), ToolCallPart(
+                "search", {"q": text(40)}, tool_call_id=f"call_{n}")]),
+            ModelRequest(parts=[ToolReturnPart("search", text(1500), tool_call_id=f"call_{n}")]),
+            ModelResponse(parts=[TextPart(text(400))])]
+
+
+def _pa_tokens(message: Any) -> int:
+    """A user's estimate of a message's tokens: ``ceil(chars / 4) + 4`` of its parts' text and
+    tool arguments (what a model is sent, not pydantic-ai's bookkeeping fields)."""
+    chars = sum(len(str(getattr(part, "content", "") or ""))
+                + len(str(getattr(part, "args", "") or "")) for part in message.parts)
+    return math.ceil(chars / 4) + 4
+
+
+def _pa_trim(messages: list[Any], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Any]:
+    """The trim a pydantic-ai user writes: whole turns (a turn starts at a request with a user
+    prompt) from the newest, at most ``max_turns`` and ``budget`` estimated tokens
+    (`_pa_tokens`); the newest turn is kept whatever its size."""
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
+    kept_from, tokens, turns = 0, 0, 0
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        tokens += _pa_tokens(message)
+        if isinstance(message, ModelRequest) and any(
+                isinstance(part, UserPromptPart) for part in message.parts):
+            turns += 1
+            if turns > 1 and (turns > max_turns or tokens > budget):
+                break
+            kept_from = i
+    return messages[kept_from:]
+
+
+class _JsonRows:
+    """pydantic-ai's documented persistence, per message: ``ModelMessagesTypeAdapter`` JSON
+    rows in a table of one's own (SQLite file, or a PostgreSQL schema), one transaction a
+    save."""
+
+    def __init__(self, savers: _Checkpointers, name: str) -> None:
+        if savers.postgres is None:
+            import sqlite3
+
+            self.db: Any = sqlite3.connect(savers.directory / f"{name}-pa.db",
+                                           check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.mark = "?"
+        else:
+            import psycopg
+
+            schema = f"bench_pa_{name}_{uuid.uuid4().hex[:8]}"
+            savers.schemas.append(schema)
+            self.db = psycopg.connect(_conninfo(savers.postgres),
+                                      options=f"-c search_path={schema}")
+            self.db.execute(f'CREATE SCHEMA "{schema}"')
+            self.mark = "%s"
+        savers.closers.append(self.db.close)
+        key = "INTEGER PRIMARY KEY" if savers.postgres is None else "BIGSERIAL PRIMARY KEY"
+        self.db.execute(f"CREATE TABLE messages (id {key}, "
+                        "conversation TEXT NOT NULL, body TEXT NOT NULL)")
+        self.db.commit()
+
+    def save(self, conversation: str, messages: Sequence[Any]) -> None:
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+        if not messages:
+            return
+        rows = [(conversation, ModelMessagesTypeAdapter.dump_json([m]).decode())
+                for m in messages]
+        self.db.cursor().executemany(
+            f"INSERT INTO messages (conversation, body) VALUES ({self.mark}, {self.mark})", rows)
+        self.db.commit()  # one transaction
+
+
+def _pa_capability(rows: _JsonRows, conversation: str) -> Any:
+    """The user's capability: save the run's new messages, send the model the trimmed list."""
+    from pydantic_ai.capabilities import AbstractCapability
+
+    class JsonHistory(AbstractCapability[Any]):
+        def __init__(self) -> None:
+            self.saved: dict[str, int] = {}
+
+        def _save_run(self, messages: Sequence[Any], run_id: str) -> None:
+            ours = [m for m in messages if m.run_id == run_id]
+            rows.save(conversation, ours[self.saved.get(run_id, 0):])
+            self.saved[run_id] = len(ours)
+
+        async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+            self._save_run(request_context.messages, ctx.run_id or "")
+            request_context.messages = _pa_trim(request_context.messages)
+            return request_context
+
+        async def after_run(self, ctx: Any, *, result: Any) -> Any:
+            self._save_run(result.all_messages(), ctx.run_id or "")
+            return result
+
+    return JsonHistory()
+
+
+def _pa_agent(capability: Any, outputs: dict[str, str], script: list[Any],
+              notes: dict[str, list[float]]) -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    def scripted(messages: Any, info: Any) -> Any:
+        notes["entered"].append(time.perf_counter())
+        notes["cpu_entered"].append(time.process_time())
+        notes["seen"].append(len(messages))
+        reply = script.pop(0)
+        notes["cpu_left"].append(time.process_time())
+        notes["left"].append(time.perf_counter())
+        return reply
+
+    agent = Agent(FunctionModel(scripted), capabilities=[capability])
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        """Search the documents."""
+        return outputs[q]
+
+    return agent
+
+
+def _pa_replies(n: int, text: Text, outputs: dict[str, str]) -> list[Any]:
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+
+    replies = []
+    for k in range(LG_STEPS):
+        q = f"{n}-{k}"
+        outputs[q] = text(1500)
+        replies.append(ModelResponse(parts=[TextPart(text(300)), ToolCallPart(
+            "search", {"q": q}, tool_call_id=f"call_{n}_{k}")]))
+    replies.append(ModelResponse(parts=[TextPart(text(400))]))
+    return replies
+
+
+PA_SIDES = ("pydantic_ai", "turnledger")
+
+
+def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
+                      runs: int) -> dict[str, Any]:
+    """Median step time of each agent after ``turns`` turns, ``runs`` runs of three steps."""
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    text = Text(turns)
+    history = [m for n in range(turns) for m in _pa_turn(n, text)]
+    outputs: dict[str, str] = {}
+    tag = f"pa{turns}"
+    times: dict[str, list[float]] = {side: [] for side in PA_SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in PA_SIDES}
+    seen: dict[str, int] = {}
+    rows = _JsonRows(savers, tag)
+    for first in range(0, len(history), 400):
+        rows.save("bench", history[first:first + 400])
+    with tl.open_store(savers.ours_url(tag)) as store:
+        ours = TurnledgerHistory.open(store, "bench")
+        for first in range(0, len(history), 400):
+            ours.record(history[first:first + 400])
+        scripts: dict[str, list[Any]] = {side: [] for side in PA_SIDES}
+        notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left", "seen")}
+                 for side in PA_SIDES}
+        agents = {"pydantic_ai": _pa_agent(_pa_capability(rows, "bench"), outputs,
+                                           scripts["pydantic_ai"], notes["pydantic_ai"]),
+                  "turnledger": _pa_agent(ours, outputs, scripts["turnledger"],
+                                          notes["turnledger"])}
+        theirs = history  # the user keeps the conversation's messages (loaded once)
+        text = Text(turns + 7)
+        for r in range(runs):
+            replies = _pa_replies(turns + r, text, outputs)
+            question = f"Question {turns + r}: {text(200)}"
+            for side in PA_SIDES if r % 2 == 0 else PA_SIDES[::-1]:
+                scripts[side][:] = [m.model_copy() if hasattr(m, "model_copy") else m
+                                    for m in replies]
+                noted = notes[side]
+                for values in noted.values():
+                    values.clear()
+                given = theirs if side == "pydantic_ai" else ours.messages()
+                result = agents[side].run_sync(question, message_history=given)
+                if side == "pydantic_ai":
+                    theirs = result.all_messages()
+                times[side] += [noted["entered"][k + 1] - noted["left"][k]
+                                for k in range(LG_STEPS)]
+                cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
+                              for k in range(LG_STEPS)]
+                seen[side] = int(noted["seen"][-1])
+    wall = {side: statistics.median(times[side]) for side in PA_SIDES}
+    used = {side: statistics.median(cpu[side]) for side in PA_SIDES}
+    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
+            "pydantic_ai_ms": wall["pydantic_ai"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            "pydantic_ai_messages": seen["pydantic_ai"],
+            "turnledger_messages": seen["turnledger"],
+            "pydantic_ai_over_turnledger": wall["pydantic_ai"] / wall["turnledger"],
+            "pydantic_ai_cpu_ms": used["pydantic_ai"] * 1e3,
+            "turnledger_cpu_ms": used["turnledger"] * 1e3,
+            "cpu_pydantic_ai_over_turnledger": used["pydantic_ai"] / used["turnledger"],
+            "load_average": os.getloadavg()[0]}
+
+
+def run_pydantic_ai(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
+    rows = []
+    for backend, postgres in (("SQLite", None), ("PostgreSQL", args.postgres)):
+        if postgres is not None and args.no_postgres:
+            continue
+        savers = _Checkpointers(directory, postgres)
+        try:
+            for turns in sizes:
+                runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
+                rows.append(bench_pydantic_ai(savers, backend, turns, runs))
+        finally:
+            savers.close()
+    return rows
+
+
+def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        "pydantic-ai Agent, one agent step (the run's new messages saved, the next model "
+        "input trimmed); median wall ms (CPU ms of the process); ratio pydantic-ai JSON rows + "
+        "user trim / TurnledgerHistory; load: 1-min average after the row",
+        ["backend", "turns", "steps", "pydantic-ai ms", "turnledger ms", "pydantic-ai messages",
+         "turnledger messages", "ratio", "CPU ratio", "load"],
+        [[r["backend"], r["turns"], r["steps"],
+          f"{r['pydantic_ai_ms']:.2f} ({r['pydantic_ai_cpu_ms']:.1f})",
+          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
+          r["pydantic_ai_messages"], r["turnledger_messages"],
+          f"{r['pydantic_ai_over_turnledger']:.2f}x",
+          f"{r['cpu_pydantic_ai_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
+         for r in rows],
+    )
 
 
 async def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -433,12 +723,18 @@ def report(rows: Sequence[dict[str, Any]]) -> str:
 def report_langgraph(rows: Sequence[dict[str, Any]]) -> str:
     return _table(
         "LangGraph create_agent, one agent step (reply + tool result checkpointed/recorded, "
-        "next model input built); median ms; ratio LangGraph / turnledger",
-        ["backend", "turns", "steps", "LangGraph ms", "turnledger ms", "LangGraph messages",
-         "turnledger messages", "ratio"],
-        [[r["backend"], r["turns"], r["steps"], r["langgraph_ms"], r["turnledger_ms"],
-          r["langgraph_messages"], r["turnledger_messages"],
-          f"{r['langgraph_over_turnledger']:.2f}x"] for r in rows],
+        "next model input built); median wall ms (CPU ms of the process); ratio LangGraph / "
+        "turnledger; 'window': TurnledgerMiddleware(state_window=True); load: 1-min average "
+        "after the row",
+        ["backend", "turns", "steps", "LangGraph ms", "turnledger ms", "window ms",
+         "ratio", "ratio window", "CPU ratio", "CPU ratio window", "load"],
+        [[r["backend"], r["turns"], r["steps"],
+          f"{r['langgraph_ms']:.2f} ({r['langgraph_cpu_ms']:.1f})",
+          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
+          f"{r['window_ms']:.2f} ({r['window_cpu_ms']:.1f})",
+          f"{r['langgraph_over_turnledger']:.2f}x", f"{r['langgraph_over_window']:.2f}x",
+          f"{r['cpu_langgraph_over_turnledger']:.2f}x", f"{r['cpu_langgraph_over_window']:.2f}x",
+          f"{r['load_average']:.1f}"] for r in rows],
     )
 
 
@@ -462,6 +758,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if "langgraph" in parts:
             results["langgraph"] = run_langgraph(args, Path(tmp))
             print(report_langgraph(results["langgraph"]))
+        if "pydantic_ai" in parts:
+            results["pydantic_ai"] = run_pydantic_ai(args, Path(tmp))
+            print(report_pydantic_ai(results["pydantic_ai"]))
     partial = args.quick or set(parts) != set(PARTS)
     output = Path(tempfile.gettempdir()) / "agent_step.json" if partial else RESULTS
     output.parent.mkdir(parents=True, exist_ok=True)

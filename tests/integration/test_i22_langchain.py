@@ -206,9 +206,13 @@ def test_i22_middleware_records_a_run_that_a_tool_ends(tmp_path: Path) -> None:
         assert everything == _log(middleware.session_for({}))
 
 
-def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(tmp_path: Path) -> None:
+@pytest.mark.parametrize("state_window", [False, True])
+def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(
+    tmp_path: Path, state_window: bool
+) -> None:
     """A graph that lost the thread's messages (a new checkpointer) but kept its thread id is
-    refused with an error that says so; nothing more is recorded."""
+    refused with an error that says so (whole state, or ``state_window``); nothing more is
+    recorded."""
     from langchain.agents import create_agent
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
@@ -218,11 +222,13 @@ def test_i22_middleware_refuses_a_thread_whose_checkpoint_was_lost(tmp_path: Pat
 
     config: Any = {"configurable": {"thread_id": "lost"}}
     with open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
-        middleware = TurnledgerMiddleware(store)
+        middleware = TurnledgerMiddleware(store, state_window=state_window)
         agents = [create_agent(_scripted([AIMessage("hi")]), [], middleware=[middleware],
                                checkpointer=InMemorySaver()) for _ in range(2)]
         agents[0].invoke({"messages": [HumanMessage("hello")]}, config)
-        message = r"recorded 2 messages but only 1 were given.*checkpointer must keep the thread"
+        message = (r"do not hold the last one it recorded.*checkpointer must keep" if state_window
+                   else r"recorded 2 messages but only 1 were given.*checkpointer must keep the "
+                   "thread")
         with pytest.raises(TurnledgerError, match=message):
             agents[1].invoke({"messages": [HumanMessage("hello")]}, config)
         assert 2 == middleware.session_for(config).next_position
@@ -362,8 +368,10 @@ def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
 ) -> None:
     """The window of each model call is the last one plus the step's messages: each message
     is built as a LangChain message once per trimmer (the window equals a fresh conversion,
-    breadcrumb and tool messages included), and what is handed out is a copy, so a model or
-    middleware that edits its input in place does not change the next window."""
+    breadcrumb and tool messages included). A window message equal to one given is that very
+    object (as LangGraph hands the model its state's messages); any other is a copy, never the
+    trimmer's own, so a model or middleware that edits its input in place does not change the
+    next window."""
     need("langchain_core")
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
@@ -394,6 +402,9 @@ def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
             window = trimmer.window(messages)
             assert sum(built) <= 1 + 4 + 1  # the last answer, the step's, a new breadcrumb
             assert convert(trimmer.session_for().chat_view()) == window
+            assert all(a is b for a, b in zip(window[-4:], messages[-4:], strict=True))
+            if window[0].content == BREADCRUMB_TEXT:  # not the caller's: a copy
+                assert all(window[0] is not m for m in messages)
             window[-1].content.append({"type": "text", "text": "edited"})  # in place
             window[-3].tool_calls[0]["args"]["q"] = "edited"
             window[0].content = "edited"
@@ -401,3 +412,178 @@ def test_i22_trimmer_converts_each_window_message_once_and_hands_out_copies(
             trimmer.record(messages)
         assert BREADCRUMB_TEXT == trimmer.window(messages)[0].content
         assert convert(trimmer.session_for().chat_view()) == trimmer.window(messages)
+
+
+def _checkpoints_of_a_run(middleware: Any) -> int:
+    """How many checkpoints one run of three tool steps and an answer writes."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    model = _scripted([_call("c0"), _call("c1"), _call("c2"), AIMessage("done")])
+    agent = create_agent(model, [_lookup_tool()], middleware=[middleware], checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "counted"}}
+    agent.invoke({"messages": [HumanMessage("look three things up")]}, config)
+    return len(list(saver.list(config)))
+
+
+def test_i22_middleware_adds_one_checkpoint_a_run_not_one_a_step(tmp_path: Path) -> None:
+    """The middleware records the reply inside nodes the graph runs anyway (the tool step, or
+    the end of the run), not in a node of its own after each model call: a run of three tool
+    steps writes one checkpoint more than the same agent with a do-nothing middleware (the
+    end-of-run node), where an ``after_model`` node wrote five more (issue 22)."""
+    need("langchain")
+    from langchain.agents.middleware import wrap_model_call
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    @wrap_model_call
+    def passing(request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    with open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+        ours = _checkpoints_of_a_run(TurnledgerMiddleware(store))
+    assert _checkpoints_of_a_run(passing) + 1 == ours
+
+
+def test_i22_middleware_records_the_reply_before_its_tools_run(shared_target: Target) -> None:
+    """Each tool of a step (two at once here) finds the reply that called it at the end of the
+    log, recorded once, as the graph holds it; when the run ends the log equals the graph."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    config: Any = {"configurable": {"thread_id": "seen-by-tools"}}
+    seen: list[list[Any]] = []
+    with open_store(shared_target.url) as store:
+        middleware = TurnledgerMiddleware(store)
+
+        @tool
+        def lookup(q: str) -> str:
+            """Look a value up."""
+            seen.append(_log(middleware.session_for(config)))
+            return f"value of {q}"
+
+        model = _scripted([_call("c0", "c1"), _call("c2"), AIMessage("done")])
+        agent = create_agent(model, [lookup], middleware=[middleware],
+                             checkpointer=InMemorySaver())
+        everything = agent.invoke({"messages": [HumanMessage("look up")]}, config)["messages"]
+        assert 3 == len(seen)
+        assert [2, 2, 5] == [len(log) for log in seen]  # the tool results: at the next call
+        for log in seen:  # the reply that called the tool, once, as the graph holds it
+            assert log == everything[: len(log)]
+            assert isinstance(log[-1], AIMessage)
+            assert log[-1].tool_calls
+        assert everything == _log(middleware.session_for(config))
+
+
+def _step_child(target: Target, checkpoints: Path, *args: str) -> Any:
+    child = Path(__file__).with_name("langchain_step_child.py")
+    return subprocess.run([sys.executable, str(child), target.url, str(checkpoints), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("kept", ["all", "window"])
+def test_i22_middleware_step_killed_in_its_tool_resumes_whole(
+    shared_target: Target, tmp_path: Path, kept: str
+) -> None:
+    """A process killed while a tool runs (the graph checkpointed the reply) leaves the reply
+    in the log as in the graph; a new process resumes the run from the checkpoint and the log
+    equals the graph, the reply recorded once (the whole thread in the state, or the window:
+    ``state_window``)."""
+    need("langchain")
+    need("langgraph.checkpoint.sqlite")
+    flags = ("window",) if kept == "window" else ()
+    crashed = _step_child(shared_target, tmp_path / "checkpoints.db", "crash", *flags)
+    assert 17 == crashed.returncode, crashed.stderr
+    with open_store(shared_target.url) as store:
+        from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+        config: Any = {"configurable": {"thread_id": "crashed-step"}}
+        log = _log(TurnledgerMiddleware(store).session_for(config))
+        assert ["q-1", "reply-1"] == [m.id for m in log]
+    resumed = _step_child(shared_target, tmp_path / "checkpoints.db", "resume", *flags)
+    assert 0 == resumed.returncode, resumed.stderr
+    out = json.loads(resumed.stdout)
+    assert ["q-1", "reply-1", None, "reply-2"] == [
+        m["data"]["id"] if m["type"] != "tool" else None for m in out["log"]]
+    if kept == "all":
+        assert out["state"] == out["log"]
+    else:  # what the state holds is the log's, in its order, up to the last reply
+        where = [out["log"].index(m) for m in out["state"]]
+        assert where == sorted(where)
+        assert out["log"][-1] == out["state"][-1]
+
+
+def test_i22_state_window_keeps_the_window_in_the_graph_across_processes(
+    shared_target: Target, tmp_path: Path
+) -> None:
+    """With ``state_window``, four turns (a tool step each), each in a new process on the same
+    checkpointer and store: the graph state holds the model's last input and its reply, not
+    the thread; the log holds every message; each process finds what is new by id."""
+    need("langchain")
+    need("langgraph.checkpoint.sqlite")
+    outs = []
+    for turn in range(4):
+        done = _step_child(shared_target, tmp_path / "cp.db", "turn", str(turn), "window")
+        assert 0 == done.returncode, done.stderr
+        outs.append(json.loads(done.stdout))
+    last = outs[-1]
+    ids = [m["data"]["id"] if m["type"] != "tool" else m["data"]["tool_call_id"]
+           for m in last["log"]]
+    assert [x for t in range(4) for x in (f"q-{t}", f"call-{t}", f"c-{t}", f"answer-{t}")] == ids
+    assert [*last["inputs"][-1], last["log"][-1]] == last["state"]  # the window and the reply
+    assert BREADCRUMB_TEXT == last["state"][0]["data"]["content"]
+    assert last["state"][1:] == last["log"][-4:]
+    for out in outs:
+        assert len(out["state"]) <= 5  # never more than a breadcrumb and one turn
+
+
+def test_i22_state_window_shows_the_model_what_the_whole_state_would(tmp_path: Path) -> None:
+    """The same conversation (trims between the tool steps of a run included) through the
+    middleware with the whole thread in the graph state and with ``state_window`` (``invoke``
+    and ``ainvoke``): the model gets the same inputs and the logs are the same; with
+    ``state_window`` the state is the last input plus the reply, and a run writes no more
+    checkpoints."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    seen: dict[str, Any] = {}
+    for way in ("whole", "window", "window, async"):
+        window = way != "whole"
+        script = [m for n in range(4) for m in (_call(f"k{n}"), AIMessage(f"answer {n}"))]
+        loop = [_call("c0"), _call("c1", "c2"), *[_call(f"c{n}") for n in range(3, 7)]]
+        model = _scripted([*script, *loop, AIMessage("done")])
+        saver = InMemorySaver()
+        config: Any = {"configurable": {"thread_id": "both-ways"}}
+        with open_store(f"sqlite:///{tmp_path / f'{len(seen)}.db'}") as store:
+            middleware = TurnledgerMiddleware(
+                store, profile=RuntimeProfile(max_context_tokens=600), state_window=window)
+            agent = create_agent(model, [_lookup_tool()], middleware=[middleware],
+                                 checkpointer=saver)
+            for n in range(5):
+                question = f"question {n} {PADDING}" if n < 4 else "look everything up"
+                turn = {"messages": [HumanMessage(question, id=f"q{n}")]}
+                state = (asyncio.run(agent.ainvoke(turn, config)) if "async" in way
+                         else agent.invoke(turn, config))
+            log = _log(middleware.session_for(config))
+            seen[way] = ([_no_ids(i) for i in model.inputs], _no_ids(log),
+                            len(list(saver.list(config))))
+            if window:
+                assert [*model.inputs[-1], log[-1]] == state["messages"]
+            else:
+                assert log == state["messages"]
+    assert seen["whole"] == seen["window"] == seen["window, async"]
+    assert BREADCRUMB_TEXT == seen["window"][0][-1][0]["content"]  # trimmed: it is a window
+
+
+def _no_ids(messages: list[Any]) -> list[dict[str, Any]]:
+    """The messages without their ids (the graph gives tool results random ones)."""
+    return [{"class": type(m).__name__, **m.model_dump(exclude={"id"})} for m in messages]

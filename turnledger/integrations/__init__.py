@@ -13,12 +13,18 @@ see"), and its own sessions never refuse one because another worker wrote first;
 that records something runs through `retrying`: after a `ConcurrencyConflict` (nothing of the
 call was stored, the session reloads itself) it is decided again on the newer state, backing
 off, until it lands or the budget is spent (ADR-0065).
+
+`SessionsByName` is what the integration objects that open their own sessions share (the
+store, how a session is started, the conflict budget, the summarizer of their windows, and the
+sessions opened so far, one per framework name): the Agents SDK session, the LangChain trimmer
+(and so the ``create_agent`` middleware) and the ADK callback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import ParamSpec, TypeVar
@@ -26,12 +32,16 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import AppendRefused, ConcurrencyConflict, SessionNotFound
+from turnledger.domain.messages import ChatMessage
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 __all__ = [
     "CONFLICT_BUDGET_SECONDS",
+    "SessionsByName",
     "conflict_budget",
+    "fit_window",
     "off_loop",
     "open_session",
     "retrying",
@@ -85,6 +95,14 @@ def open_session(
         except ConcurrencyConflict:
             continue  # another process started it first: restore theirs
     return store.restore(uuid)
+
+
+def fit_window(session: Session, summarizer: Summarizer | None) -> list[ChatMessage]:
+    """The window an integration hands its framework's model: `Session.fit_window`, with the
+    integration's ``summarizer`` when it was given one (issue 24), else the session's own."""
+    if summarizer is None:
+        return session.fit_window()
+    return session.fit_window(summarizer=summarizer)
 
 
 def conflict_budget(seconds: float) -> float:
@@ -141,3 +159,52 @@ def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
             f"{gave_up()}: other writers of this conversation recorded first each time, and "
             f"nothing of this call was recorded; last: {error}"
         ) from error
+
+
+class SessionsByName:
+    """The part every integration object that opens its own sessions holds (not a framework
+    type): ``store``; how a session it serves is opened (`open_session`: restored, or started
+    with ``profile``, ``providers`` and ``route``); ``session_id``, the one conversation it
+    serves when given (None: the framework's name of each call decides); the conflict budget
+    of its writes (`conflict_budget`, checked here); its ``summarizer`` (`as_summarizer`,
+    checked here; issue 24); and the sessions opened so far, one per name, each opened once
+    at its first use (`_session_named`, thread-safe).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        profile: RuntimeProfile | None = None,
+        providers: Sequence[ProviderProfile] = (),
+        route: Route | None = None,
+        session_id: str | None = None,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
+    ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.summarizer = as_summarizer(summarizer)
+        self._budget = conflict_budget(conflict_budget_seconds)
+        self._options = (profile, tuple(providers), route)
+        self._sessions: dict[str, Session] = {}
+        # Reentrant: a subclass may hold it around `_session_named` (and its own caches).
+        self._lock = threading.RLock()
+
+    def _session_named(self, name: str) -> Session:
+        """The turnledger session of the framework's ``name`` (`session_uuid`), opened once."""
+        with self._lock:
+            session = self._sessions.get(name)
+            if session is None:
+                profile, providers, route = self._options
+                session = self._sessions[name] = open_session(
+                    self.store, name, profile=profile, providers=providers, route=route)
+            return session
+
+    def _window(self, session: Session) -> list[ChatMessage]:
+        """The window for the framework's model (`fit_window` with this object's summarizer)."""
+        return fit_window(session, self.summarizer)
+
+    def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
+        """``write()`` under this object's conflict budget (`retrying`), named by ``what``."""
+        return retrying(write, f"{what} of session {session.id}", self._budget)

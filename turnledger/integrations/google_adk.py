@@ -39,10 +39,9 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from turnledger.domain.blocks import (
     ContentBlock,
@@ -67,14 +66,9 @@ from turnledger.domain.messages import (
     from_chat_messages,
     to_chat_messages,
 )
-from turnledger.integrations import (
-    CONFLICT_BUDGET_SECONDS,
-    conflict_budget,
-    off_loop,
-    open_session,
-    retrying,
-)
+from turnledger.integrations import CONFLICT_BUDGET_SECONDS, SessionsByName, off_loop
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 try:
     from google.adk.agents.callback_context import CallbackContext
@@ -90,7 +84,6 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 __all__ = ["TurnledgerCallback", "from_genai", "to_genai"]
 
 Json = dict[str, Any]
-R = TypeVar("R")
 _KEY = "google_adk"
 _OPAQUE_PARTS = ("inline_data", "file_data", "executable_code", "code_execution_result")
 _SYNTHETIC = "synthetic_id"  # a call id turnledger gave: the content had none
@@ -423,12 +416,15 @@ def _new_contents(
     return 0
 
 
-class TurnledgerCallback:
+class TurnledgerCallback(SessionsByName):
     """An ADK ``before_model_callback`` keeping the agent's history in turnledger (module doc).
 
     Sessions start with ``profile``, ``providers`` and ``route``. After a lost race with another
     writer, what is new is judged again on the newer state, for at most
     ``conflict_budget_seconds`` (default 30; 0: once), then `ConcurrencyConflict` (ADR-0065).
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): each window shows the turns
+    a token-budget trim drops as its summary in place of the breadcrumb (`TurnsSummarized`;
+    when it fails, the plain trim and `SummaryRefused`).
     """
 
     def __init__(
@@ -440,34 +436,26 @@ class TurnledgerCallback:
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.store = store
-        self.session_id = session_id
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self._options = (profile, tuple(providers), route)
-        self._sessions: dict[str, Session] = {}
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
         # ADK session name -> (how many of its contents are recorded, the last one's JSON):
         # what tells this object's new contents from those it recorded (`_new_contents`).
         self._seen: dict[str | None, tuple[int, Json]] = {}
-        self._lock = threading.Lock()
 
     def session_for(self, name: str | None = None) -> Session:
         """The turnledger session of the ADK session ``name`` (or of ``session_id``)."""
         name = self.session_id or name
         if not name:
             raise TurnledgerError("TurnledgerCallback needs a session_id or an ADK session")
-        with self._lock:
-            if name not in self._sessions:
-                profile, providers, route = self._options
-                self._sessions[name] = open_session(
-                    self.store, name, profile=profile, providers=providers, route=route)
-            return self._sessions[name]
+        return self._session_named(name)
 
     def contents(self, name: str | None = None) -> list[types.Content]:
         """The window now, as genai contents (the trims it takes are recorded)."""
         session = self.session_for(name)
-        window = self._retrying(session, "contents", session.fit_window)
-        return to_genai(window)
+        return to_genai(self._retrying(session, "contents", lambda: self._window(session)))
 
     def window(
         self, contents: Sequence[types.Content], name: str | None = None
@@ -491,7 +479,7 @@ class TurnledgerCallback:
             session.extend(new)
         if contents:  # recorded now: a retry of the trim below must not record them again
             self._seen[name] = (len(contents), _dump(contents[-1]))
-        return to_genai(session.fit_window())
+        return to_genai(self._window(session))
 
     def record_reply(self, content: types.Content, name: str | None = None) -> None:
         """Record a model reply as it arrives (so the log has the run's last answer).
@@ -511,9 +499,6 @@ class TurnledgerCallback:
         self._retrying(session, "the reply callback", write)
         seen = self._seen.get(name)  # ADK appends the reply to this session's contents
         self._seen[name] = ((seen[0] if seen else 0) + 1, _dump(content))
-
-    def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
-        return retrying(write, f"{what} of session {session.id}", self._budget)
 
     async def __call__(
         self, callback_context: CallbackContext, llm_request: LlmRequest

@@ -41,16 +41,20 @@ from typing import Any, TypeVar
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage, TurnledgerError
+from turnledger.domain.events import MessageAppended
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
+    SessionsByName,
     conflict_budget,
+    fit_window,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -203,6 +207,10 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     A call that loses a race to another writer of the session is decided again on the newer
     state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
     `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
+
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): ``messages`` shows the turns
+    a token-budget trim drops as its summary in place of the breadcrumb (`TurnsSummarized`; on
+    failure the plain trim, `SummaryRefused`). None: the session's own `Session.summarizer`.
     """
 
     def __init__(
@@ -210,8 +218,10 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         session: Session | Callable[[], Session],
         *,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self._budget = conflict_budget(conflict_budget_seconds)
+        self.summarizer = as_summarizer(summarizer)
         if isinstance(session, Session):
             self._session: Session | None = session
             self._open: Callable[[], Session] | None = None
@@ -232,6 +242,7 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> TurnledgerChatMessageHistory:
         """The history of the conversation named ``session_id`` (`session_uuid`), opened at
         its first use (restored, or started with ``profile``, ``providers`` and ``route``):
@@ -244,7 +255,8 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
             return open_session(store, str(session_id), profile=profile, providers=frozen,
                                 route=route)
 
-        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds)
+        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds,
+                   summarizer=summarizer)
 
     @property
     def session(self) -> Session:
@@ -260,7 +272,9 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """What the model should see now; the trims this takes are recorded (fit_window)."""
         session = self.session
-        return to_langchain_messages(self._retrying(session, "messages", session.fit_window))
+        window = self._retrying(
+            session, "messages", lambda: fit_window(session, self.summarizer))
+        return to_langchain_messages(window)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Record ``messages`` in one transaction (`Session.extend`)."""
@@ -293,22 +307,40 @@ def history_factory(
     providers: Sequence[ProviderProfile] = (),
     route: Route | None = None,
     conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+    summarizer: Summarizer | SummaryFunction | None = None,
 ) -> Callable[[str], TurnledgerChatMessageHistory]:
     """A ``get_session_history`` for ``RunnableWithMessageHistory``: ``session_id`` → its
-    `TurnledgerChatMessageHistory.lazy` history, so the factory never blocks the event loop
-    (LangChain calls it synchronously, in ``ainvoke`` too)."""
+    `TurnledgerChatMessageHistory.lazy` history (with ``summarizer``), so the factory never
+    blocks the event loop (LangChain calls it synchronously, in ``ainvoke`` too)."""
     conflict_budget(conflict_budget_seconds)  # a bad budget is refused here, not at first use
+    summarizer = as_summarizer(summarizer)  # and a summarizer that is not callable
 
     def get_session_history(session_id: str) -> TurnledgerChatMessageHistory:
         return TurnledgerChatMessageHistory.lazy(
             store, session_id, profile=profile, providers=providers, route=route,
-            conflict_budget_seconds=conflict_budget_seconds,
+            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
         )
 
     return get_session_history
 
 
-class TurnledgerTrimmer:
+def _last_recorded_id(session: Session, recorded: int) -> str | None:
+    """The LangChain id of the message ``session`` recorded last (at ``recorded - 1``), read
+    from the newest events back (the views may not show it: a tool call waiting for its
+    results is held back)."""
+    version, back = session.version, 16
+    while True:
+        events = session.events(after_version=max(0, version - back))
+        for event in reversed(events):
+            if isinstance(event, MessageAppended) and event.position == recorded - 1:
+                last: str | None = to_openai_chat([event.message])[-1].get(_KEY, {}).get("id")
+                return last
+        if back >= version:
+            return None
+        back *= 4
+
+
+class TurnledgerTrimmer(SessionsByName):
     """Records a conversation's LangChain messages and answers the whole-turn window.
 
     One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``,
@@ -317,7 +349,9 @@ class TurnledgerTrimmer:
     graph's ``messages``): those not recorded yet are recorded in one transaction, then the
     trims a request would make are decided and recorded, and the window is returned. After a
     lost race with another writer of the thread, what is new is judged again on the newer state
-    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`).
+    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`). ``summarizer``:
+    each window shows the turns a token-budget trim drops as its summary (issue 24, as
+    `TurnledgerChatMessageHistory`).
     """
 
     def __init__(
@@ -329,16 +363,21 @@ class TurnledgerTrimmer:
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.store = store
-        self.session_id = session_id
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self._options = (profile, tuple(providers), route)
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
+        # One writer at a time per session in this object: what is new is judged and recorded
+        # under it, so calls at once (a step's parallel tool calls) record a message once.
+        self._writing: dict[str, threading.Lock] = {}
+        # For ``after_last``: each session's last recorded message's id, and the log position
+        # it was recorded at (another writer moved the log on when that differs).
+        self._last_ids: dict[str, tuple[int, str | None]] = {}
         # Each window message's LangChain message, built once (turnledger messages are
-        # immutable values); these never leave the object: what is handed out is a copy
-        # (`_fresh_message`), so a model or middleware that edits its input edits only its own.
+        # immutable values); these never leave the object: what is handed out is the caller's
+        # own equal message or a copy (`_fresh_message`), so a model or middleware that edits
+        # its input never edits the next window.
         self._converted: dict[ChatMessage, BaseMessage] = {}
 
     def session_for(self, config: RunnableConfig | None = None) -> Session:
@@ -347,31 +386,45 @@ class TurnledgerTrimmer:
         if not name:
             raise TurnledgerError("TurnledgerTrimmer needs a session_id or a thread_id in "
                                   "config['configurable']")
+        session = self._session_named(str(name))
         with self._lock:
-            if name not in self._sessions:
-                profile, providers, route = self._options
-                self._sessions[name] = open_session(
-                    self.store, str(name), profile=profile, providers=providers, route=route
-                )
-            return self._sessions[name]
+            self._writing.setdefault(session.id, threading.Lock())
+        return session
 
     def window(
-        self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        after_last: bool = False,
     ) -> list[BaseMessage]:
-        """Record what is new in ``messages`` and return the window the model should see."""
+        """Record what is new in ``messages`` and return the window the model should see.
+
+        ``messages`` is the whole conversation so far; with ``after_last``, any list that holds
+        the last message recorded (found by its id) and what came after it, such as the last
+        window plus the step's messages: what follows that message is new."""
         session = self.session_for(config)
 
         def record_and_fit() -> list[ChatMessage]:
-            self._record_new(session, messages)
-            return session.fit_window()
+            with self._writing[session.id]:
+                self._record_new(session, messages, after_last)
+                return self._window(session)
 
-        chat = retrying(record_and_fit, f"the trimming step of session {session.id}",
-                        self._budget)
-        return self._langchain_of(chat)
+        chat = self._retrying(session, "the trimming step", record_and_fit)
+        return self._langchain_of(chat, messages)
 
-    def _langchain_of(self, chat: Sequence[ChatMessage]) -> list[BaseMessage]:
+    def _langchain_of(
+        self, chat: Sequence[ChatMessage], given: Sequence[BaseMessage] = ()
+    ) -> list[BaseMessage]:
         """`to_langchain_messages` of a window, each message converted once per trimmer (a
-        step's window is the last one plus the step's messages), handed out as copies."""
+        step's window is the last one plus the step's messages). A window message equal to a
+        message of ``given`` (the graph state's, found by id) is handed out as that very
+        object, as a graph without turnledger hands the model its state's messages; any other
+        (the breadcrumb, a truncated tool result) as a copy of the cached one."""
+        # The window is whole turns from the end of the conversation: its messages are among
+        # the last ones given (a miss only costs a copy).
+        tail = given[len(given) - min(len(given), 2 * len(chat) + 8):]
+        by_id = {m.id: m for m in tail if m.id}
         with self._lock:
             cache = self._converted
             if len(cache) > 2 * len(chat) + 256:
@@ -385,32 +438,85 @@ class TurnledgerTrimmer:
                         out.extend(one)
                         continue
                     converted = cache[message] = one[0]
-                out.append(_fresh_message(converted))
+                same = by_id.get(converted.id) if converted.id else None
+                out.append(same if same is not None and same == converted
+                           else _fresh_message(converted))
             return out
 
-    def record(self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None) -> int:
-        """Record what is new in ``messages`` (the whole conversation so far), in one
-        transaction, and trim nothing: after the model's reply, so the log holds the last
-        message when a loop ends. Returns how many messages were new."""
+    def record(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        after_last: bool = False,
+    ) -> int:
+        """Record what is new in ``messages`` (the whole conversation so far, or with
+        ``after_last`` as `window` takes it), in one transaction, and trim nothing: after the
+        model's reply, so the log holds the last message when a loop ends. Returns how many
+        messages were new."""
         session = self.session_for(config)
-        return retrying(lambda: self._record_new(session, messages),
-                        f"recording the messages of session {session.id}", self._budget)
 
-    def _record_new(self, session: Session, messages: Sequence[BaseMessage]) -> int:
+        def record_new() -> int:
+            with self._writing[session.id]:
+                return self._record_new(session, messages, after_last)
+
+        return self._retrying(session, "recording the messages", record_new)
+
+    def _record_new(
+        self, session: Session, messages: Sequence[BaseMessage], after_last: bool = False
+    ) -> int:
         # What is new is judged on each attempt: after a conflict, another writer may have
         # recorded some of these very messages.
         recorded = session.next_position
-        if len(messages) < recorded:
+        if after_last:
+            new = self._after_last(session, messages, recorded)
+        elif len(messages) < recorded:
             raise TurnledgerError(
                 f"session {session.id} recorded {recorded} messages but only {len(messages)} "
                 "were given: give the whole conversation, in order (in a LangGraph agent, its "
                 "checkpointer must keep the thread's messages; a new conversation needs a new "
                 "thread id)"
             )
-        new = messages[recorded:]
+        else:
+            new = messages[recorded:]
         if new:
             session.extend(from_langchain_messages(new))
+            if after_last:
+                self._last_ids[session.id] = (session.next_position, new[-1].id)
         return len(new)
+
+    def last_recorded_id(self, config: RunnableConfig | None = None) -> str | None:
+        """The LangChain id of the message the thread's session recorded last (None when it
+        recorded none)."""
+        session = self.session_for(config)
+        return self._last_of(session, session.next_position)
+
+    def _last_of(self, session: Session, recorded: int) -> str | None:
+        noted = self._last_ids.get(session.id)
+        if noted is not None and noted[0] == recorded:
+            return noted[1]
+        # First use here, or another writer moved the log on: ask the log.
+        last = _last_recorded_id(session, recorded) if recorded else None
+        self._last_ids[session.id] = (recorded, last)
+        return last
+
+    def _after_last(
+        self, session: Session, messages: Sequence[BaseMessage], recorded: int
+    ) -> Sequence[BaseMessage]:
+        """The messages after the last one ``session`` recorded, found by id."""
+        if recorded == 0:
+            return messages
+        last = self._last_of(session, recorded)
+        if last is not None:
+            for i in range(len(messages) - 1, -1, -1):
+                if messages[i].id == last:
+                    return messages[i + 1:]
+        raise TurnledgerError(
+            f"session {session.id}: the messages given do not hold the last one it recorded "
+            f"(id {last!r}): give the last window and what came after it (in a LangGraph "
+            "agent, its checkpointer must keep the thread's state; a new conversation needs a "
+            "new thread id)"
+        )
 
     def invoke(self, value: Any, config: RunnableConfig | None = None) -> Any:
         """A graph state (``{"messages": [...]}``) → ``{"llm_input_messages": window}``; a

@@ -9,9 +9,11 @@ Needs ``pip install 'turnledger[langchain]'`` (the ``langchain`` package, 1.x).
   message, tool results) are recorded in one transaction, the trims a request would make are
   decided and recorded (whole turns by tokens and by turn limit, the breadcrumb, tool pairs
   kept, R27), and the model is called on that window; the graph state keeps every message;
-- after every model call (``after_model``) the reply is recorded as it landed in the graph state,
-  and once more at the end of the run (``after_agent``: a tool that returns directly ends the
-  run without a model call), so the log holds every message when the run ends (ADR-0079).
+- the reply is recorded as it landed in the graph state, in nodes the graph runs anyway (no
+  node, so no checkpoint, of the middleware's own per step): before the step's tools run
+  (``wrap_tool_call``: the first of a step's tool calls records it, once) and at the end of the
+  run (``after_agent``: a reply without tool calls, or a tool that returns directly), so the
+  log holds every message when the run ends (ADR-0079, ADR-0090).
 
 One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``, named by
 `session_uuid`), or the one ``session_id`` given; the same rules as `TurnledgerTrimmer`, which
@@ -30,6 +32,7 @@ from turnledger.domain.errors import TurnledgerError
 from turnledger.integrations import CONFLICT_BUDGET_SECONDS, off_loop
 from turnledger.integrations.langchain import TurnledgerTrimmer
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 try:
     from langchain.agents.middleware import (
@@ -38,10 +41,14 @@ try:
         ModelRequest,
         ModelResponse,
     )
-    from langchain_core.messages import AnyMessage, BaseMessage
+    from langchain.agents.middleware.types import ExtendedModelResponse
+    from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.config import get_config
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
+    from langgraph.types import Command
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "turnledger.integrations.langchain_agents needs langchain 1.x: "
@@ -52,6 +59,10 @@ __all__ = ["TurnledgerMiddleware"]
 
 Handler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+ModelCallResult = ModelResponse[Any] | ExtendedModelResponse[Any]
+ToolResult = ToolMessage | Command[Any]
+ToolHandler = Callable[[ToolCallRequest], ToolResult]
+AsyncToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 
 
 def _config() -> RunnableConfig:
@@ -59,6 +70,11 @@ def _config() -> RunnableConfig:
         return get_config()
     except RuntimeError:  # outside a graph run: no thread id, only session_id can name it
         return {}
+
+
+def _tool_config(request: ToolCallRequest) -> RunnableConfig:
+    config: RunnableConfig | None = getattr(request.runtime, "config", None)
+    return _config() if config is None else config
 
 
 def _messages(state: Any) -> Sequence[BaseMessage]:
@@ -82,6 +98,15 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     call that loses a race to another writer of the thread is decided again on the newer state
     (within ``conflict_budget_seconds``, ADR-0065). Raises `TurnledgerError` when the state
     holds fewer messages than the thread's session recorded (the graph lost its checkpoint).
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): before each model call the
+    turns a token-budget trim drops are shown as its summary in place of the breadcrumb
+    (`TurnsSummarized`; when it fails, the plain trim and `SummaryRefused`).
+
+    ``state_window=True`` (opt-in): after each model call the graph state's ``messages`` are
+    the window the model saw plus its reply, not the whole thread (the log keeps every message:
+    read it from the session), so the checkpointer stores and reads the window at each step
+    instead of the whole thread. What is new is then what follows the last recorded message in
+    the state, found by id (ADR-0090).
     """
 
     def __init__(
@@ -93,11 +118,14 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         route: Route | None = None,
         session_id: str | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
+        state_window: bool = False,
     ) -> None:
         super().__init__()
+        self.state_window = bool(state_window)
         self.trimmer = TurnledgerTrimmer(
             store, profile=profile, providers=providers, route=route, session_id=session_id,
-            conflict_budget_seconds=conflict_budget_seconds,
+            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
         )
 
     @property
@@ -110,37 +138,68 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # -- before each model call: record what is new, trim, call the model on the window --
 
-    def wrap_model_call(self, request: ModelRequest[Any], handler: Handler) -> ModelResponse[Any]:
-        window = self.trimmer.window(_messages(request.state), _config())
-        return handler(request.override(messages=_any(window)))
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Handler) -> ModelCallResult:
+        messages, config = _messages(request.state), _config()
+        window = self.trimmer.window(messages, config, after_last=self.state_window)
+        response = handler(request.override(messages=_any(window)))
+        return self._keep(window, messages, config, response)
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncHandler
-    ) -> ModelResponse[Any]:
-        config = _config()
-        window = await off_loop(self.trimmer.window, _messages(request.state), config)
-        return await handler(request.override(messages=_any(window)))
+    ) -> ModelCallResult:
+        messages, config = _messages(request.state), _config()
+        window = await off_loop(self.trimmer.window, messages, config,
+                                after_last=self.state_window)
+        response = await handler(request.override(messages=_any(window)))
+        if not self.state_window:
+            return response
+        return await off_loop(self._keep, window, messages, config, response)
 
-    # -- after each model call and at the end of the run: record the reply as the state has it --
+    def _keep(
+        self,
+        window: list[BaseMessage],
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig,
+        response: ModelResponse[Any],
+    ) -> ModelCallResult:
+        """The response; with ``state_window``, with the state's messages replaced by the
+        window and the reply (applied after the model node's own update, which adds the
+        reply: so the reply comes once, after the window). The last message recorded stays
+        in the state even when the window leaves it out (a tool step swept as an orphan on
+        restore, R36): what is new next time is what follows it."""
+        if not self.state_window:
+            return response
+        held: list[BaseMessage] = []
+        last = self.trimmer.last_recorded_id(config)
+        if last is not None and all(m.id != last for m in window):
+            held = [m for m in messages if m.id == last][-1:]
+        kept = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *window, *held, *response.result]
+        return ExtendedModelResponse(model_response=response,
+                                     command=Command(update={"messages": kept}))
 
-    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.trimmer.record(_messages(state), _config())
-        return None
+    # -- after each model call, before its tools run, and at the end of the run: record what
+    # -- the state holds that the log does not (the reply), in nodes the graph runs anyway --
 
-    async def aafter_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        config = _config()
-        await off_loop(self.trimmer.record, _messages(state), config)
-        return None
+    def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolResult:
+        self.trimmer.record(_messages(request.state), _tool_config(request),
+                            after_last=self.state_window)
+        return handler(request)
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: AsyncToolHandler
+    ) -> ToolResult:
+        await off_loop(self.trimmer.record, _messages(request.state), _tool_config(request),
+                       after_last=self.state_window)
+        return await handler(request)
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.trimmer.record(_messages(state), _config())
+        self.trimmer.record(_messages(state), _config(), after_last=self.state_window)
         return None
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         config = _config()
-        await off_loop(self.trimmer.record, _messages(state), config)
+        await off_loop(self.trimmer.record, _messages(state), config,
+                       after_last=self.state_window)
         return None

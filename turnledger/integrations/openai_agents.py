@@ -11,7 +11,8 @@ keeps its history in a turnledger store:
 - ``get_items`` returns what the model should see: the trims a request would make are decided
   and recorded (turn limit, token budget, orphan sweep: `Session.fit_window`), then the kept
   whole turns come back as the items that were added — reasoning items, function calls and
-  their outputs untouched — after a breadcrumb user message when older turns were cut. ``limit``
+  their outputs untouched — after a breadcrumb user message when older turns were cut (or,
+  with a ``summarizer``, the summary of those turns in its place, issue 24). ``limit``
   keeps the SDK's meaning: the newest ``limit`` items of that list (``0``: none; negative or
   None: all, unless ``session_settings.limit`` says otherwise);
 - ``pop_item`` and ``clear_session`` are recorded (`MessagePopped`, `HistoryCleared`); the log
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -52,6 +52,7 @@ from turnledger.domain.errors import (
 )
 from turnledger.domain.messages import (
     BREADCRUMB_TEXT,
+    SUMMARY_PREFIX,
     ChatMessage,
     ConversationMessage,
     is_breadcrumb,
@@ -64,12 +65,13 @@ from turnledger.domain.providers import (
 )
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
-    conflict_budget,
+    SessionsByName,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction
 
 __all__ = [
     "InvalidSessionSettings",
@@ -82,7 +84,14 @@ __all__ = [
 Item = dict[str, Any]
 R = TypeVar("R")
 
-_BREADCRUMB_ITEM: Item = {"role": "user", "content": BREADCRUMB_TEXT}
+
+
+def _opens_window(item: Item) -> bool:
+    """The breadcrumb's item, or that of the summary shown in its place (issue 24)."""
+    content = item.get("content")
+    return (item.keys() == {"role", "content"} and item["role"] == "user"
+            and isinstance(content, str)
+            and (content == BREADCRUMB_TEXT or content.startswith(SUMMARY_PREFIX)))
 
 
 class _Closed:
@@ -196,7 +205,7 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-class TurnledgerSession:
+class TurnledgerSession(SessionsByName):
     """The OpenAI Agents SDK ``Session`` protocol over a turnledger session (module doc).
 
     ``TurnledgerSession("user-42", store)`` names its conversation like the SDK's own sessions
@@ -213,6 +222,12 @@ class TurnledgerSession:
     ``conflict_budget_seconds`` (default 30; 0: once), then raises `ConcurrencyConflict`
     saying so; nothing of a call that raised is recorded (ADR-0065).
 
+    ``summarizer`` (a `Summarizer` or a bare callable, `as_summarizer`; issue 24): every
+    window this object builds (``get_items`` and the filter between tool steps) shows the
+    turns a token-budget trim drops as its summary in place of the breadcrumb, recorded
+    (`TurnsSummarized`); when it fails the plain trim is recorded (`SummaryRefused`) and the
+    window still comes back. None: the turnledger session's own `Session.summarizer`.
+
     `close` ends this object, as ``SQLiteSession.close`` does (the store stays open: it is the
     caller's); any use after it raises `SessionClosed`.
     """
@@ -227,15 +242,14 @@ class TurnledgerSession:
         route: Route | None = None,
         session_settings: Any = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        self.session_id = session_id
+        super().__init__(store, profile=profile, providers=providers, route=route,
+                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         summarizer=summarizer)
+        self.session_id: str = session_id
         self.session_settings = _session_settings(session_id, session_settings)
-        self.store = store
-        self._options = (profile, tuple(providers), route)
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self._session: Session | None = None
         self._closed = False
-        self._lock = threading.Lock()
         # Each window message's items, converted once (messages are immutable values); these
         # dicts never leave the object: what is handed out is a copy (`_fresh`).
         self._converted: dict[ChatMessage, list[Item]] = {}
@@ -247,13 +261,7 @@ class TurnledgerSession:
         Raises `SessionClosed` after `close`."""
         with self._lock:
             self._check_open()
-            if self._session is None:
-                profile, providers, route = self._options
-                self._session = open_session(
-                    self.store, self.session_id, profile=profile, providers=providers,
-                    route=route,
-                )
-            return self._session
+            return self._session_named(self.session_id)
 
     def close(self) -> _Closed:
         """End this object (idempotent); the store and the recorded history stay.
@@ -262,7 +270,7 @@ class TurnledgerSession:
         SDK's async sessions' ``close`` is. Any later call raises `SessionClosed`."""
         with self._lock:
             self._closed = True
-            self._session = None
+            self._sessions.clear()
         return _Closed()
 
     def _check_open(self) -> None:
@@ -325,7 +333,7 @@ class TurnledgerSession:
         `TurnledgerError` when ``items`` does not contain this conversation's newest items
         (another conversation's input, or history edited): nothing is recorded then."""
         given = [item if type(item) is dict else plain(item) for item in items]
-        return self._retrying("call_model_input_filter", lambda: self._record_new(given))
+        return self._writing("call_model_input_filter", lambda: self._record_new(given))
 
     def _record_new(self, given: list[Item]) -> list[Item]:
         # Judged on each attempt: after a conflict another writer may have recorded them.
@@ -334,7 +342,8 @@ class TurnledgerSession:
         new = _unrecorded(given, view, self._items_of(view), self.session_id)
         if new:
             session.extend(from_responses_items(new))
-        return [_fresh(item) for chunk in self._items_of(session.fit_window()) for item in chunk]
+        window = self._window(session)
+        return [_fresh(item) for chunk in self._items_of(window) for item in chunk]
 
     def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
         """The items of each of ``messages`` (shared: copy what leaves the object)."""
@@ -353,24 +362,24 @@ class TurnledgerSession:
 
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
-        window = self._retrying("get_items", lambda: self.session.fit_window())
+        window = self._writing("get_items", lambda: self._window(self.session))
         return [_fresh(item) for item in _newest_items(self._items_of(window), limit)]
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
         messages = from_responses_items(items)  # converted once: a retry only records again
-        self._retrying("add_items", lambda: self.session.extend(messages))
+        self._writing("add_items", lambda: self.session.extend(messages))
 
     def pop(self) -> Item | None:
         """Blocking `pop_item`."""
-        popped = self._retrying("pop_item", lambda: self.session.pop())
+        popped = self._writing("pop_item", lambda: self.session.pop())
         return None if popped is None else _to_item(popped)
 
     def clear(self) -> None:
         """Blocking `clear_session`."""
-        self._retrying("clear_session", lambda: self.session.clear())
+        self._writing("clear_session", lambda: self.session.clear())
 
-    def _retrying(self, what: str, write: Callable[[], R]) -> R:
+    def _writing(self, what: str, write: Callable[[], R]) -> R:
         return retrying(write, f"{what} of session {self.session_id!r}", self._budget)
 
 
@@ -379,10 +388,11 @@ def _unrecorded(
 ) -> list[Item]:
     """The items of ``given`` after the newest recorded ones (ADR-0077).
 
-    The recorded items are the view's after its breadcrumb. ``given`` holds them at its end
-    (before what is new) in one of two forms: whole, after older items the view has trimmed
-    since the SDK read them; or, when the SDK read the newest ``limit`` items only, as a
-    suffix of them that is all of ``given`` before what is new (after a leading breadcrumb).
+    The recorded items are the view's after its breadcrumb (or summary). ``given`` holds them
+    at its end (before what is new) in one of two forms: whole, after older items the view has
+    trimmed since the SDK read them; or, when the SDK read the newest ``limit`` items only, as
+    a suffix of them that is all of ``given`` before what is new (after a leading breadcrumb
+    or summary).
     The shortest unrecorded tail wins, so with the SDK's session saves (nothing new) one
     comparison decides. An empty view: everything is new. ``items``: those of each message of
     ``view``."""
@@ -390,7 +400,7 @@ def _unrecorded(
     recorded = [item for chunk in items[start:] for item in chunk]
     if not recorded:
         return given
-    body = given[1:] if given and given[0] == _BREADCRUMB_ITEM else given
+    body = given[1:] if given and _opens_window(given[0]) else given
     size = len(recorded)
     for end in range(len(body), 0, -1):
         overlap = min(end, size)

@@ -64,11 +64,13 @@ from turnledger.domain.messages import (
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
     conflict_budget,
+    fit_window,
     off_loop,
     open_session,
     retrying,
 )
 from turnledger.store.session import Session, Store
+from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 try:
     from pydantic_ai.capabilities import AbstractCapability
@@ -428,13 +430,23 @@ class TurnledgerHistory(AbstractCapability[Any]):
     A write that loses a race to another writer of the session is decided again on the newer
     state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
     `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
+
+    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): every window (before each
+    model request, and `messages`) shows the turns a token-budget trim drops as its summary
+    in place of the breadcrumb (`TurnsSummarized`; when it fails, the plain trim and
+    `SummaryRefused`). None: the session's own `Session.summarizer`.
     """
 
     def __init__(
-        self, session: Session, *, conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS
+        self,
+        session: Session,
+        *,
+        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
         self.session = session
         self._budget = conflict_budget(conflict_budget_seconds)
+        self.summarizer = as_summarizer(summarizer)
         self._recorded: dict[str, int] = {}  # run id -> how many of its messages are recorded
         self._lock = threading.Lock()
 
@@ -448,11 +460,14 @@ class TurnledgerHistory(AbstractCapability[Any]):
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
+        summarizer: Summarizer | SummaryFunction | None = None,
     ) -> TurnledgerHistory:
         """The history of the conversation ``session_id`` (`open_session`: I/O)."""
+        summarizer = as_summarizer(summarizer)  # refused before any I/O
         session = open_session(store, session_id, profile=profile, providers=providers,
                                route=route)
-        return cls(session, conflict_budget_seconds=conflict_budget_seconds)
+        return cls(session, conflict_budget_seconds=conflict_budget_seconds,
+                   summarizer=summarizer)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -463,7 +478,9 @@ class TurnledgerHistory(AbstractCapability[Any]):
     def messages(self) -> list[ModelMessage]:
         """The window now, as pydantic-ai messages (the trims it takes are recorded): the
         ``message_history`` of the next run."""
-        return to_pydantic_ai(self._retrying("messages", self.session.fit_window))
+        window = self._retrying(
+            "messages", lambda: fit_window(self.session, self.summarizer))
+        return to_pydantic_ai(window)
 
     def record(self, messages: Sequence[ModelMessage]) -> None:
         """Record ``messages`` in one transaction (`InvalidMessage`: none of them)."""

@@ -150,19 +150,25 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
 
 @contextlib.contextmanager
 def _prepared_forgotten_on_error(connection: psycopg.Connection[Any]) -> Iterator[None]:
-    """Forget ``connection``'s prepared statements when the block fails.
+    """Forget the statements psycopg counted as prepared in the block when the block fails.
 
     psycopg prepares a statement by its fifth use; in pipeline mode it counts the statement
     as prepared when it queues the Parse, before the server answers. A Parse the server
-    refuses (the insert's Parse waits for the table's lock and a lock timeout ends it) stays
+    refuses (the insert's Parse waits for the table's lock and a lock timeout ends it) stayed
     counted, the library's transaction then ends by a COMMIT (answered ROLLBACK) that does not
     reset psycopg's count, and every later insert on that pooled connection failed with
-    'prepared statement "_pg3_0" does not exist'. Forgetting them all makes psycopg send
-    DEALLOCATE ALL before the connection's next statement and prepare afresh."""
+    'prepared statement "_pg3_0" does not exist'. Only the names the block added are
+    forgotten (psycopg never reuses a name, so one the server did prepare is merely left
+    unused): clearing them all would schedule a DEALLOCATE ALL that psycopg sends after the
+    connection's next statement, which may have just prepared one of its own."""
+    names = connection._prepared._names  # noqa: SLF001
+    before = set(names.values())
     try:
         yield
     except psycopg.Error:
-        connection._prepared.clear()  # noqa: SLF001
+        for key, name in list(names.items()):
+            if name not in before:
+                del names[key]
         raise
 
 
