@@ -258,18 +258,6 @@ class _Pool(ConnectionPool[Any]):
         connection._pool = None  # as the pool keeps its idle connections  # noqa: SLF001
         self._pool.append(connection)
 
-    def _reset_connection(self, conn: Any) -> None:
-        # Inline, in the returning thread (a ``reset`` callback would hand every return to a
-        # worker, and the next checkout would find the pool empty and grow it).
-        super()._reset_connection(conn)
-        if not conn.closed and (
-            conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        ):
-            try:
-                _flush_prepared(conn)
-            except psycopg.Error:
-                self._close_connection(conn)
-
     def close(self, timeout: float = 5.0) -> None:
         connection, self.adopted = self.adopted, None
         if connection is not None:
@@ -613,20 +601,6 @@ def bounded_factory(
         return factory
 
     return build
-
-
-def _flush_prepared(connection: psycopg.Connection[Any]) -> None:
-    """Run psycopg's pending deallocation of ``connection`` now (`_Pool`, as it is given back).
-
-    `_prepared_forgotten_on_error` forgets the prepared statements inside the library's
-    failed insert, where psycopg only queues the ``DEALLOCATE ALL`` and sends it after the
-    connection's next statement — after that statement was prepared anew, which the
-    ``DEALLOCATE ALL`` then removed: every later use failed with 'prepared statement
-    "_pg3_N" does not exist' (30-40 % of the calls of fifty session objects on one
-    conversation, on main before ADR-0089). psycopg's own rollback runs it at once, as here."""
-    prepared = connection._prepared  # noqa: SLF001
-    if prepared._to_flush:  # noqa: SLF001
-        connection.wait(prepared.maintain_gen(connection))
 
 
 def _autocommit(connection: psycopg.Connection[Any]) -> None:
