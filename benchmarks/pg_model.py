@@ -73,7 +73,7 @@ def fit(client_cpu: Any, pg_order: Any, pg_append: Any) -> dict[str, Any]:
     cores_box = pg_order["machine"]["cpus"]
     series = {
         order: sorted((r["writers"], r["appends_per_second"])
-                      for r in pg_order["rows"] if r["order"] == order)
+                      for r in pg_order["rows"] if r.get("side", r.get("order")) == order)
         for order in ("lock", "horizon")
     }
     horizon_best = max(x for n, x in series["horizon"] if n > 1)

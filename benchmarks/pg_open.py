@@ -3,7 +3,8 @@
 Each round runs one child process per tree (ours, and ``--before PATH`` first on
 ``PYTHONPATH``), interleaved; a child opens the store once (imports, tables), then times
 ``open_store(url).close()`` ten times with the default pool settings and prints the median;
-the ``ours, pool=shared`` row opens with ``&pool=shared`` (one pool per process, ADR-0084).
+the ``ours, pool=shared`` row opens with ``&pool=shared`` (one pool per process, ADR-0084);
+the ``floor`` row times a bare ``psycopg.connect``, ``SELECT 1`` and close (ADR-0089).
 The table gives the median of the rounds' medians in milliseconds.
 
 Run from the project root::
@@ -39,6 +40,21 @@ for _ in range(10):
     times.append(time.perf_counter() - started)
 print(statistics.median(times) * 1000)
 """
+FLOOR = """
+import statistics, sys, time
+import psycopg
+conninfo = sys.argv[1]
+psycopg.connect(conninfo).close()
+times = []
+for _ in range(10):
+    started = time.perf_counter()
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute("SELECT 1").fetchall()
+    times.append(time.perf_counter() - started)
+print(statistics.median(times) * 1000)
+"""
+"""The ``floor`` row: a bare psycopg connection, one query, closed: what an open on a
+connection of its own cannot go below (ADR-0089)."""
 SHARED = "&pool=shared"
 """The URL option of the ``ours, pool=shared`` row (ADR-0084): every open after the first
 reuses the process's pool."""
@@ -53,13 +69,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     schema = f"bench_open_{os.getpid()}"
     url = f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
     trees = {"ours": ROOT, "ours, pool=shared": ROOT,
-             **({"before": args.before} if args.before else {})}
+             **({"before": args.before} if args.before else {}), "floor": ROOT}
     medians: dict[str, list[float]] = {name: [] for name in trees}
     try:
         for _ in range(args.rounds):
             for name, tree in trees.items():
+                command = (
+                    [FLOOR, "host=127.0.0.1 port=5432 user=postgres dbname=test"]
+                    if name == "floor" else [CHILD, url + (SHARED if "shared" in name else "")]
+                )
                 done = subprocess.run(
-                    [sys.executable, "-c", CHILD, url + (SHARED if "shared" in name else "")],
+                    [sys.executable, "-c", *command],
                     capture_output=True, text=True,
                     check=True, cwd=tempfile.gettempdir(),
                     env={**os.environ, "PYTHONPATH": str(tree)},
@@ -73,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     rows = [{"tree": name, "open_close_ms": round(statistics.median(values), 1),
              "rounds_ms": [round(v, 1) for v in values]} for name, values in medians.items()]
-    print("open_store(url).close() on an existing PostgreSQL store, default pool (median ms)")
+    print("open_store(url).close() on an existing PostgreSQL store, default pool (median ms);"
+          " floor: psycopg.connect + SELECT 1 + close")
     for row in rows:
         print(f"  {row['tree']:<18} {row['open_close_ms']:>8}")
     args.output.parent.mkdir(parents=True, exist_ok=True)

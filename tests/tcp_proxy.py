@@ -19,8 +19,10 @@ class CommitCuttingProxy:
     """Forward 127.0.0.1:<port> to ``upstream``; when armed, cut after forwarding a COMMIT.
 
     ``arm(n)`` makes the next ``n`` COMMIT statements (psycopg pipelines them as Parse messages)
-    be forwarded to the server, then, after ``wait`` seconds (the server commits
-    meanwhile), both sockets of that connection are closed without passing the server's reply on.
+    — or statements that commit on their own: an INSERT into ``stored_events`` sent outside
+    a ``BEGIN``, as the PostgreSQL append runs (ADR-0089), prepared or not — be forwarded to
+    the server, then, after ``wait`` seconds (the server commits meanwhile), both sockets
+    of that connection are closed without passing the server's reply on.
     ``forward=False`` drops the COMMIT instead (the server never commits); ``dark=S`` blacks
     the proxy out for ``S`` seconds after the cut. ``black_out(seconds)`` cuts every connection
     at once, wherever it stands, and closes each new one at once for ``seconds``: the server
@@ -42,6 +44,9 @@ class CommitCuttingProxy:
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
         self._dark_until = 0.0
+        self._muted: set[int] = set()
+        """The connections (by their client socket) whose server answers are dropped: a
+        statement that commits was forwarded and its connection is about to be cut."""
 
     def arm(self, commits: int = 1, *, forward: bool = True, dark: float = 0.0) -> None:
         with self._lock:
@@ -114,14 +119,21 @@ class CommitCuttingProxy:
         pair: tuple[socket.socket, socket.socket],
         watch_commits: bool,
     ) -> None:
+        statements = _Statements()
         try:
             while data := source.recv(65536):
-                armed = self._take_arm() if watch_commits and _is_commit(data) else None
+                commits = watch_commits and statements.commits(data)
+                armed = self._take_arm() if commits else None
                 if armed is None:
-                    target.sendall(data)
+                    with self._lock:
+                        muted = id(pair[0]) in self._muted
+                    if not muted:
+                        target.sendall(data)
                     continue
                 forward, dark = armed
                 if forward:
+                    with self._lock:  # the server's answer is never passed on
+                        self._muted.add(id(pair[0]))
                     target.sendall(data)
                     time.sleep(self.wait)  # the server commits; its reply is never passed on
                 with self._lock:
@@ -147,6 +159,62 @@ def _cut(sockets: Iterable[socket.socket]) -> None:
 def _is_commit(data: bytes) -> bool:
     """Whether ``data`` carries a COMMIT statement (simple query, or a pipelined Parse message)."""
     return b"COMMIT\x00" in data.upper()
+
+
+_APPEND = b"INSERT INTO "
+_EVENTS = b'"stored_events"'
+
+
+class _Statements:
+    """What one client connection has sent, enough to tell where a transaction commits: the
+    names of the statements it prepared that insert into the events table, and whether an
+    explicit transaction is open (a ``BEGIN`` sent, its ``COMMIT`` or ``ROLLBACK`` not yet)."""
+
+    def __init__(self) -> None:
+        self.appends: set[bytes] = set()
+        self.in_transaction = False
+
+    def commits(self, data: bytes) -> bool:
+        """Whether forwarding ``data`` commits a transaction: a COMMIT, or an append's insert
+        executed outside an explicit transaction (it is its own)."""
+        if _is_commit(data):
+            self.in_transaction = False
+            return True
+        executes_append = False
+        for kind, body in _messages(data):
+            if kind == b"Q" or kind == b"P":
+                text = body if kind == b"Q" else body.split(b"\x00", 2)[1]
+                head = text.lstrip().upper()
+                if head.startswith((b"BEGIN", b"START TRANSACTION")):
+                    self.in_transaction = True
+                elif head.startswith((b"ROLLBACK", b"END", b"ABORT")):
+                    self.in_transaction = False
+                if kind == b"P":  # a name given again (the unnamed one) is that statement now
+                    name = body.split(b"\x00", 1)[0]
+                    if head.startswith(_APPEND) and _EVENTS in text:
+                        self.appends.add(name)
+                    else:
+                        self.appends.discard(name)
+            elif kind == b"B":
+                name = body.split(b"\x00", 2)[1]
+                if name in self.appends and not self.in_transaction:
+                    executes_append = True
+        return executes_append
+
+
+def _messages(data: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The whole frontend messages (type, body) at the start of ``data`` (none for a startup
+    packet, which has no type byte; a message cut by the read's size ends the list)."""
+    at = 0
+    while at + 5 <= len(data):
+        kind = data[at:at + 1]
+        if not kind.isalpha():
+            return
+        end = at + 1 + int.from_bytes(data[at + 1:at + 5], "big")
+        if end > len(data):
+            return
+        yield kind, data[at + 5:end]
+        at = end
 
 
 @contextlib.contextmanager

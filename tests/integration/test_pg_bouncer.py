@@ -305,5 +305,8 @@ def test_the_option_is_checked_and_the_default_keeps_session_settings(pg_schema:
         open_store(f"{PG_URL}?schema={pg_schema}&pooler=session")
     with open_store(f"{PG_URL}?schema={pg_schema}&lock_timeout=2") as store:
         pool = store.backend.recorder.datastore.pool
-        assert pool.kwargs["options"] == "-c lock_timeout=2000ms"
+        # The library's idle timeout too, as a startup option rather than a SET (ADR-0089).
+        assert pool.kwargs["options"] == (
+            "-c lock_timeout=2000ms -c idle_in_transaction_session_timeout=5000ms"
+        )
         assert "prepare_threshold" not in pool.kwargs

@@ -170,7 +170,7 @@ def test_i19_p4_terminated_backends_lose_duplicate_and_misreport_no_append(
 ) -> None:
     """Backends terminated at random and blackouts: 0 lost, 0 duplicated, no false "not
     stored"; the StoreUnavailable that were in doubt are counted (printed)."""
-    figures = terminate_campaign(proxy, pg_schema, writers=4, messages=30, blackout_every=40)
+    figures = terminate_campaign(proxy, pg_schema, writers=4, messages=30, blackout_every=8)
     print(figures.summary())  # the figures behind the issue's numbers (seen with -s)
     assert (0, 0, 0, 0, {}) == (
         figures.lost, figures.duplicated, figures.lied, figures.gave_up, dict(figures.errors)

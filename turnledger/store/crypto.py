@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 from uuid import UUID
 
@@ -291,8 +292,11 @@ def protect(
     """
     table = KeyTable(database.key_sql, database.url)
     try:
-        settings = table.settings()
-        empty = not recorders.events.max_notification_id()
+        settings = recorders.settings() if recorders.settings is not None else table.settings()
+
+        def empty() -> bool:  # asked only when a key is given that the settings lack
+            return not recorders.events.max_notification_id()
+
         protection = Protection(keys=table, audit_key=audit_key)
         keyring = _keyring(table, settings, key, empty, database.url)
         protection.keyring = keyring
@@ -318,7 +322,11 @@ def protect(
 
 
 def _keyring(
-    table: KeyTable, settings: dict[str, str], key: bytes | None, empty: bool, where: str
+    table: KeyTable,
+    settings: dict[str, str],
+    key: bytes | None,
+    empty: Callable[[], bool],
+    where: str,
 ) -> Keyring | None:
     stored = settings.get("encryption")
     if key is None:
@@ -330,7 +338,7 @@ def _keyring(
         return None
     given = key_id(key, "master")
     if stored is None:
-        if not empty:
+        if not empty():
             raise NotEncrypted(
                 f"{where} holds unencrypted events: a key cannot encrypt them in place; "
                 "open it without a key, or import its sessions into a new encrypted store"
@@ -348,7 +356,7 @@ def _chain(
     table: KeyTable,
     settings: dict[str, str],
     audit_key: bytes | None,
-    empty: bool,
+    empty: Callable[[], bool],
     allow_unkeyed: bool,
     where: str,
 ) -> str:
@@ -362,7 +370,7 @@ def _chain(
             )
         return stored
     wanted = keyed_chain_setting(audit_key)
-    if "chain" not in settings and empty:
+    if "chain" not in settings and empty():
         stored = table.claim_setting("chain", wanted)
     if stored == UNKEYED_CHAIN:
         if allow_unkeyed:

@@ -12,21 +12,32 @@ statement timeouts (so reads obey them too) and libpq's connect timeout.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import os
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
 import psycopg_pool
 from eventsourcing.persistence import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
     InterfaceError,
+    InternalError,
     Notification,
+    NotSupportedError,
     OperationalError,
+    PersistenceError,
+    ProgrammingError,
     StoredEvent,
 )
 from eventsourcing.postgres import (
+    ConnectionPool,
     PostgresAggregateRecorder,
     PostgresApplicationRecorder,
     PostgresDatastore,
@@ -34,12 +45,19 @@ from eventsourcing.postgres import (
     PostgresTrackingRecorder,
 )
 from eventsourcing.utils import Environment
-from psycopg.sql import SQL, Composable, Composed, Literal
+from psycopg.rows import tuple_row
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
+from psycopg.types.composite import CompositeInfo, register_composite
+from psycopg.types.numeric import Int8
 
 from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
+    "Catalog",
+    "ThinInsert",
+    "adopt",
     "bounded_factory",
+    "catalog",
     "connection_options",
     "delete_snapshots",
     "follow_page",
@@ -47,10 +65,16 @@ __all__ = [
     "insert_with_keys",
     "local_settings",
     "missing_objects",
+    "pool_connection",
+    "pooled_settings",
     "pooler_connection",
+    "read_settings",
+    "register_types",
+    "register_types_later",
     "replace_snapshot",
     "set_log_order",
     "set_up_tables",
+    "thin_insert",
 ]
 
 _RECONNECTS = 2
@@ -165,6 +189,126 @@ class _TrackingRecorder(PostgresTrackingRecorder):
     has_tracking_id = _reconnecting(PostgresTrackingRecorder.has_tracking_id)
 
 
+_COMPOSITES: dict[tuple[object, ...], CompositeInfo] = {}
+"""The composite types this process has read, by server, database, schema, name and oid (a
+type dropped and made again, as a schema dropped and made again, has another oid): psycopg's
+catalog query of a type costs a new server connection milliseconds of cold reads (ADR-0089).
+The library's DDL never alters its types in place."""
+_COMPOSITES_KEPT = 256
+
+
+class _Datastore(PostgresDatastore):
+    """The library's datastore whose recorders, while the store is opened, register no
+    composite type themselves (each would check a connection out of the pool and so start
+    it): the opener registers them on the connection it checks the tables with
+    (`register_types`, ADR-0089)."""
+
+    types_deferred = True
+
+    def register_type_adapters(self) -> None:
+        if not self.types_deferred:
+            super().register_type_adapters()
+
+    def register_types(self, connection: psycopg.Connection[Any], found: dict[str, int]) -> None:
+        """The library's ``register_type_adapters``, on ``connection``; a type found (by
+        `catalog`) with the oid it had when this process last read it is not read again
+        (`_COMPOSITES`)."""
+        self.types_deferred = False
+        where = connection.info
+        for name in self.db_type_names:
+            if name in self.psycopg_type_adapters:
+                continue
+            key = (where.host, where.port, where.dbname, self.schema, name, found.get(name))
+            info = _COMPOSITES.get(key) if name in found else None
+            if info is None:
+                info = CompositeInfo.fetch(connection, f"{self.schema}.{name}")
+                if info is None:
+                    continue
+                if name in found and info.oid == found[name]:
+                    if len(_COMPOSITES) >= _COMPOSITES_KEPT:
+                        _COMPOSITES.clear()
+                    _COMPOSITES[key] = info
+            register_composite(info, connection)
+            self.psycopg_type_adapters[name] = info
+            assert info.python_type is not None, info
+            self.psycopg_python_types[name] = info.python_type
+
+
+class _Pool(ConnectionPool[Any]):
+    """The library's pool, whose first connection may be one made (by its own ``_connect``)
+    before it started: the one the store was opened on (`adopt`, ADR-0089). Its threads and
+    its other connections start when a store first uses it, not when it is opened.
+    (psycopg_pool 3.2-3.3: ``_start_initial_tasks``, ``_nconns``, ``_pool``.)"""
+
+    adopted: psycopg.Connection[Any] | None = None
+
+    def _start_initial_tasks(self) -> None:
+        # Called by ``open`` with the pool's lock held: the adopted connection goes straight
+        # into the pool as the first of its ``min_size`` (a worker handing it over would
+        # leave the first client waiting, and the pool growing by a connection for it).
+        connection, self.adopted = self.adopted, None
+        if connection is None or connection.closed or self._nconns < 1:
+            super()._start_initial_tasks()
+            return
+        self._nconns -= 1  # the workers make the others
+        try:
+            super()._start_initial_tasks()
+        finally:
+            self._nconns += 1
+        connection._pool = None  # as the pool keeps its idle connections  # noqa: SLF001
+        self._pool.append(connection)
+
+    def close(self, timeout: float = 5.0) -> None:
+        connection, self.adopted = self.adopted, None
+        if connection is not None:
+            connection.close()
+        super().close(timeout)
+
+
+def pool_connection(datastore: PostgresDatastore) -> psycopg.Connection[Any]:
+    """A new connection made as the datastore's pool makes its own (settings, timeouts,
+    ``configure``), outside the pool; raises what the driver raises."""
+    return datastore.pool._connect()  # noqa: SLF001
+
+
+def adopt(datastore: PostgresDatastore, connection: psycopg.Connection[Any]) -> None:
+    """Make ``connection`` (from `pool_connection`) the first one the pool hands out."""
+    pool = datastore.pool
+    assert isinstance(pool, _Pool), "the pool of a bounded factory"
+    pool.adopted = connection
+
+
+def register_types(
+    datastore: PostgresDatastore, connection: psycopg.Connection[Any], found: dict[str, int]
+) -> None:
+    """Register the recorders' composite types (``found`` by `catalog`) on ``connection``."""
+    assert isinstance(datastore, _Datastore), "the datastore of a bounded factory"
+    datastore.register_types(connection, found)
+
+
+def register_types_later(datastore: PostgresDatastore) -> None:
+    """Let the recorders register their composite types themselves (after the DDL)."""
+    if isinstance(datastore, _Datastore):
+        datastore.types_deferred = False
+
+
+def read_settings(connection: psycopg.Connection[Any], schema: str) -> dict[str, str]:
+    """The rows of ``schema``'s ``tl_settings`` (`turnledger.store.keys`)."""
+    rows = connection.cursor(row_factory=tuple_row).execute(
+        SQL("SELECT name, value FROM {}").format(Identifier(schema, SETTINGS_TABLE))
+    ).fetchall()
+    return {str(name): str(value) for name, value in rows}
+
+
+def pooled_settings(recorder: PostgresApplicationRecorder, schema: str) -> dict[str, str]:
+    """`read_settings` on a connection of the recorder's pool; ``{}`` without the table."""
+    with recorder.datastore.get_connection() as connection:
+        found = connection.cursor(row_factory=tuple_row).execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{SETTINGS_TABLE}"',)
+        ).fetchone()
+        return read_settings(connection, schema) if found and found[0] else {}
+
+
 class _BoundedFactory(PostgresFactory):
     aggregate_recorder_class = _AggregateRecorder
     application_recorder_class = _ApplicationRecorder
@@ -177,41 +321,109 @@ class _BoundedFactory(PostgresFactory):
     def env_create_table(self) -> bool:
         return self.create_tables and super().env_create_table()
 
+    def application_recorder(self) -> Any:
+        return self._from_template(
+            ("application", self.env.get(self.APPLICATION_RECORDER_TOPIC)),
+            super().application_recorder,
+        )
+
+    def aggregate_recorder(self, purpose: str = "events") -> Any:
+        return self._from_template(
+            ("aggregate", purpose), functools.partial(super().aggregate_recorder, purpose)
+        )
+
+    def _from_template(self, kind: tuple[object, ...], build: Callable[[], Any]) -> Any:
+        """The library's recorder, copied from one this process built with the same names and
+        settings (ADR-0089): a recorder composes some twenty SQL statements from its names,
+        ~1 ms of an open's CPU. Its only link to a store is its ``datastore``; the statements
+        are immutable. The tables are still checked (or made) for each store."""
+        datastore = self.datastore
+        key = (type(self), kind, self.env.name, datastore.schema, datastore.lock_timeout,
+               datastore.originator_id_type, datastore.enable_db_functions)
+        template = _TEMPLATES.get(key)
+        if template is None:
+            recorder = build()
+            template = copy.copy(recorder)
+            template.datastore = None  # keeps no store's pool alive
+            if len(_TEMPLATES) >= _COMPOSITES_KEPT:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = template
+            return recorder
+        recorder = copy.copy(template)
+        recorder.datastore = datastore
+        datastore.db_type_names.add(recorder.stored_event_type_name)
+        datastore.register_type_adapters()
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
+
+
+_TEMPLATES: dict[tuple[object, ...], Any] = {}
+"""A recorder of each kind this process built, by its names and settings, without its
+datastore (`_BoundedFactory._from_template`)."""
+
+
+class Catalog(NamedTuple):
+    """What `catalog` found of the library's objects in a schema."""
+
+    missing: list[str]
+    """The tables, indexes, composite types and function that are not there."""
+    types: dict[str, int]
+    """The oid of each composite type found: part of the key of `register_types`'s cache."""
+    settings_table: bool
+    """Whether the schema has the store's settings table (`turnledger.store.keys`)."""
+
+
+SETTINGS_TABLE = "tl_settings"
+
+
+def catalog(
+    connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
+) -> Catalog:
+    """The tables, indexes, composite types and function the library's DDL makes for
+    ``recorders`` and the horizon index (ADR-0083), and the settings table, looked up by name
+    in ``schema`` in one query of ``to_regclass``, ``to_regtype`` and ``to_regproc``
+    (ADR-0089): cache lookups, where a query of the catalog tables costs a new server
+    connection milliseconds of cold reads and planning. The horizon column is not looked up:
+    its index exists only with it (made in one transaction, dropped with it)."""
+    checks: list[tuple[str, str, str]] = []  # (name, SQL function, its argument)
+
+    def qualified(name: str) -> str:
+        return f'"{schema}"."{name}"'
+
+    for recorder in recorders:
+        table = recorder.events_table_name
+        checks.append((table, "to_regclass", qualified(table)))
+        type_name = recorder.stored_event_type_name
+        checks.append((type_name, "to_regtype", qualified(type_name)))
+        if isinstance(recorder, PostgresApplicationRecorder):
+            for index in (recorder.notification_id_index_name, horizon_index_name(recorder)):
+                checks.append((index, "to_regclass", qualified(index)))
+            function = recorder.pg_function_name_insert_events
+            # By name: ``to_regprocedure`` raises when the argument's type or schema is
+            # missing (PostgreSQL 15); the library makes one function of this name.
+            checks.append((function, "to_regproc", qualified(function)))
+    checks.append((SETTINGS_TABLE, "to_regclass", qualified(SETTINGS_TABLE)))
+    unique = {name: (function, argument) for name, function, argument in checks}
+    cursor = connection.cursor(row_factory=tuple_row)  # the pool's connections give dicts
+    row = cursor.execute(
+        "SELECT " + ", ".join(f"{function}(%s)::oid" for function, _ in unique.values()),
+        [argument for _, argument in unique.values()],
+    ).fetchone()
+    assert row is not None
+    found = dict(zip(unique, row, strict=True))
+    settings_table = found.pop(SETTINGS_TABLE) is not None
+    types = {name: int(oid) for name, oid in found.items()
+             if oid is not None and unique[name][0] == "to_regtype"}
+    return Catalog([name for name, oid in found.items() if oid is None], types, settings_table)
+
 
 def missing_objects(
     connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
 ) -> list[str]:
     """The names of the tables, index, composite types and function the library's DDL makes
     for ``recorders`` that ``schema`` lacks (one query; ``[]``: nothing to create)."""
-    relations: list[str] = []
-    types: list[str] = []
-    functions: list[str] = []
-    columns: list[str] = []
-    for recorder in recorders:
-        relations.append(recorder.events_table_name)
-        types.append(recorder.stored_event_type_name)
-        if isinstance(recorder, PostgresApplicationRecorder):
-            relations.append(recorder.notification_id_index_name)
-            relations.append(horizon_index_name(recorder))
-            columns.append(f"{recorder.events_table_name}.{HORIZON_COLUMN}")
-            functions.append(recorder.pg_function_name_insert_events)
-    found = connection.execute(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %(schema)s AND c.relname = ANY(%(relations)s)"
-        " UNION ALL SELECT t.typname FROM pg_type t JOIN pg_namespace n"
-        " ON n.oid = t.typnamespace WHERE n.nspname = %(schema)s AND t.typname = ANY(%(types)s)"
-        " UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n"
-        " ON n.oid = p.pronamespace WHERE n.nspname = %(schema)s"
-        " AND p.proname = ANY(%(functions)s)"
-        " UNION ALL SELECT c.relname || '.' || a.attname FROM pg_attribute a"
-        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %(schema)s AND NOT a.attisdropped"
-        " AND c.relname || '.' || a.attname = ANY(%(columns)s)",
-        {"schema": schema, "relations": relations, "types": types, "functions": functions,
-         "columns": columns},
-    ).fetchall()
-    present = {row[0] for row in found}
-    return [name for name in [*relations, *types, *functions, *columns] if name not in present]
+    return catalog(connection, schema, recorders).missing
 
 
 HORIZON_COLUMN = "transaction_id"
@@ -360,7 +572,9 @@ def bounded_factory(
 
     def build(env: Environment) -> PostgresFactory:
         factory = _BoundedFactory(env)
+        factory.datastore.__class__ = _Datastore
         pool = factory.datastore.pool
+        pool.__class__ = _Pool
         kwargs = pool.kwargs
         assert isinstance(kwargs, dict), "the library passes its connection settings as a dict"
         kwargs["connect_timeout"] = max(int(limits.connect), 1)
@@ -374,8 +588,16 @@ def bounded_factory(
             # which would stay on whichever server connection PgBouncer lent: each
             # transaction sets it locally instead.
             pool._configure = _autocommit  # noqa: SLF001
-        elif options := connection_options(limits):
-            kwargs["options"] = options
+        else:
+            # The library's configure runs that SET on every new connection (one round trip
+            # each, ADR-0089): the same setting goes in the startup options instead, after
+            # libpq's PGOPTIONS when the URL sets no timeout (they applied then, as before).
+            idle = factory.datastore.idle_in_transaction_session_timeout
+            options = connection_options(limits) or os.environ.get("PGOPTIONS", "")
+            kwargs["options"] = " ".join(filter(None, (
+                options, f"-c idle_in_transaction_session_timeout={int(idle * 1000)}ms"
+            )))
+            pool._configure = _autocommit  # noqa: SLF001
         return factory
 
     return build
@@ -510,21 +732,128 @@ def connection_options(limits: Limits) -> str:
     )
 
 
+_VALUES_ROWS = 8
+"""Batches up to this many records are inserted with a ``VALUES`` list (one prepared
+statement per batch size); longer ones with ``unnest`` of one array per column."""
+
+
+class ThinInsert:
+    """The insert of one append as ONE statement on a connection of the library's pool, in
+    autocommit (the statement is its own transaction), ``log_order=horizon`` only
+    (`Recorders.insert`, ADR-0089).
+
+    The library's ``insert_events`` runs a pipeline (BEGIN, the insert of an array of its
+    composite type, a sync, RETURNING ids nobody reads, COMMIT): ~80 % of an append's client
+    CPU. Here: the library's table and columns, the values bound in binary, the statement
+    prepared on each connection (psycopg prepares nothing behind ``pooler=transaction``,
+    whose connections set no ``prepare_threshold``; there the cursor wraps the statement in
+    a transaction that carries the URL's timeouts). The ``transaction_id`` column takes its
+    default, ``pg_current_xact_id()`` (ADR-0083). What fails raises what the library's
+    ``get_connection`` makes of the driver's error: its ``IntegrityError`` for a taken
+    (session, version) (-> ``ConcurrencyConflict``), ``OperationalError`` for a lost
+    connection (-> settled as in doubt, ADR-0064).
+    """
+
+    def __init__(self, recorder: PostgresApplicationRecorder) -> None:
+        self._datastore = recorder.datastore
+        self._table = Identifier(recorder.datastore.schema, recorder.events_table_name)
+        self._statements: dict[int, bytes] = {}
+
+    def _statement(self, rows: int, connection: psycopg.Connection[Any]) -> bytes:
+        key = rows if rows <= _VALUES_ROWS else 0
+        statement = self._statements.get(key)
+        if statement is None:
+            head = SQL("INSERT INTO {} (originator_id, originator_version, topic, state) ")
+            body: Composable = (
+                SQL("VALUES ") + SQL(", ").join([SQL("(%b, %b, %b, %b)")] * rows) if key
+                else SQL("SELECT * FROM unnest(%b::uuid[], %b::int8[], %b::text[],"
+                         " %b::bytea[])")
+            )
+            statement = self._statements[key] = (
+                head.format(self._table) + body
+            ).as_bytes(connection)
+        return statement
+
+    @staticmethod
+    def _parameters(records: Sequence[StoredEvent]) -> list[Any]:
+        if len(records) <= _VALUES_ROWS:
+            parameters: list[Any] = []
+            for record in records:
+                parameters += (record.originator_id, Int8(record.originator_version),
+                               record.topic, record.state)
+            return parameters
+        return [[r.originator_id for r in records], [r.originator_version for r in records],
+                [r.topic for r in records], [r.state for r in records]]
+
+    def __call__(self, records: Sequence[StoredEvent]) -> None:
+        if not records:
+            return
+        pool = self._datastore.pool
+        try:
+            pool.open()  # started by the first use (ADR-0089); then a no-op
+            with pool.connection() as connection:
+                cursor = _cursors.get(connection)
+                if cursor is None or cursor.closed:
+                    # One cursor per connection, rows as tuples (the dict rows' names cost
+                    # on every statement, and an INSERT returns none).
+                    cursor = _cursors[connection] = connection.cursor(row_factory=tuple_row)
+                cursor.execute(self._statement(len(records), connection),
+                               self._parameters(records), prepare=True)
+        except psycopg.Error as error:
+            raise _library_error(error) from error
+
+    def execute(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent]) -> None:
+        """The same statement in the caller's transaction."""
+        cursor.execute(self._statement(len(records), cursor.connection),
+                       self._parameters(records), prepare=True)
+
+
+_cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The cursor `ThinInsert` keeps on each connection of a pool."""
+
+
+def _library_error(error: psycopg.Error) -> Exception:
+    """The library's error for a driver's, as its ``get_connection`` makes it (the event
+    store translates those: ``IntegrityError`` -> ``ConcurrencyConflict``, ...)."""
+    for driver, library in (
+        (psycopg.InterfaceError, InterfaceError), (psycopg.OperationalError, OperationalError),
+        (psycopg.DataError, DataError), (psycopg.IntegrityError, IntegrityError),
+        (psycopg.InternalError, InternalError), (psycopg.ProgrammingError, ProgrammingError),
+        (psycopg.NotSupportedError, NotSupportedError), (psycopg.DatabaseError, DatabaseError),
+    ):
+        if isinstance(error, driver):
+            return library(str(error))
+    return PersistenceError(str(error))
+
+
+def thin_insert(recorder: PostgresApplicationRecorder) -> ThinInsert | None:
+    """The recorder's `ThinInsert`, None under ``log_order=lock`` (the library's own insert:
+    its table lock and NOTIFY)."""
+    if getattr(recorder, "lock_ordered", True):
+        return None
+    return ThinInsert(recorder)
+
+
 def insert_with_keys(
     recorder: PostgresApplicationRecorder,
+    thin: ThinInsert | None,
     schema: str,
     records: Sequence[StoredEvent],
     keys: Sequence[SqlStatement],
 ) -> None:
-    """Insert ``records`` as the library does (its table lock, its notify, its insert) and run
-    ``keys`` (statements on the keys tables of ``schema``) in the same transaction, on one
-    connection of the library's pool (`Recorders.insert_with_keys`, ADR-0066). Raises what the
-    library's insert raises (its ``IntegrityError`` for a taken (session, version))."""
-    from psycopg.sql import SQL, Identifier
-
+    """Insert ``records`` (the `ThinInsert` statement; under ``log_order=lock`` the library's
+    table lock, notify and insert) and run ``keys`` (statements on the keys tables of
+    ``schema``) in the same transaction, on one connection of the library's pool
+    (`Recorders.insert_with_keys`, ADR-0066). Raises what the library's insert raises (its
+    ``IntegrityError`` for a taken (session, version))."""
     with recorder.datastore.transaction(commit=True) as cursor:
-        # The library's own insert of its recorder, inside this transaction (9.x).
-        recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+        if thin is None:
+            # The library's own insert of its recorder, inside this transaction (9.x).
+            recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+        else:
+            thin.execute(cursor, records)
         # The keys statements name their tables as the store's SQL connection does.
         cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
         for statement, parameters in keys:

@@ -207,6 +207,10 @@ class Recorders:
     (`Store.forget`, ADR-0066). None: the keys live in a database of their own (memory); the
     event store then runs the statements in a transaction of that database around the insert
     (`KeyTable.write`)."""
+    settings: Callable[[], dict[str, str]] | None = None
+    """The rows of the store's settings table (``{}`` without one), which opening the store
+    checks the keys against, read by the backend on a connection it holds (ADR-0089); None:
+    the keys table (`turnledger.store.keys.KeyTable.settings`) is asked."""
 
     @classmethod
     def of(

@@ -34,7 +34,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -273,27 +273,101 @@ class PostgresDatabase(Database):
             CREATE_TABLE="y",
             **self._pool_settings(),
         )
-        with self._setup_connection() as connection:
-            # No connection and no DDL yet: the recorders only name their tables.
-            recorders = open_library_recorders(
-                self, pg_recorders.bounded_factory(self.limits, pooler=self.pooler), settings
-            )
-            try:
-                self._set_up_tables(connection, recorders)
-            except BaseException:
-                if recorders.close is not None:
-                    with contextlib.suppress(Exception):
-                        recorders.close()
-                raise
+        # No connection and no DDL yet: the recorders only name their tables.
+        recorders = open_library_recorders(
+            self, pg_recorders.bounded_factory(self.limits, pooler=self.pooler), settings
+        )
+        try:
+            settings_read = self._check_tables(recorders)
+        except BaseException:
+            if recorders.close is not None:
+                with contextlib.suppress(Exception):
+                    recorders.close()
+            raise
         self._events_table = getattr(recorders.events, "events_table_name", "stored_events")
         from eventsourcing.postgres import PostgresApplicationRecorder
 
         events = recorders.events
         assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
         pg_recorders.set_log_order(events, lock=self.log_order == "lock")
-        return attrs.evolve(recorders, insert_with_keys=functools.partial(
-            pg_recorders.insert_with_keys, events, self.schema
-        ))
+        thin = pg_recorders.thin_insert(events)
+        return attrs.evolve(
+            recorders, insert=thin, settings=self._settings(events, settings_read),
+            insert_with_keys=functools.partial(
+                pg_recorders.insert_with_keys, events, thin, self.schema
+            ),
+        )
+
+    def _check_tables(self, recorders: Recorders) -> dict[str, str] | None:
+        """Check the tables on ONE connection made as the pool makes its own, register the
+        composite types and read the settings the keys are checked against on it, then leave it to
+        the pool as its first connection (ADR-0089): an existing store is opened on one
+        server connection and a few queries, and the pool starts (threads, more
+        connections) when the store is first used. Something missing: the library's DDL
+        under the setup lock (`_set_up_tables`) and None (the settings are read later)."""
+        from turnledger.store.backends import pg_recorders
+
+        datastore = recorders.factory.datastore  # type: ignore[attr-defined]
+        tables = [recorders.events, recorders.snapshots]
+        connection = self._opening_connection(datastore)
+        adopted = False
+        try:
+            found = pg_recorders.catalog(connection, self.schema, tables)
+            if not found.missing:
+                pg_recorders.register_types(datastore, connection, found.types)
+                settings = (pg_recorders.read_settings(connection, self.schema)
+                            if found.settings_table else {})
+                pg_recorders.adopt(datastore, connection)
+                adopted = True
+                pg_recorders.set_up_tables(recorders.factory, tables, create=False)
+                return settings
+        except database_errors() as error:
+            raise StoreUnavailable(
+                f"cannot open {self.url}: {self.describe_failure(error)}"
+            ) from error
+        finally:
+            if not adopted:
+                connection.close()
+        pg_recorders.register_types_later(datastore)
+        with self._setup_connection() as setup:
+            self._set_up_tables(setup, recorders)
+        return None
+
+    def _opening_connection(self, datastore: Any) -> Any:
+        """`pg_recorders.pool_connection`, its failure as `StoreUnavailable` naming why (the
+        pool would only say "couldn't get a connection" where the driver says why: no such
+        database, authentication failed)."""
+        import psycopg
+
+        from turnledger.store.backends import pg_recorders
+
+        try:
+            return pg_recorders.pool_connection(datastore)
+        except psycopg.Error as error:
+            raise StoreUnavailable(
+                f"cannot open {self.url}: {self.describe_failure(error)}"
+            ) from error
+
+    def _settings(
+        self, events: Any, opened: dict[str, str] | None
+    ) -> Callable[[], dict[str, str]]:
+        """`Recorders.settings`: those read while the store was opened, once; then (the next
+        store of a shared pool) read again on a connection of the pool."""
+        from turnledger.store.backends import pg_recorders
+
+        first = [opened] if opened is not None else []
+
+        def settings() -> dict[str, str]:
+            if first:
+                return first.pop()
+            try:
+                return pg_recorders.pooled_settings(events, self.schema)
+            except database_errors() as error:
+                raise StoreUnavailable(
+                    f"cannot open {self.url}: {self.describe_failure(error)}"
+                ) from error
+
+        return settings
 
     def _pool_settings(self) -> dict[str, str]:
         """The library's pool settings: one connection opened with the store, the others on
