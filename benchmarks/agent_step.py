@@ -81,7 +81,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -429,6 +429,14 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
 
 
 def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    return _over_sizes(args, directory, bench_langgraph)
+
+
+def _over_sizes(
+    args: argparse.Namespace, directory: Path,
+    bench: Callable[[Any, str, int, int], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """``bench(savers, backend, turns, runs)`` for each backend and session size."""
     sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
     rows = []
     for backend, postgres in (("SQLite", None), ("PostgreSQL", args.postgres)):
@@ -439,7 +447,7 @@ def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, A
             for turns in sizes:
                 # A checkpoint of 10,000 turns is ~25 MB, written two or three times a step.
                 runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
-                rows.append(bench_langgraph(savers, backend, turns, runs))
+                rows.append(bench(savers, backend, turns, runs))
         finally:
             savers.close()
     return rows
@@ -657,19 +665,7 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
 
 
 def run_pydantic_ai(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
-    sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
-    rows = []
-    for backend, postgres in (("SQLite", None), ("PostgreSQL", args.postgres)):
-        if postgres is not None and args.no_postgres:
-            continue
-        savers = _Checkpointers(directory, postgres)
-        try:
-            for turns in sizes:
-                runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
-                rows.append(bench_pydantic_ai(savers, backend, turns, runs))
-        finally:
-            savers.close()
-    return rows
+    return _over_sizes(args, directory, bench_pydantic_ai)
 
 
 def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
