@@ -53,7 +53,6 @@ from psycopg.types.numeric import Int8
 from turnledger.store.backends.port import Limits, SqlStatement
 
 __all__ = [
-    "Catalog",
     "ThinInsert",
     "adopt",
     "bounded_factory",
