@@ -167,29 +167,11 @@ def _run(variant: str, schemas: dict[str, str], writers: int, appends: int, payl
 
 def _setup(variants: Sequence[str], payloads: Path, before: Path | None) -> dict[str, str]:
     """One schema per variant, its tables made before anything is timed; the raw payloads."""
-    import msgpack
-    import psycopg
 
     tag = f"bench_pga_{os.getpid()}"
     schemas = {v: f"{tag}_{i}" for i, v in enumerate(variants)}
     ours = _run("ours", schemas, 1, 40, payloads, None)[0]
-    with psycopg.connect(CONNINFO, autocommit=True) as conn:
-        rows = conn.execute(
-            f'SELECT topic, state FROM "{schemas["ours"]}".stored_events '
-            "WHERE originator_id = %s AND originator_version > 1 ORDER BY originator_version",
-            (uuid.UUID(ours["session"]),),
-        ).fetchall()
-        payloads.write_bytes(msgpack.packb([[t, bytes(s)] for t, s in rows]))
-        for variant, schema in schemas.items():
-            if variant.startswith("raw"):
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-                conn.execute(
-                    f'CREATE TABLE IF NOT EXISTS "{schema}".raw_events (originator_id uuid NOT '
-                    "NULL, originator_version bigint NOT NULL, topic text, state bytea, "
-                    "notification_id bigserial, PRIMARY KEY (originator_id, originator_version))"
-                )
-                conn.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS raw_events_nid ON "{schema}"'
-                             ".raw_events (notification_id)")
+    raw_payloads_and_tables(schemas, schemas["ours"], ours["session"], payloads)
     for variant in variants:
         if variant not in ("ours",) and not variant.startswith("raw"):
             _run(variant, schemas, 1, 2, payloads, before)  # creates its tables
@@ -303,6 +285,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"written to {args.output}")
     return 0
+
+
+def raw_payloads_and_tables(
+    schemas: dict[str, str], source: str, session_id: str, payloads: Path
+) -> None:
+    """Write the recorded payloads of ``session_id`` (schema ``source``) to ``payloads`` for
+    the raw sides, and make the ``raw_events`` table of every ``raw*`` side's schema."""
+    import msgpack
+    import psycopg
+
+    with psycopg.connect(CONNINFO, autocommit=True) as conn:
+        rows = conn.execute(
+            f'SELECT topic, state FROM "{source}".stored_events '
+            "WHERE originator_id = %s AND originator_version > 1 ORDER BY originator_version",
+            (uuid.UUID(session_id),),
+        ).fetchall()
+        payloads.write_bytes(msgpack.packb([[t, bytes(s)] for t, s in rows]))
+        for variant, schema in schemas.items():
+            if variant.startswith("raw"):
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+                conn.execute(
+                    f'CREATE TABLE IF NOT EXISTS "{schema}".raw_events (originator_id uuid NOT '
+                    "NULL, originator_version bigint NOT NULL, topic text, state bytea, "
+                    "notification_id bigserial, PRIMARY KEY (originator_id, originator_version))"
+                )
+                conn.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS raw_events_nid ON "{schema}"'
+                             ".raw_events (notification_id)")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pg_append import CONNINFO, PG, ROOT, _text, _wait
+from benchmarks.pg_append import CONNINFO, PG, ROOT, _text, _wait, raw_payloads_and_tables
 
 RESULTS = Path(__file__).parent / "results" / "pg_order.json"
 ORDERS = ("lock", "horizon")
@@ -186,8 +186,6 @@ def _run(schema: str, side: str, writers: int, seconds: float, payloads: Path,
 def _setup(sides: Sequence[str], payloads: Path) -> dict[str, str]:
     """A schema per side, its tables made before anything is timed; the raw sides' bytes:
     the topic and state of 40 messages turnledger stored."""
-    import msgpack
-    import psycopg
 
     from turnledger import RuntimeProfile
     from turnledger.domain.messages import ChatMessage
@@ -204,23 +202,7 @@ def _setup(sides: Sequence[str], payloads: Path) -> dict[str, str]:
         for i in range(40):
             session.append(ChatMessage.user(_text(i)) if i % 2 == 0
                            else ChatMessage.assistant(_text(i)))
-    with psycopg.connect(CONNINFO, autocommit=True) as conn:
-        rows = conn.execute(
-            f'SELECT topic, state FROM "{schemas["horizon"]}".stored_events '
-            "WHERE originator_id = %s AND originator_version > 1 ORDER BY originator_version",
-            (uuid.UUID(session.id),),
-        ).fetchall()
-        payloads.write_bytes(msgpack.packb([[t, bytes(s)] for t, s in rows]))
-        for side, schema in schemas.items():
-            if side.startswith("raw"):
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-                conn.execute(
-                    f'CREATE TABLE IF NOT EXISTS "{schema}".raw_events (originator_id uuid NOT '
-                    "NULL, originator_version bigint NOT NULL, topic text, state bytea, "
-                    "notification_id bigserial, PRIMARY KEY (originator_id, originator_version))"
-                )
-                conn.execute(f'CREATE UNIQUE INDEX IF NOT EXISTS raw_events_nid ON "{schema}"'
-                             ".raw_events (notification_id)")
+    raw_payloads_and_tables(schemas, schemas["horizon"], session.id, payloads)
     return schemas
 
 
