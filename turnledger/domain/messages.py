@@ -84,7 +84,7 @@ def _to_assistant_blocks(
     return tuple(value)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ChatMessage:
     """One provider-facing message: a role and its text.
 
