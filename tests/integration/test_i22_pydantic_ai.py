@@ -235,6 +235,69 @@ def test_r24_pydantic_ai_agent_loop_trims_between_tool_steps(kind: str, tmp_path
 
 
 
+
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+def test_i22_pydantic_ai_history_builds_each_window_message_once_and_hands_out_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window of each model request is the last one plus the step's messages: each
+    pydantic-ai message of it is built and validated once per history (the window equals a
+    fresh `to_pydantic_ai` of the session's chat view, breadcrumb included); what is handed
+    out is a copy, so pydantic-ai or a model editing a request (its parts, its instructions)
+    never changes the next window."""
+    m = _pa()
+    import turnledger.integrations.pydantic_ai as pa
+
+    built: list[int] = []
+    windows: list[bool] = []  # inside the history's conversion of a window
+    validated = pa._validated  # noqa: SLF001 - counts what the history validates
+
+    def counting(out: list[Any]) -> list[Any]:
+        if windows:  # not the round-trip check of the recorded messages
+            built.append(len(out))
+        return validated(out)
+
+    monkeypatch.setattr(pa, "_validated", counting)
+    with open_store("memory://") as store:
+        history = pa.TurnledgerHistory.open(store, "c",
+                                            profile=RuntimeProfile(max_context_tokens=600))
+        convert = history._to_pydantic_ai  # noqa: SLF001 - tells a window from a check
+
+        def converting(window: Any) -> Any:
+            windows.append(True)
+            try:
+                return convert(window)
+            finally:
+                windows.pop()
+
+        monkeypatch.setattr(history, "_to_pydantic_ai", converting)
+        history.record(_every_part_kind())  # every part kind, grouped as the table says
+        first = history.messages()  # the trims it takes are recorded: the chat view after
+        assert _dump(pa.to_pydantic_ai(history.session.chat_view())) == _dump(first)
+        messages: list[Any] = []
+        for n in range(12):
+            run = f"run-{n}"
+            messages += [
+                m.ModelRequest(parts=[m.UserPromptPart(f"q{n} " + "x" * 200, timestamp=T0)],
+                               run_id=run),
+                m.ModelResponse(parts=[m.TextPart(f"t{n}"), m.ToolCallPart(
+                    "lookup", {"q": n}, tool_call_id=f"c{n}")], timestamp=T0, run_id=run),
+                m.ModelRequest(parts=[m.ToolReturnPart("lookup", f"r{n}", tool_call_id=f"c{n}",
+                                                       timestamp=T0)], run_id=run)]
+            built.clear()
+            window = history.window(messages, run)
+            assert sum(built) <= 3 + 1  # the step's three messages, a new breadcrumb's request
+            fresh = pa.to_pydantic_ai(history.session.chat_view())
+            assert _dump(fresh) == _dump(window)
+            window[-1].parts.append(m.UserPromptPart("edited"))  # in place
+            window[-1].instructions = "edited"
+            window[0].parts = []
+            again = history.window(messages, run)
+            assert _dump(fresh) == _dump(again)
+        assert any(m.parts[-1].content == BREADCRUMB_TEXT for m in again
+                   if isinstance(m, pa.ModelRequest) and m.parts)
+
+
 # -- concurrency: many history objects of one conversation (issue 22) --
 
 

@@ -32,6 +32,7 @@ loses a race to another writer is decided again on the newer state (`retrying`, 
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -350,42 +351,104 @@ def _response(message: ConversationMessage) -> Json:
     return header | {"kind": "response", "parts": [_response_part(b) for b in blocks]}
 
 
-def to_pydantic_ai(history: Iterable[ChatMessage | ConversationMessage]) -> list[ModelMessage]:
-    """The pydantic-ai messages of a turnledger window or history (the inverse of
-    `from_pydantic_ai`); the breadcrumb is a user prompt of the request it opens. Messages
-    another runtime recorded come back as the plain parts of their role."""
+Piece = tuple[ConversationMessage, int]
+"""What one part of a pydantic-ai message is built from: a turnledger message and, for a
+`ToolResults`, the index of its result (-1 for any other message)."""
+
+
+def _conversation(
+    history: Iterable[ChatMessage | ConversationMessage],
+) -> list[ConversationMessage]:
     items = list(history)
     chats = [m for m in items if isinstance(m, ChatMessage)]
-    conversation = from_chat_messages(chats) if len(chats) == len(items) else [
-        m for m in items if not isinstance(m, ChatMessage)]
-    out: list[Json] = []
+    if len(chats) == len(items):
+        return from_chat_messages(chats)
+    return [m for m in items if not isinstance(m, ChatMessage)]
 
-    def request_of(header: Json | None) -> Json:
-        if header is None and out and out[-1]["kind"] == "request":
-            return out[-1]
-        out.append((header or {}) | {"kind": "request", "parts": []})
-        return out[-1]
 
+@functools.lru_cache(maxsize=4096)
+def _opens_request(extra: str) -> bool:
+    """Whether a request part with this ``extra`` starts a request of its own (it carries
+    that request's fields); memoised: a window is grouped again at every model call."""
+    return _fields(extra).get("request") is not None
+
+
+def _is_request_side(message: ConversationMessage) -> bool:
+    return isinstance(message, ToolResults) or (
+        isinstance(message, Chat) and message.message.role in ("system", "user"))
+
+
+def _groups(conversation: Sequence[ConversationMessage]) -> list[tuple[Piece, ...]]:
+    """The pydantic-ai messages ``conversation`` makes, each as the pieces it is built from:
+    a response is one assistant message; a request runs over consecutive system, user and tool
+    result pieces until one that carries its own request fields. A message is a function of
+    its pieces alone (`_message_json`)."""
+    groups: list[list[Piece]] = []
+    in_request = False
     for message in conversation:
-        match message:
-            case ToolResults(results=results):
-                for result in results:
-                    request_of(_fields(result.extra).get("request"))["parts"].append(
-                        _return_part(result))
-            case Chat(message=chat) if chat.role in ("system", "user"):
-                header = None if chat.synthetic else _fields(chat.extra).get("request")
-                request = request_of(header)
-                part = _request_part(chat)
-                if chat.synthetic:  # the same window gives the same JSON (E12)
-                    part["timestamp"] = request.get("timestamp") or _EPOCH
-                request["parts"].append(part)
-            case _:
-                out.append(_response(message))
+        pieces: list[Piece]
+        if isinstance(message, ToolResults):
+            pieces = [(message, i) for i in range(len(message.results))]
+            opens = [_opens_request(r.extra) for r in message.results]
+        elif isinstance(message, Chat) and message.message.role in ("system", "user"):
+            pieces = [(message, -1)]
+            opens = [not message.message.synthetic and _opens_request(message.message.extra)]
+        else:
+            groups.append([(message, -1)])
+            in_request = False
+            continue
+        for piece, own in zip(pieces, opens, strict=True):
+            if own or not in_request:
+                groups.append([])
+            groups[-1].append(piece)
+            in_request = True
+    return [tuple(group) for group in groups]
+
+
+def _message_json(pieces: tuple[Piece, ...]) -> Json:
+    """pydantic-ai's JSON of the message built from ``pieces`` (`_groups`)."""
+    first, index = pieces[0]
+    if not _is_request_side(first):
+        return _response(first)
+    extra = (first.results[index].extra if isinstance(first, ToolResults)
+             else "" if isinstance(first, Chat) and first.message.synthetic
+             else first.message.extra if isinstance(first, Chat) else "")
+    request: Json = (_fields(extra).get("request") or {}) | {"kind": "request", "parts": []}
+    for message, i in pieces:
+        if isinstance(message, ToolResults):
+            request["parts"].append(_return_part(message.results[i]))
+            continue
+        assert isinstance(message, Chat)
+        part = _request_part(message.message)
+        if message.message.synthetic:  # the same window gives the same JSON (E12)
+            part["timestamp"] = request.get("timestamp") or _EPOCH
+        request["parts"].append(part)
+    return request
+
+
+def _validated(out: list[Json]) -> list[ModelMessage]:
     try:
         return ModelMessagesTypeAdapter.validate_json(json.dumps(out))
     except ValueError as error:
         raise InvalidMessage(f"the recorded messages do not make pydantic-ai messages: "
                              f"{error}") from None
+
+
+def to_pydantic_ai(history: Iterable[ChatMessage | ConversationMessage]) -> list[ModelMessage]:
+    """The pydantic-ai messages of a turnledger window or history (the inverse of
+    `from_pydantic_ai`); the breadcrumb is a user prompt of the request it opens. Messages
+    another runtime recorded come back as the plain parts of their role."""
+    return _validated([_message_json(group) for group in _groups(_conversation(history))])
+
+
+def _fresh(message: ModelMessage) -> ModelMessage:
+    """A copy of a cached message with a parts list of its own: pydantic-ai edits a request of
+    the history it is given by replacing its fields (``parts``, ``instructions``), never a part
+    in place. A copy of the instance's fields, ~3x cheaper than `copy.copy`."""
+    copied: ModelMessage = object.__new__(type(message))
+    copied.__dict__.update(message.__dict__)
+    copied.parts = list(message.parts)  # type: ignore[assignment]
+    return copied
 
 
 # --- the window of one run -------------------------------------------------------------------
@@ -449,6 +512,11 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self.summarizer = as_summarizer(summarizer)
         self._recorded: dict[str, int] = {}  # run id -> how many of its messages are recorded
         self._lock = threading.Lock()
+        # Each window message's pydantic-ai message, validated once (a step's window is the
+        # last one plus the step's messages; validating ~180 was most of a model call); handed
+        # out as copies (`_fresh`), so an edit of a request never edits the next window.
+        self._built: dict[tuple[Piece, ...], ModelMessage] = {}
+        self._built_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -480,7 +548,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         ``message_history`` of the next run."""
         window = self._retrying(
             "messages", lambda: fit_window(self.session, self.summarizer))
-        return to_pydantic_ai(window)
+        return self._to_pydantic_ai(window)
 
     def record(self, messages: Sequence[ModelMessage]) -> None:
         """Record ``messages`` in one transaction (`InvalidMessage`: none of them)."""
@@ -498,7 +566,20 @@ class TurnledgerHistory(AbstractCapability[Any]):
             window = self._retrying(
                 "messages", lambda: fit_window(self.session, self.summarizer, converted))
             self._recorded[run_id] = len(ours)
-        return _ending_with_run(to_pydantic_ai(window), messages, run_id)
+        return _ending_with_run(self._to_pydantic_ai(window), messages, run_id)
+
+    def _to_pydantic_ai(self, window: Sequence[ChatMessage]) -> list[ModelMessage]:
+        """`to_pydantic_ai` of ``window``, each message built and validated once."""
+        groups = _groups(_conversation(window))
+        with self._built_lock:
+            built = self._built
+            if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
+                self._built = built = {g: built[g] for g in groups if g in built}
+            missing = [g for g in dict.fromkeys(groups) if g not in built]
+            if missing:
+                built.update(zip(missing, _validated([_message_json(g) for g in missing]),
+                                 strict=True))
+            return [_fresh(built[g]) for g in groups]
 
     def _record_run(self, messages: Sequence[ModelMessage], run_id: str) -> None:
         with self._lock:
