@@ -82,15 +82,23 @@ def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
 
 def _server_side_context(body: dict[str, Any]) -> bool:
     """Whether the provider adds or edits context the request does not show: an earlier
-    response it holds (``previous_response_id``, ``conversation``), an item given by its id
-    alone (an ``item_reference``, or an item of only ``id`` and ``type``: the provider reads the
-    stored item, a generated image say) or a context edit it runs (Anthropic
-    ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    response it holds (``previous_response_id``, ``conversation``), a prompt it stores
+    (Responses' ``prompt``: a template named by id, filled with the request's variables), an
+    item given by its id alone (an ``item_reference``, or an item of only ``id`` and ``type``:
+    the provider reads the stored item, a generated image say) or a context edit it runs
+    (Anthropic ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
     items = body.get("input") if isinstance(body.get("input"), list) else []
     by_reference = any(isinstance(i, dict) and i.get("type") != "message" and (
         i.get("type") == "item_reference" or set(i) <= {"id", "type"}) for i in items)
     return bool(body.get("previous_response_id") or body.get("conversation")
-                or body.get("context_management") or by_reference)
+                or body.get("context_management") or body.get("prompt") or by_reference)
+
+
+def _tools(body: dict[str, Any]) -> list[str]:
+    """The request's tool definitions; Chat's deprecated ``functions`` (LangChain's older
+    function calling still sends them) are function tools the model sees the same way."""
+    legacy = [{"type": "function", "function": f} for f in body.get("functions") or ()]
+    return [json.dumps(t, ensure_ascii=False) for t in [*(body.get("tools") or ()), *legacy]]
 
 
 def _schemas(body: dict[str, Any]) -> list[str]:
@@ -124,7 +132,7 @@ def _kind(body: dict[str, Any]) -> str:
     for kind, needles in checks.items():
         if any(n in text for n in needles):
             return kind
-    return "tools" if body.get("tools") else "text"
+    return "tools" if body.get("tools") or body.get("functions") else "text"
 
 
 def estimate(row: dict[str, Any], pricing: Any) -> int | str:
@@ -132,7 +140,7 @@ def estimate(row: dict[str, Any], pricing: Any) -> int | str:
     api, body = API_OF[row["api"]], row["body"]
     profile = tl.RuntimeProfile(max_context_tokens=0, pricing=pricing)
     provider = tl.ProviderProfile("p", "m", 10_000_000, api=api)
-    tools = [json.dumps(t, ensure_ascii=False) for t in body.get("tools") or ()]
+    tools = _tools(body)
     hooks = _schemas(body)
     try:
         with tl.open_store("memory://") as store:
