@@ -1,10 +1,15 @@
 """The token estimate of recorded requests against the input tokens the provider billed.
 
-Reads ``benchmarks/data/billed.jsonl.gz`` (recorded requests from public VCR cassettes, with
-their billed input tokens: `benchmarks.billed_extract`), prepares each one as a session would
-(imported, routed to a provider profile that names the request's API, trimming off, the tool
-schemas given) and compares the prepared estimate with the bill. Prints one table per content
-kind and writes ``benchmarks/results/estimate_vs_billed.json``.
+Reads ``benchmarks/data/billed_*.jsonl.gz``, one file per public repository (recorded requests
+from its VCR cassettes, with their billed input tokens: `benchmarks.billed_extract`), prepares
+each one as a session would (imported, routed to a provider profile that names the request's API,
+trimming off, the tool schemas given) and compares the prepared estimate with the bill. Prints
+one table per content kind and one per repository, and writes
+``benchmarks/results/estimate_vs_billed.json``.
+
+A request recorded twice with the same bill (a parametrised test replaying one cassette body,
+or two repositories sending the same body) counts once, the first in file-name order:
+``--keep-duplicates`` counts every recording.
 
 The goal (issue 21): within 0.5x to 2x of the bill on 90 % of the requests whose bill does not
 include the provider's own server-side passes, which no client can see: server tools it ran in
@@ -12,6 +17,7 @@ that response, or context it holds or edits itself (``previous_response_id``, ``
 Anthropic ``context_management``).
 
     python -m benchmarks.estimate_vs_billed [--pricing default|spec|by-size|openai-tools|opt-in]
+        [--keep-duplicates]
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 import turnledger as tl
 
 HERE = Path(__file__).parent
-DATA = HERE / "data" / "billed.jsonl.gz"
+DATA = HERE / "data"
 RESULTS = HERE / "results" / "estimate_vs_billed.json"
 API_OF = {"anthropic": "anthropic", "anthropic_count": "anthropic",
           "openai_chat": "openai_chat", "openai_responses": "openai_responses"}
@@ -37,9 +43,28 @@ KINDS = ("audio", "document", "image", "server tool results", "reasoning ciphert
 
 
 def rows() -> Iterator[dict[str, Any]]:
-    with gzip.open(DATA, "rt", encoding="utf-8") as handle:
-        for line in handle:
-            yield json.loads(line)
+    for path in sorted(DATA.glob("billed_*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            for line in handle:
+                yield json.loads(line)
+
+
+def distinct(every: Iterator[dict[str, Any]], dropped: dict[str, int]) -> Iterator[dict[str, Any]]:
+    """The rows whose body and bill were not seen before: a duplicate measures the same thing
+    again and would weigh a parametrised test's one request as many. ``dropped`` counts the
+    duplicates per repository, and under ``"across"`` those first seen in another one."""
+    seen: dict[tuple[str, int], str] = {}
+    for row in every:
+        key = (json.dumps(row["body"], sort_keys=True, ensure_ascii=False),
+               row["billed_input_tokens"])
+        repo = row["source"]["repository"]
+        if key not in seen:
+            seen[key] = repo
+            yield row
+            continue
+        dropped[repo] = dropped.get(repo, 0) + 1
+        if seen[key] != repo:
+            dropped["across"] = dropped.get("across", 0) + 1
 
 
 def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
@@ -57,15 +82,23 @@ def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
 
 def _server_side_context(body: dict[str, Any]) -> bool:
     """Whether the provider adds or edits context the request does not show: an earlier
-    response it holds (``previous_response_id``, ``conversation``), an item given by its id
-    alone (an ``item_reference``, or an item of only ``id`` and ``type``: the provider reads the
-    stored item, a generated image say) or a context edit it runs (Anthropic
-    ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
+    response it holds (``previous_response_id``, ``conversation``), a prompt it stores
+    (Responses' ``prompt``: a template named by id, filled with the request's variables), an
+    item given by its id alone (an ``item_reference``, or an item of only ``id`` and ``type``:
+    the provider reads the stored item, a generated image say) or a context edit it runs
+    (Anthropic ``context_management``, e.g. compaction). Such a bill is a server-side pass."""
     items = body.get("input") if isinstance(body.get("input"), list) else []
     by_reference = any(isinstance(i, dict) and i.get("type") != "message" and (
         i.get("type") == "item_reference" or set(i) <= {"id", "type"}) for i in items)
     return bool(body.get("previous_response_id") or body.get("conversation")
-                or body.get("context_management") or by_reference)
+                or body.get("context_management") or body.get("prompt") or by_reference)
+
+
+def _tools(body: dict[str, Any]) -> list[str]:
+    """The request's tool definitions; Chat's deprecated ``functions`` (LangChain's older
+    function calling still sends them) are function tools the model sees the same way."""
+    legacy = [{"type": "function", "function": f} for f in body.get("functions") or ()]
+    return [json.dumps(t, ensure_ascii=False) for t in [*(body.get("tools") or ()), *legacy]]
 
 
 def _schemas(body: dict[str, Any]) -> list[str]:
@@ -99,7 +132,7 @@ def _kind(body: dict[str, Any]) -> str:
     for kind, needles in checks.items():
         if any(n in text for n in needles):
             return kind
-    return "tools" if body.get("tools") else "text"
+    return "tools" if body.get("tools") or body.get("functions") else "text"
 
 
 def estimate(row: dict[str, Any], pricing: Any) -> int | str:
@@ -107,7 +140,7 @@ def estimate(row: dict[str, Any], pricing: Any) -> int | str:
     api, body = API_OF[row["api"]], row["body"]
     profile = tl.RuntimeProfile(max_context_tokens=0, pricing=pricing)
     provider = tl.ProviderProfile("p", "m", 10_000_000, api=api)
-    tools = [json.dumps(t, ensure_ascii=False) for t in body.get("tools") or ()]
+    tools = _tools(body)
     hooks = _schemas(body)
     try:
         with tl.open_store("memory://") as store:
@@ -141,16 +174,21 @@ def summary(ratios: list[float]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pricing", choices=tuple(PRICINGS), default="default")
+    parser.add_argument("--keep-duplicates", action="store_true",
+                        help="count a request recorded again with the same bill each time")
     args = parser.parse_args(argv)
     pricing = PRICINGS[args.pricing]
     per_kind: dict[tuple[str, bool], list[float]] = {}
+    per_repo: dict[tuple[str, bool], list[float]] = {}
+    dropped: dict[str, int] = {}
     detail = []
-    for row in rows():
+    for row in rows() if args.keep_duplicates else distinct(rows(), dropped):
         row["server_tools"] = row["server_tools"] or _server_side_context(row["body"])
         kind = _kind(row["body"])
         estimated = estimate(row, pricing)
         ratio = estimated / row["billed_input_tokens"] if isinstance(estimated, int) else 0.0
         per_kind.setdefault((kind, row["server_tools"]), []).append(ratio)
+        per_repo.setdefault((row["source"]["repository"], row["server_tools"]), []).append(ratio)
         detail.append({"source": row["source"], "api": row["api"], "kind": kind,
                        "server_tools": row["server_tools"], "billed": row["billed_input_tokens"],
                        "estimated": estimated, "ratio": round(ratio, 3)})
@@ -162,11 +200,28 @@ def main(argv: list[str] | None = None) -> int:
                 table.append({"kind": kind, "server_tool_passes": server, **summary(ratios)})
         every = [r for (k, s), rs in per_kind.items() if s == server for r in rs]
         table.append({"kind": "all", "server_tool_passes": server, **summary(every)})
+    repos = _per_repository(per_repo, dropped)
     _print(table, args.pricing)
+    _print_repositories(repos, dropped, args.keep_duplicates)
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"pricing": args.pricing, "table": table,
-                                   "requests": detail}, indent=1) + "\n", encoding="utf-8")
+    RESULTS.write_text(json.dumps({"pricing": args.pricing,
+                                   "keep_duplicates": args.keep_duplicates,
+                                   "duplicates_dropped": dropped, "table": table,
+                                   "per_repository": repos, "requests": detail},
+                                  indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _per_repository(per_repo: dict[tuple[str, bool], list[float]],
+                    dropped: dict[str, int]) -> list[dict[str, Any]]:
+    """One row per repository: the goal's requests (no server-side pass) summarised, with the
+    count of the others and of the duplicates dropped, so a repository's weight shows."""
+    table = []
+    for repo in sorted({r for r, _ in per_repo}, key=str.lower):
+        table.append({"repository": repo, **summary(per_repo.get((repo, False), [])),
+                      "server_tool_passes": len(per_repo.get((repo, True), [])),
+                      "duplicates_dropped": dropped.get(repo, 0)})
+    return table
 
 
 def _print(table: list[dict[str, Any]], pricing: str) -> None:
@@ -178,6 +233,24 @@ def _print(table: list[dict[str, Any]], pricing: str) -> None:
         print(f"| {r['kind']} | {'yes' if r['server_tool_passes'] else 'no'} | {r['requests']} "
               f"| {r['inside_0.5x_2x']} | {r['share_inside']:.0%} | {r['min']} | {r['median']} "
               f"| {r['max']} |")
+
+
+def _print_repositories(table: list[dict[str, Any]], dropped: dict[str, int],
+                        kept: bool) -> None:
+    total = sum(r["requests"] for r in table)
+    print()
+    print("per repository, requests without server-tool passes "
+          + ("(duplicates kept)" if kept else
+             f"(duplicates dropped: {sum(r['duplicates_dropped'] for r in table)}, "
+             f"{dropped.get('across', 0)} of them first seen in another repository)"))
+    print("| repository | requests | of all | inside 0.5x-2x | share | min | median | max "
+          "| with server-tool passes | duplicates dropped |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in table:
+        share = f"{r['share_inside']:.0%}" if r["requests"] else "-"
+        print(f"| {r['repository']} | {r['requests']} | {r['requests'] / total:.0%} "
+              f"| {r['inside_0.5x_2x']} | {share} | {r['min']} | {r['median']} | {r['max']} "
+              f"| {r['server_tool_passes']} | {r['duplicates_dropped']} |")
 
 
 if __name__ == "__main__":

@@ -330,6 +330,16 @@ def test_e11_anthropic_bad_input_names_the_message_and_field(raw: Any, expected:
     assert str(caught.value).startswith(expected)
 
 
+def test_e11_anthropic_empty_system_list_is_no_system_prompt() -> None:
+    """``system: []`` is a request the API answers (a recorded llama-index request, billed as
+    one without a system prompt: issue 21's cassettes); it imports as its messages alone
+    instead of failing with "system must be a string or a list of blocks, got list"."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "weather?"}]}]
+    imported = from_anthropic({"system": [], "messages": messages})
+    assert (imported, to_anthropic(imported)) == (
+        from_anthropic({"messages": messages}), {"messages": messages})
+
+
 def test_e11_transcript_error_is_an_invalid_message_and_a_value_error() -> None:
     """TranscriptError belongs to the InvalidMessage family, so callers can catch either."""
     error = TranscriptError("message 0: role missing", line=3)

@@ -628,8 +628,9 @@ def _anthropic_inline_system(where: _Where, raw: Json) -> Chat:
 def from_anthropic(conversation: object) -> list[ConversationMessage]:
     """Import an Anthropic Messages conversation: ``{"system", "messages"}`` or a list.
 
-    ``system`` (a string or blocks) becomes a leading system message; other top-level keys
-    (``model``, ``tools``...) are not part of the history and are ignored. Content blocks are
+    ``system`` (a string or blocks) becomes a leading system message; an empty list of blocks,
+    which the API takes, is no system prompt. Other top-level keys (``model``, ``tools``...)
+    are not part of the history and are ignored. Content blocks are
     typed: text, image, document, thinking (with its signature), redacted thinking, tool use
     (with ``caller`` and any other field), server tool use and results; an unknown block is kept
     opaque. ``tool_result`` blocks become `ToolResults` (their own blocks, ``is_error``); the
@@ -644,7 +645,7 @@ def from_anthropic(conversation: object) -> list[ConversationMessage]:
     if isinstance(conversation, dict):
         if "messages" not in conversation:
             raise TranscriptError("messages missing")
-        if "system" in conversation:
+        if conversation.get("system", []) != []:  # an empty list of blocks is no system prompt
             out.append(_anthropic_system(conversation["system"]))
         conversation = conversation["messages"]
     if not isinstance(conversation, list):
