@@ -1,4 +1,7 @@
-"""Benchmark: what a user pays per model call of an OpenAI Agents SDK run (issue 22).
+"""Benchmark: what a user pays per model call of an agent run (issue 22).
+
+OpenAI Agents SDK (``agents``), LangGraph (``langgraph``), pydantic-ai (``pydantic_ai``) and
+Google ADK (``adk``) parts, each against the framework's own stack.
 
 One **agent step** is what happens between two model calls of a tool loop: record the step
 (the model's reasoning and function call, the tool's output: three Responses items, ~2 KB)
@@ -59,11 +62,34 @@ in an ``Agent`` on pydantic-ai's ``FunctionModel``, with a capability on each si
 
 Ratio = pydantic-ai / turnledger, wall and CPU as above.
 
+**Google ADK** (``--parts adk``): the same turns and steps in an ``LlmAgent`` with one tool
+(``search``) on a scripted ``BaseLlm`` (no network), run by ADK's ``Runner`` on ADK's durable
+``DatabaseSessionService`` (SQLite file through aiosqlite; PostgreSQL through asyncpg, a fresh
+schema as its search path). A step is ADK's own work (the reply and the tool response appended
+as events, one transaction each, the next request's contents built from the session's events)
+plus, before the next model call:
+
+- **ADK**: the trim a user adds, a ``before_model_callback`` keeping whole turns from the newest
+  of ``llm_request.contents`` (``_adk_trim``: 50 turns, 32,000 estimated tokens of the parts'
+  text and function call arguments / responses);
+- **turnledger**: ``TurnledgerCallback`` as ``before_model_callback`` (records what is new,
+  decides and records the trims, sends the window) and its ``after_model``, on a turnledger
+  store. ADK needs a session service and keeps its events whatever the callback does, so this
+  side runs on the same kind of ``DatabaseSessionService``: a durable ADK deployment has both.
+
+Both ADK sessions and the turnledger log are filled directly (the events as ADK's own rows, 400
+a transaction; the contents ADK hands the callbacks, client call ids stripped, recorded with
+``from_genai``), so the callback's first call records the run's question only: it follows the
+newest recorded content (asserted: the log ends with every message once). Each run checks that
+the model saw whole turns and fewer contents than the untrimmed history, and on ADK's side at
+most 50 turns within budget. Ratio = ADK / turnledger, wall and CPU as above.
+
 Run from the project root::
 
     .venv/bin/python -m benchmarks.agent_step            # full run, writes results/agent_step.json
     .venv/bin/python -m benchmarks.agent_step --quick    # 100 and 1,000 turns, JSON to tmp
     .venv/bin/python -m benchmarks.agent_step --parts langgraph   # one part, JSON to tmp
+    .venv/bin/python -m benchmarks.agent_step --parts adk --quick  # Google ADK, JSON to tmp
 
 ``--postgres URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``; fresh schemas,
 dropped after), ``--no-postgres`` to skip PostgreSQL.
