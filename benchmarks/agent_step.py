@@ -1,4 +1,7 @@
-"""Benchmark: what a user pays per model call of an OpenAI Agents SDK run (issue 22).
+"""Benchmark: what a user pays per model call of an agent run (issue 22).
+
+OpenAI Agents SDK (``agents``), LangGraph (``langgraph``), pydantic-ai (``pydantic_ai``) and
+Google ADK (``adk``) parts, each against the framework's own stack.
 
 One **agent step** is what happens between two model calls of a tool loop: record the step
 (the model's reasoning and function call, the tool's output: three Responses items, ~2 KB)
@@ -59,11 +62,34 @@ in an ``Agent`` on pydantic-ai's ``FunctionModel``, with a capability on each si
 
 Ratio = pydantic-ai / turnledger, wall and CPU as above.
 
+**Google ADK** (``--parts adk``): the same turns and steps in an ``LlmAgent`` with one tool
+(``search``) on a scripted ``BaseLlm`` (no network), run by ADK's ``Runner`` on ADK's durable
+``DatabaseSessionService`` (SQLite file through aiosqlite; PostgreSQL through asyncpg, a fresh
+schema as its search path). A step is ADK's own work (the reply and the tool response appended
+as events, one transaction each, the next request's contents built from the session's events)
+plus, before the next model call:
+
+- **ADK**: the trim a user adds, a ``before_model_callback`` keeping whole turns from the newest
+  of ``llm_request.contents`` (``_adk_trim``: 50 turns, 32,000 estimated tokens of the parts'
+  text and function call arguments / responses);
+- **turnledger**: ``TurnledgerCallback`` as ``before_model_callback`` (records what is new,
+  decides and records the trims, sends the window) and its ``after_model``, on a turnledger
+  store. ADK needs a session service and keeps its events whatever the callback does, so this
+  side runs on the same kind of ``DatabaseSessionService``: a durable ADK deployment has both.
+
+Both ADK sessions and the turnledger log are filled directly (the events as ADK's own rows, 400
+a transaction; the contents ADK hands the callbacks, client call ids stripped, recorded with
+``from_genai``), so the callback's first call records the run's question only: it follows the
+newest recorded content (asserted: the log ends with every message once). Each run checks that
+the model saw whole turns and fewer contents than the untrimmed history, and on ADK's side at
+most 50 turns within budget. Ratio = ADK / turnledger, wall and CPU as above.
+
 Run from the project root::
 
     .venv/bin/python -m benchmarks.agent_step            # full run, writes results/agent_step.json
     .venv/bin/python -m benchmarks.agent_step --quick    # 100 and 1,000 turns, JSON to tmp
     .venv/bin/python -m benchmarks.agent_step --parts langgraph   # one part, JSON to tmp
+    .venv/bin/python -m benchmarks.agent_step --parts adk --quick  # Google ADK, JSON to tmp
 
 ``--postgres URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``; fresh schemas,
 dropped after), ``--no-postgres`` to skip PostgreSQL.
@@ -105,7 +131,7 @@ RESULTS = Path(__file__).parent / "results" / "agent_step.json"
 MAX_TURNS = 50  # turnledger's default turn limit (R29), applied on the SDK side too
 BUDGET = 32_000  # turnledger's default token budget (R11), applied on the SDK side too
 Item = dict[str, Any]
-PARTS = ("agents", "langgraph", "pydantic_ai")
+PARTS = ("agents", "langgraph", "pydantic_ai", "adk")
 
 
 def user_trim(items: list[Item], max_turns: int = MAX_TURNS, budget: int = BUDGET) -> list[Item]:
@@ -685,6 +711,289 @@ def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+# --- Google ADK: an LlmAgent run by ADK's Runner on ADK's durable sessions -------------------
+
+ADK_APP, ADK_USER, ADK_SESSION, ADK_AGENT = "bench", "user", "bench-session", "searcher"
+ADK_SIDES = ("adk", "turnledger")
+
+
+def _adk_turn(n: int, text: Text) -> list[Any]:
+    """One filled turn as genai contents (the four messages of the LangGraph part), with the
+    client-side call id ADK gives a function call and its response in its events."""
+    from google.genai import types
+
+    call_id = f"adk-fill-{n}"
+    return [types.Content(role="user", parts=[types.Part(text=f"Question {n}: {text(200)}")]),
+            types.Content(role="model", parts=[
+                types.Part(text=text(300)),
+                types.Part(function_call=types.FunctionCall(
+                    id=call_id, name="search", args={"q": text(40)}))]),
+            types.Content(role="user", parts=[types.Part(
+                function_response=types.FunctionResponse(
+                    id=call_id, name="search", response={"result": text(1500)}))]),
+            types.Content(role="model", parts=[types.Part(text=text(400))])]
+
+
+def _adk_without_ids(content: Any) -> Any:
+    """``content`` as ADK hands it to the model callbacks: client-side call ids stripped."""
+    copy = content.model_copy(deep=True)
+    for part in copy.parts or []:
+        for held in (part.function_call, part.function_response):
+            if held is not None and (held.id or "").startswith("adk-"):
+                held.id = None
+    return copy
+
+
+def _adk_tokens(content: Any) -> int:
+    """A user's estimate of a content's tokens: ``ceil(chars / 4) + 4`` of its parts' text and
+    function call arguments / response values (as `_pa_tokens`)."""
+    chars = 0
+    for part in content.parts or []:
+        chars += len(part.text or "")
+        if part.function_call is not None:
+            chars += len(json.dumps(part.function_call.args or {}))
+        if part.function_response is not None:
+            chars += len(json.dumps(part.function_response.response or {}))
+    return math.ceil(chars / 4) + 4
+
+
+def _adk_turn_start(content: Any) -> bool:
+    """A turn starts at a user content with text (not a content of function responses)."""
+    return content.role == "user" and any(part.text for part in content.parts or [])
+
+
+def _adk_trim(contents: list[Any], max_turns: int = MAX_TURNS,
+              budget: int = BUDGET) -> list[Any]:
+    """The trim an ADK user writes in a ``before_model_callback``: whole turns from the newest
+    of ``llm_request.contents``, at most ``max_turns`` and ``budget`` estimated tokens
+    (`_adk_tokens`); the newest turn is kept whatever its size (as `_pa_trim`)."""
+    kept_from, tokens, turns = 0, 0, 0
+    for i in range(len(contents) - 1, -1, -1):
+        tokens += _adk_tokens(contents[i])
+        if _adk_turn_start(contents[i]):
+            turns += 1
+            if turns > 1 and (turns > max_turns or tokens > budget):
+                break
+            kept_from = i
+    return contents[kept_from:]
+
+
+async def _adk_user_trim(callback_context: Any, llm_request: Any) -> None:
+    """ADK's side's ``before_model_callback``: the request's contents trimmed (`_adk_trim`)."""
+    llm_request.contents = _adk_trim(list(llm_request.contents))
+
+
+def _adk_model(script: list[Any], notes: dict[str, list[Any]]) -> Any:
+    """A ``BaseLlm`` that answers from ``script`` (no network) and notes when each call enters
+    and leaves, and the contents it was given."""
+    from google.adk.models.base_llm import BaseLlm
+
+    class StepModel(BaseLlm):
+        model: str = "scripted-steps"
+
+        async def generate_content_async(self, llm_request: Any,
+                                         stream: bool = False) -> Any:
+            notes["entered"].append(time.perf_counter())
+            notes["cpu_entered"].append(time.process_time())
+            notes["seen"][:] = [list(llm_request.contents)]
+            reply = script.pop(0)
+            notes["cpu_left"].append(time.process_time())
+            notes["left"].append(time.perf_counter())
+            yield reply
+
+    return StepModel()
+
+
+def _adk_replies(n: int, text: Text, outputs: dict[str, str]) -> list[Any]:
+    """A run's model replies: three steps (text, a ``search`` call), then an answer."""
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    usage = types.GenerateContentResponseUsageMetadata(  # a model reports it (ADK logs its
+        prompt_token_count=20_000, candidates_token_count=100, total_token_count=20_100)  # lack)
+    replies = []
+    for k in range(LG_STEPS):
+        q = f"{n}-{k}"
+        outputs[q] = text(1500)
+        replies.append(LlmResponse(usage_metadata=usage, content=types.Content(
+            role="model", parts=[types.Part(text=text(300)), types.Part(
+                function_call=types.FunctionCall(name="search", args={"q": q}))])))
+    replies.append(LlmResponse(usage_metadata=usage, content=types.Content(
+        role="model", parts=[types.Part(text=text(400))])))
+    return replies
+
+
+def _adk_service(savers: _Checkpointers, name: str) -> Any:
+    """ADK's durable session service: a SQLite file (aiosqlite), or a fresh PostgreSQL schema
+    (asyncpg, the schema as its search path)."""
+    from google.adk.sessions import DatabaseSessionService
+
+    if savers.postgres is None:
+        return DatabaseSessionService(
+            f"sqlite+aiosqlite:///{savers.directory / f'{name}-adk.db'}")
+    import psycopg
+
+    schema = f"bench_adk_{name}_{uuid.uuid4().hex[:8]}"
+    savers.schemas.append(schema)
+    with psycopg.connect(_conninfo(savers.postgres), autocommit=True) as pg:
+        pg.execute(f'CREATE SCHEMA "{schema}"')
+    url = savers.postgres.replace("postgresql://", "postgresql+asyncpg://", 1)
+    return DatabaseSessionService(url, connect_args={"server_settings": {"search_path": schema}})
+
+
+async def _adk_fill(service: Any, history: list[Any]) -> None:
+    """ADK's session holds ``history`` as the events a Runner would have left (the user's
+    question authored by the user, the rest by the agent), inserted as ADK's own event rows,
+    400 a transaction (ADK's ``append_event`` is a transaction an event)."""
+    from google.adk.events import Event
+    from google.adk.sessions.schemas.v1 import StorageEvent
+
+    session = await service.create_session(app_name=ADK_APP, user_id=ADK_USER,
+                                           session_id=ADK_SESSION)
+    start = time.time() - 3600  # before the runs' events; 1 ms apart, in order
+    for first in range(0, len(history), 400):
+        async with service.database_session_factory() as sql:
+            sql.add_all([StorageEvent.from_event(session, Event(
+                invocation_id=f"fill-{(first + i) // 4}",
+                author="user" if (first + i) % 4 == 0 else ADK_AGENT,
+                content=content, timestamp=start + (first + i) * 1e-3))
+                for i, content in enumerate(history[first:first + 400])])
+            await sql.commit()
+    stored = await service.get_session(app_name=ADK_APP, user_id=ADK_USER,
+                                       session_id=ADK_SESSION)
+    assert stored is not None, "the filled session must be there"
+    assert len(stored.events) == len(history), "the fill must be whole"
+
+
+def _adk_check(side: str, seen: list[Any], untrimmed: int) -> None:
+    """The model saw whole turns (after the breadcrumb on turnledger's side when trimmed),
+    fewer contents than the untrimmed history; on ADK's side, within the turn and token
+    limits."""
+    from turnledger.domain.messages import BREADCRUMB_TEXT
+
+    assert len(seen) < untrimmed, f"{side}: the model saw the whole history"
+    first = [part.text for part in seen[0].parts or []]
+    if side == "turnledger" and first == [BREADCRUMB_TEXT]:  # a content of its own
+        seen = seen[1:]
+        first = [part.text for part in seen[0].parts or []]
+    assert seen[0].role == "user", f"{side}: the model input does not start at a turn"
+    assert (first[0] or "").startswith("Question"), f"{side}: the input does not start at a turn"
+    turns = sum(_adk_turn_start(c) for c in seen)
+    assert turns <= MAX_TURNS, f"{side}: {turns} turns"
+    if side == "adk":
+        assert turns == 1 or sum(map(_adk_tokens, seen)) <= BUDGET, "adk: over budget"
+
+
+def bench_adk(savers: _Checkpointers, backend: str, turns: int, runs: int) -> dict[str, Any]:
+    """Median step time of each agent after ``turns`` turns, ``runs`` runs of three steps."""
+    return asyncio.run(_bench_adk(savers, backend, turns, runs))
+
+
+async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
+                     runs: int) -> dict[str, Any]:
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    from turnledger.integrations.google_adk import TurnledgerCallback, from_genai
+
+    text = Text(turns)
+    history = [c for n in range(turns) for c in _adk_turn(n, text)]
+    outputs: dict[str, str] = {}
+    tag = f"adk{turns}"
+    times: dict[str, list[float]] = {side: [] for side in ADK_SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in ADK_SIDES}
+    seen: dict[str, int] = {}
+    services = {side: _adk_service(savers, f"{tag}{side[:2]}") for side in ADK_SIDES}
+    try:
+        for service in services.values():
+            await _adk_fill(service, history)
+        with tl.open_store(savers.ours_url(tag)) as store:
+            ours = TurnledgerCallback(store)
+            # What the callback would have recorded: the contents as ADK hands them to it.
+            # Its first call for this ADK session records what follows the newest recorded
+            # content (the last answer): the run's question only (checked below).
+            log = ours.session_for(ADK_SESSION)
+            for first in range(0, len(history), 400):
+                log.extend(from_genai([_adk_without_ids(c) for c in history[first:first + 400]]))
+            del history
+
+            def search(q: str) -> str:
+                """Search the documents."""
+                return outputs[q]
+
+            scripts: dict[str, list[Any]] = {side: [] for side in ADK_SIDES}
+            notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left",
+                                              "seen")} for side in ADK_SIDES}
+            callbacks = {"adk": (_adk_user_trim, None), "turnledger": (ours, ours.after_model)}
+            runners = {side: Runner(
+                agent=LlmAgent(name=ADK_AGENT, model=_adk_model(scripts[side], notes[side]),
+                               instruction="Answer briefly.", tools=[search],
+                               before_model_callback=callbacks[side][0],
+                               after_model_callback=callbacks[side][1]),
+                app_name=ADK_APP, session_service=services[side]) for side in ADK_SIDES}
+            text = Text(turns + 7)
+            for r in range(runs):
+                replies = _adk_replies(turns + r, text, outputs)
+                question = types.Content(role="user", parts=[types.Part(
+                    text=f"Question {turns + r}: {text(200)}")])
+                for side in ADK_SIDES if r % 2 == 0 else ADK_SIDES[::-1]:
+                    scripts[side][:] = [m.model_copy(deep=True) for m in replies]
+                    noted = notes[side]
+                    for values in noted.values():
+                        values.clear()
+                    async for _ in runners[side].run_async(
+                            user_id=ADK_USER, session_id=ADK_SESSION,
+                            new_message=question.model_copy(deep=True)):
+                        pass
+                    assert not scripts[side], f"{side}: the run did not end"
+                    times[side] += [noted["entered"][k + 1] - noted["left"][k]
+                                    for k in range(LG_STEPS)]
+                    cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
+                                  for k in range(LG_STEPS)]
+                    last = noted["seen"][0]
+                    # The last call's untrimmed input: the history, the run's question and
+                    # three steps of call and response.
+                    _adk_check(side, last, 4 * (turns + r) + 1 + 2 * LG_STEPS)
+                    seen[side] = len(last)
+            # Nothing recorded twice: the fill and each run's eight messages.
+            assert log.next_position == 4 * turns + 8 * runs, log.next_position
+    finally:
+        for service in services.values():
+            await service.close()
+    wall = {side: statistics.median(times[side]) for side in ADK_SIDES}
+    used = {side: statistics.median(cpu[side]) for side in ADK_SIDES}
+    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
+            "adk_ms": wall["adk"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            "adk_messages": seen["adk"], "turnledger_messages": seen["turnledger"],
+            "adk_over_turnledger": wall["adk"] / wall["turnledger"],
+            "adk_cpu_ms": used["adk"] * 1e3, "turnledger_cpu_ms": used["turnledger"] * 1e3,
+            "cpu_adk_over_turnledger": used["adk"] / used["turnledger"],
+            "load_average": os.getloadavg()[0]}
+
+
+def run_adk(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    return _over_sizes(args, directory, bench_adk)
+
+
+def report_adk(rows: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        "Google ADK LlmAgent on Runner + DatabaseSessionService, one agent step (reply and "
+        "tool response appended as ADK events, next model input built); median wall ms (CPU ms "
+        "of the process); ratio ADK + user trim / ADK + TurnledgerCallback; load: 1-min "
+        "average after the row",
+        ["backend", "turns", "steps", "ADK ms", "turnledger ms", "ADK messages",
+         "turnledger messages", "ratio", "CPU ratio", "load"],
+        [[r["backend"], r["turns"], r["steps"],
+          f"{r['adk_ms']:.2f} ({r['adk_cpu_ms']:.1f})",
+          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
+          r["adk_messages"], r["turnledger_messages"],
+          f"{r['adk_over_turnledger']:.2f}x",
+          f"{r['cpu_adk_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
+         for r in rows],
+    )
+
+
 async def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
     runs = 4 if args.quick else 8
@@ -757,6 +1066,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if "pydantic_ai" in parts:
             results["pydantic_ai"] = run_pydantic_ai(args, Path(tmp))
             print(report_pydantic_ai(results["pydantic_ai"]))
+        if "adk" in parts:
+            results["adk"] = run_adk(args, Path(tmp))
+            print(report_adk(results["adk"]))
     partial = args.quick or set(parts) != set(PARTS)
     output = Path(tempfile.gettempdir()) / "agent_step.json" if partial else RESULTS
     output.parent.mkdir(parents=True, exist_ok=True)
