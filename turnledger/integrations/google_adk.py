@@ -16,8 +16,8 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   (``LlmAgent(..., before_model_callback=callback,
   after_model_callback=callback.after_model)``). Before every model call — the first of an
   invocation and each one between tool steps (R24) — it records the contents
-  ADK added since the last call (one transaction), decides and records the trims a request
-  would make (`Session.fit_window`) and replaces ``llm_request.contents`` with that window:
+  ADK added since the last call and the trims a request would make (`Session.fit_window`),
+  in one transaction, and replaces ``llm_request.contents`` with that window:
   whole turns, the breadcrumb when older turns were cut, no function response without its call.
   ADK's own session keeps every event; only the request is trimmed. ``after_model`` records
   each reply without function calls as it arrives, so the log holds the run's last answer when
@@ -558,23 +558,25 @@ class TurnledgerCallback(SessionsByName):
         """Record what is new in ``contents`` (a conversation's contents so far, in order)
         and return the window the model should see."""
         session = self.session_for(name)
-        return self._retrying(session, "the model callback",
-                              lambda: self._record_new(session, contents, name))
+        window = self._retrying(session, "the model callback",
+                                lambda: self._record_new(session, contents, name))
+        return self._genai_of(window)
 
     def _record_new(
         self, session: Session, contents: Sequence[types.Content], name: str | None
-    ) -> list[types.Content]:
+    ) -> list[ChatMessage]:
         # Judged on each attempt: after a conflict, another writer may have recorded them.
-        window = session.chat_view()
         seen = self._seen.get(name)
         recorded = to_genai(session.conversation_view()) if seen is None else []
         start = _new_contents(contents, seen, recorded)
-        new = from_genai(contents[start:], unanswered=_unanswered(window))
-        if new:
-            session.extend(new)
-        if contents:  # recorded now: a retry of the trim below must not record them again
+        new = from_genai(contents[start:], unanswered=_unanswered(session.chat_view()))
+        # The step's new contents and the window's trims: one transaction.
+        window = self._window(session, new)
+        # Noted only once they landed: a conflict recorded nothing, and the retry judges
+        # these contents again on the newer state.
+        if contents:
             self._seen[name] = (len(contents), _dump(contents[-1]))
-        return self._genai_of(self._window(session))
+        return window
 
     def _genai_of(self, window: Sequence[ChatMessage]) -> list[types.Content]:
         """`to_genai` of ``window``, each content built and validated once per object."""
