@@ -95,6 +95,88 @@ def test_i22_genai_unknown_parts_and_roles_are_refused_by_name() -> None:
         from_genai(["hello"])
 
 
+def _json(contents: list[Any]) -> list[Any]:
+    return [c.model_dump(mode="json") for c in contents]
+
+
+def _edit_in_place(contents: list[Any]) -> None:
+    """What ADK or a model class may do to a request's contents: edit a part's fields, a
+    call's or a response's fields, a blob's, and the parts list itself."""
+    t = _types()
+    for content in contents:
+        for part in content.parts:
+            if part.text is not None:
+                part.text = "edited"
+            if part.function_call is not None:
+                part.function_call.args = {"edited": True}
+                part.function_call.id = "edited"
+            if part.function_response is not None:
+                part.function_response.id = None
+                part.function_response.response = {"edited": True}
+            if part.inline_data is not None:
+                part.inline_data.display_name = "edited"
+        content.parts.append(t.Part(text="appended"))
+        content.role = "model"
+
+
+def test_i22_adk_callback_builds_each_window_content_once_and_hands_out_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window of each model call is the last one plus the step's contents: each genai
+    content of it is built and validated once per callback object (the window equals a fresh
+    `to_genai` of the session's chat view, breadcrumb included); what is handed out is a copy,
+    so ADK or a model class editing the request's contents in place never changes the next
+    window."""
+    t = _types()
+    import turnledger.integrations.google_adk as adk
+
+    built: list[int] = []
+    windows: list[bool] = []  # inside the callback's conversion of a window
+    validated = adk._validated  # noqa: SLF001 - counts what the callback validates
+
+    def counting(out: list[Any]) -> list[Any]:
+        if windows:  # not from_genai's round-trip check of the contents it records
+            built.append(len(out))
+        return validated(out)
+
+    monkeypatch.setattr(adk, "_validated", counting)
+    with open_store("memory://") as store:
+        callback = adk.TurnledgerCallback(store, profile=RuntimeProfile(max_context_tokens=600))
+        convert = callback._genai_of  # noqa: SLF001 - tells a window from a check
+
+        def converting(window: Any) -> Any:
+            windows.append(True)
+            try:
+                return convert(window)
+            finally:
+                windows.pop()
+
+        monkeypatch.setattr(callback, "_genai_of", converting)
+        session = callback.session_for("adk-1")
+        contents = _samples()  # every part kind
+        first = callback.window(contents, "adk-1")
+        assert _json(adk.to_genai(session.chat_view())) == _json(first)
+        breadcrumbs = 0
+        for n in range(12):
+            contents += [
+                t.Content(role="user", parts=[t.Part(text=f"q{n} " + "x" * 200)]),
+                t.Content(role="model", parts=[t.Part(text=f"t{n}"), t.Part(
+                    function_call=t.FunctionCall(name="lookup", args={"q": n}))]),
+                t.Content(role="user", parts=[t.Part(function_response=t.FunctionResponse(
+                    name="lookup", response={"result": f"r{n}"}))])]
+            built.clear()
+            window = callback.window(contents, "adk-1")
+            assert sum(built) <= 3 + 1  # the step's three contents, a new breadcrumb's
+            fresh = adk.to_genai(session.chat_view())
+            assert _json(fresh) == _json(window)
+            _edit_in_place(window)
+            again = callback.window(contents, "adk-1")  # nothing new
+            assert _json(fresh) == _json(again)
+            breadcrumbs += again[0].parts[0].text == BREADCRUMB_TEXT
+        assert breadcrumbs > 0
+        assert verify(store.backend).ok
+
+
 def _scripted(steps: int, inputs: list[list[Any]]) -> Any:
     need("google.adk")
     from google.adk.models.base_llm import BaseLlm
