@@ -479,6 +479,37 @@ def _over_sizes(
     return rows
 
 
+def _two_sides(backend: str, turns: int, theirs: str, times: dict[str, list[float]],
+               cpu: dict[str, list[float]], seen: dict[str, int]) -> dict[str, Any]:
+    """One row of a part that sets a framework's own stack (``theirs``) against turnledger:
+    median wall and CPU ms a step, what each model saw last, the ratios, the load."""
+    wall = {side: statistics.median(times[side]) for side in (theirs, "turnledger")}
+    used = {side: statistics.median(cpu[side]) for side in (theirs, "turnledger")}
+    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
+            f"{theirs}_ms": wall[theirs] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            f"{theirs}_messages": seen[theirs], "turnledger_messages": seen["turnledger"],
+            f"{theirs}_over_turnledger": wall[theirs] / wall["turnledger"],
+            f"{theirs}_cpu_ms": used[theirs] * 1e3, "turnledger_cpu_ms": used["turnledger"] * 1e3,
+            f"cpu_{theirs}_over_turnledger": used[theirs] / used["turnledger"],
+            "load_average": os.getloadavg()[0]}
+
+
+def _two_sides_report(title: str, theirs: str, label: str,
+                      rows: Sequence[dict[str, Any]]) -> str:
+    """The table of `_two_sides` rows; ``label`` names the framework's side."""
+    return _table(
+        title, ["backend", "turns", "steps", f"{label} ms", "turnledger ms",
+                f"{label} messages", "turnledger messages", "ratio", "CPU ratio", "load"],
+        [[r["backend"], r["turns"], r["steps"],
+          f"{r[f'{theirs}_ms']:.2f} ({r[f'{theirs}_cpu_ms']:.1f})",
+          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
+          r[f"{theirs}_messages"], r["turnledger_messages"],
+          f"{r[f'{theirs}_over_turnledger']:.2f}x",
+          f"{r[f'cpu_{theirs}_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
+         for r in rows],
+    )
+
+
 # --- pydantic-ai: an agent with a history capability -----------------------------------------
 
 def _pa_turn(n: int, text: Text) -> list[Any]:
@@ -677,17 +708,7 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
                 cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
                               for k in range(LG_STEPS)]
                 seen[side] = int(noted["seen"][-1])
-    wall = {side: statistics.median(times[side]) for side in PA_SIDES}
-    used = {side: statistics.median(cpu[side]) for side in PA_SIDES}
-    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
-            "pydantic_ai_ms": wall["pydantic_ai"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
-            "pydantic_ai_messages": seen["pydantic_ai"],
-            "turnledger_messages": seen["turnledger"],
-            "pydantic_ai_over_turnledger": wall["pydantic_ai"] / wall["turnledger"],
-            "pydantic_ai_cpu_ms": used["pydantic_ai"] * 1e3,
-            "turnledger_cpu_ms": used["turnledger"] * 1e3,
-            "cpu_pydantic_ai_over_turnledger": used["pydantic_ai"] / used["turnledger"],
-            "load_average": os.getloadavg()[0]}
+    return _two_sides(backend, turns, "pydantic_ai", times, cpu, seen)
 
 
 def run_pydantic_ai(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -695,20 +716,11 @@ def run_pydantic_ai(args: argparse.Namespace, directory: Path) -> list[dict[str,
 
 
 def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
-    return _table(
+    return _two_sides_report(
         "pydantic-ai Agent, one agent step (the run's new messages saved, the next model "
         "input trimmed); median wall ms (CPU ms of the process); ratio pydantic-ai JSON rows + "
         "user trim / TurnledgerHistory; load: 1-min average after the row",
-        ["backend", "turns", "steps", "pydantic-ai ms", "turnledger ms", "pydantic-ai messages",
-         "turnledger messages", "ratio", "CPU ratio", "load"],
-        [[r["backend"], r["turns"], r["steps"],
-          f"{r['pydantic_ai_ms']:.2f} ({r['pydantic_ai_cpu_ms']:.1f})",
-          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
-          r["pydantic_ai_messages"], r["turnledger_messages"],
-          f"{r['pydantic_ai_over_turnledger']:.2f}x",
-          f"{r['cpu_pydantic_ai_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
-         for r in rows],
-    )
+        "pydantic_ai", "pydantic-ai", rows)
 
 
 # --- Google ADK: an LlmAgent run by ADK's Runner on ADK's durable sessions -------------------
@@ -961,15 +973,7 @@ async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
     finally:
         for service in services.values():
             await service.close()
-    wall = {side: statistics.median(times[side]) for side in ADK_SIDES}
-    used = {side: statistics.median(cpu[side]) for side in ADK_SIDES}
-    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
-            "adk_ms": wall["adk"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
-            "adk_messages": seen["adk"], "turnledger_messages": seen["turnledger"],
-            "adk_over_turnledger": wall["adk"] / wall["turnledger"],
-            "adk_cpu_ms": used["adk"] * 1e3, "turnledger_cpu_ms": used["turnledger"] * 1e3,
-            "cpu_adk_over_turnledger": used["adk"] / used["turnledger"],
-            "load_average": os.getloadavg()[0]}
+    return _two_sides(backend, turns, "adk", times, cpu, seen)
 
 
 def run_adk(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -977,21 +981,12 @@ def run_adk(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
 
 
 def report_adk(rows: Sequence[dict[str, Any]]) -> str:
-    return _table(
+    return _two_sides_report(
         "Google ADK LlmAgent on Runner + DatabaseSessionService, one agent step (reply and "
         "tool response appended as ADK events, next model input built); median wall ms (CPU ms "
         "of the process); ratio ADK + user trim / ADK + TurnledgerCallback; load: 1-min "
         "average after the row",
-        ["backend", "turns", "steps", "ADK ms", "turnledger ms", "ADK messages",
-         "turnledger messages", "ratio", "CPU ratio", "load"],
-        [[r["backend"], r["turns"], r["steps"],
-          f"{r['adk_ms']:.2f} ({r['adk_cpu_ms']:.1f})",
-          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
-          r["adk_messages"], r["turnledger_messages"],
-          f"{r['adk_over_turnledger']:.2f}x",
-          f"{r['cpu_adk_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
-         for r in rows],
-    )
+        "adk", "ADK", rows)
 
 
 async def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.extras import need
+from tests.window_builds import count_window_builds
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.events import HistoryTrimmed
@@ -130,28 +131,9 @@ def test_i22_adk_callback_builds_each_window_content_once_and_hands_out_copies(
     t = _types()
     import turnledger.integrations.google_adk as adk
 
-    built: list[int] = []
-    windows: list[bool] = []  # inside the callback's conversion of a window
-    validated = adk._validated  # noqa: SLF001 - counts what the callback validates
-
-    def counting(out: list[Any]) -> list[Any]:
-        if windows:  # not from_genai's round-trip check of the contents it records
-            built.append(len(out))
-        return validated(out)
-
-    monkeypatch.setattr(adk, "_validated", counting)
     with open_store("memory://") as store:
         callback = adk.TurnledgerCallback(store, profile=RuntimeProfile(max_context_tokens=600))
-        convert = callback._genai_of  # noqa: SLF001 - tells a window from a check
-
-        def converting(window: Any) -> Any:
-            windows.append(True)
-            try:
-                return convert(window)
-            finally:
-                windows.pop()
-
-        monkeypatch.setattr(callback, "_genai_of", converting)
+        built = count_window_builds(monkeypatch, adk, callback, "_genai_of")
         session = callback.session_for("adk-1")
         contents = _samples()  # every part kind
         first = callback.window(contents, "adk-1")

@@ -18,6 +18,7 @@ import pytest
 
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.extras import need
+from tests.window_builds import count_window_builds
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.events import HistoryTrimmed
@@ -248,29 +249,10 @@ def test_i22_pydantic_ai_history_builds_each_window_message_once_and_hands_out_c
     m = _pa()
     import turnledger.integrations.pydantic_ai as pa
 
-    built: list[int] = []
-    windows: list[bool] = []  # inside the history's conversion of a window
-    validated = pa._validated  # noqa: SLF001 - counts what the history validates
-
-    def counting(out: list[Any]) -> list[Any]:
-        if windows:  # not the round-trip check of the recorded messages
-            built.append(len(out))
-        return validated(out)
-
-    monkeypatch.setattr(pa, "_validated", counting)
     with open_store("memory://") as store:
         history = pa.TurnledgerHistory.open(store, "c",
                                             profile=RuntimeProfile(max_context_tokens=600))
-        convert = history._to_pydantic_ai  # noqa: SLF001 - tells a window from a check
-
-        def converting(window: Any) -> Any:
-            windows.append(True)
-            try:
-                return convert(window)
-            finally:
-                windows.pop()
-
-        monkeypatch.setattr(history, "_to_pydantic_ai", converting)
+        built = count_window_builds(monkeypatch, pa, history, "_to_pydantic_ai")
         history.record(_every_part_kind())  # every part kind, grouped as the table says
         first = history.messages()  # the trims it takes are recorded: the chat view after
         assert _dump(pa.to_pydantic_ai(history.session.chat_view())) == _dump(first)

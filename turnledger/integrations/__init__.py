@@ -27,29 +27,41 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import AppendRefused, ConcurrencyConflict, SessionNotFound
-from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.messages import (
+    Chat,
+    ChatMessage,
+    ConversationMessage,
+    ToolResults,
+    from_chat_messages,
+)
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 __all__ = [
     "CONFLICT_BUDGET_SECONDS",
+    "BuiltOnce",
+    "Piece",
     "SessionsByName",
     "conflict_budget",
+    "conversation_of",
     "fit_window",
+    "grouped",
     "off_loop",
     "open_session",
     "retrying",
     "session_uuid",
+    "user_side",
 ]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+M = TypeVar("M")
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://turnledger/integrations/session")
 
@@ -110,6 +122,88 @@ def fit_window(
     if messages:
         options["messages"] = messages
     return session.fit_window(**options)
+
+
+Piece = tuple[ConversationMessage, int]
+"""What one part of a framework message is built from: a turnledger message and, for a
+`ToolResults`, the index of its result (-1 for any other message)."""
+
+
+def conversation_of(
+    history: Sequence[ChatMessage | ConversationMessage],
+) -> list[ConversationMessage]:
+    """The structured messages of a window (provider messages) or of a history."""
+    chats = [m for m in history if isinstance(m, ChatMessage)]
+    if len(chats) == len(history):
+        return from_chat_messages(chats)
+    return [m for m in history if not isinstance(m, ChatMessage)]
+
+
+def user_side(message: ConversationMessage) -> bool:
+    """Whether ``message`` goes on the user side of a framework that groups it (`grouped`)."""
+    return isinstance(message, ToolResults) or (
+        isinstance(message, Chat) and message.message.role in ("system", "user"))
+
+
+def grouped(
+    conversation: Sequence[ConversationMessage], opens: Callable[[str], bool]
+) -> list[tuple[Piece, ...]]:
+    """The framework messages ``conversation`` makes where the user side is grouped (a
+    pydantic-ai request, a genai ``user`` content), each as the pieces it is built from: an
+    assistant message alone; consecutive system, user and tool result pieces together until one
+    whose ``extra`` ``opens`` a message of its own (never the breadcrumb). A framework message
+    is then a function of its pieces alone, so it can be built once and kept."""
+    groups: list[list[Piece]] = []
+    in_user_side = False
+    for message in conversation:
+        pieces: list[Piece]
+        if isinstance(message, ToolResults):
+            pieces = [(message, i) for i in range(len(message.results))]
+            starts = [opens(r.extra) for r in message.results]
+        elif user_side(message):
+            assert isinstance(message, Chat)
+            pieces = [(message, -1)]
+            starts = [not message.message.synthetic and opens(message.message.extra)]
+        else:
+            groups.append([(message, -1)])
+            in_user_side = False
+            continue
+        for piece, start in zip(pieces, starts, strict=True):
+            if start or not in_user_side:
+                groups.append([])
+            groups[-1].append(piece)
+            in_user_side = True
+    return [tuple(group) for group in groups]
+
+
+class BuiltOnce(Generic[M]):
+    """A window's framework messages, each built once per integration object: a step's window
+    is the last one plus the step's messages, and building and validating the ~180 messages of
+    a window at every model call was most of its cost. ``opens`` groups the window (`grouped`);
+    ``build`` makes the messages of the groups not seen yet, in one go; ``fresh`` copies a kept
+    message for the caller, so a framework that edits its request in place never edits the
+    next window. Thread-safe (the integrations' calls run in worker threads)."""
+
+    def __init__(
+        self,
+        opens: Callable[[str], bool],
+        build: Callable[[list[tuple[Piece, ...]]], list[M]],
+        fresh: Callable[[M], M],
+    ) -> None:
+        self._opens, self._build, self._fresh = opens, build, fresh
+        self._built: dict[tuple[Piece, ...], M] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, window: Sequence[ChatMessage]) -> list[M]:
+        groups = grouped(conversation_of(window), self._opens)
+        with self._lock:
+            built = self._built
+            if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
+                self._built = built = {g: built[g] for g in groups if g in built}
+            missing = [g for g in dict.fromkeys(groups) if g not in built]
+            if missing:
+                built.update(zip(missing, self._build(missing), strict=True))
+            return [self._fresh(built[g]) for g in groups]
 
 
 def conflict_budget(seconds: float) -> float:

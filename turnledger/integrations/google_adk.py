@@ -40,7 +40,6 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -65,10 +64,18 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
     compact_json,
-    from_chat_messages,
     to_chat_messages,
 )
-from turnledger.integrations import CONFLICT_BUDGET_SECONDS, SessionsByName, off_loop
+from turnledger.integrations import (
+    CONFLICT_BUDGET_SECONDS,
+    BuiltOnce,
+    Piece,
+    SessionsByName,
+    conversation_of,
+    grouped,
+    off_loop,
+    user_side,
+)
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction
 
@@ -332,21 +339,6 @@ def _model_parts(message: ConversationMessage) -> list[Json]:
     return [_part_of_block(b) for b in chat.blocks] or [{"text": chat.content}]
 
 
-Piece = tuple[ConversationMessage, int]
-"""What one genai content is built from, piece by piece: a turnledger message and, for a
-`ToolResults`, the index of its result (-1 for any other message)."""
-
-
-def _conversation(
-    history: Iterable[ChatMessage | ConversationMessage],
-) -> list[ConversationMessage]:
-    items = list(history)
-    chats = [m for m in items if isinstance(m, ChatMessage)]
-    if len(chats) == len(items):
-        return from_chat_messages(chats)
-    return [m for m in items if not isinstance(m, ChatMessage)]
-
-
 @functools.lru_cache(maxsize=4096)
 def _starts(extra: str) -> bool:
     """Whether a user-side piece with this ``extra`` opens a user content of its own (it was
@@ -354,42 +346,10 @@ def _starts(extra: str) -> bool:
     return bool(_fields(extra).get("start"))
 
 
-def _is_user_side(message: ConversationMessage) -> bool:
-    return isinstance(message, ToolResults) or (
-        isinstance(message, Chat) and message.message.role in ("system", "user"))
-
-
-def _groups(conversation: Sequence[ConversationMessage]) -> list[tuple[Piece, ...]]:
-    """The genai contents ``conversation`` makes, each as the pieces it is built from: an
-    assistant message is one ``model`` content; a ``user`` content runs over consecutive user,
-    system and tool result pieces until one that opened a content of its own (its ``start``;
-    never the breadcrumb). A content is a function of its pieces alone (`_content_json`)."""
-    groups: list[list[Piece]] = []
-    in_user = False
-    for message in conversation:
-        pieces: list[Piece]
-        if isinstance(message, ToolResults):
-            pieces = [(message, i) for i in range(len(message.results))]
-            starts = [_starts(r.extra) for r in message.results]
-        elif isinstance(message, Chat) and message.message.role in ("system", "user"):
-            pieces = [(message, -1)]
-            starts = [not message.message.synthetic and _starts(message.message.extra)]
-        else:
-            groups.append([(message, -1)])
-            in_user = False
-            continue
-        for piece, start in zip(pieces, starts, strict=True):
-            if start or not in_user:
-                groups.append([])
-            groups[-1].append(piece)
-            in_user = True
-    return [tuple(group) for group in groups]
-
-
 def _content_json(pieces: tuple[Piece, ...]) -> Json:
     """google-genai's JSON of the content built from ``pieces`` (`_groups`)."""
     first = pieces[0][0]
-    if not _is_user_side(first):
+    if not user_side(first):
         return {"role": "model", "parts": _model_parts(first)}
     parts: list[Json] = []
     for message, i in pieces:
@@ -413,7 +373,8 @@ def to_genai(history: Iterable[ChatMessage | ConversationMessage]) -> list[types
     """The genai contents of a turnledger window or history (the inverse of `from_genai`);
     the breadcrumb is a text part of the user content it opens; a system message (recorded by
     another runtime) is a user text part, since contents have no system role."""
-    return _validated([_content_json(group) for group in _groups(_conversation(history))])
+    groups = grouped(conversation_of(list(history)), _starts)
+    return _validated([_content_json(group) for group in groups])
 
 
 def _copied(model: Any) -> Any:
@@ -539,11 +500,9 @@ class TurnledgerCallback(SessionsByName):
         # ADK session name -> (how many of its contents are recorded, the last one's JSON):
         # what tells this object's new contents from those it recorded (`_new_contents`).
         self._seen: dict[str | None, tuple[int, Json]] = {}
-        # Each window content's genai Content, built and validated once (a step's window is
-        # the last one plus the step's contents; validating ~185 was most of a model call);
-        # handed out as copies (`_fresh`), so an edit of a request never edits the next window.
-        self._built: dict[tuple[Piece, ...], types.Content] = {}
-        self._built_lock = threading.Lock()
+        # Each window content's genai Content, built once; handed out as copies (`_fresh`).
+        self._built = BuiltOnce(
+            _starts, lambda groups: _validated([_content_json(g) for g in groups]), _fresh)
 
     def session_for(self, name: str | None = None) -> Session:
         """The turnledger session of the ADK session ``name`` (or of ``session_id``)."""
@@ -585,16 +544,7 @@ class TurnledgerCallback(SessionsByName):
 
     def _genai_of(self, window: Sequence[ChatMessage]) -> list[types.Content]:
         """`to_genai` of ``window``, each content built and validated once per object."""
-        groups = _groups(_conversation(window))
-        with self._built_lock:  # the callbacks run in worker threads
-            built = self._built
-            if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
-                self._built = built = {g: built[g] for g in groups if g in built}
-            missing = [g for g in dict.fromkeys(groups) if g not in built]
-            if missing:
-                built.update(zip(missing, _validated([_content_json(g) for g in missing]),
-                                 strict=True))
-            return [_fresh(built[g]) for g in groups]
+        return self._built(window)
 
     def record_reply(self, content: types.Content, name: str | None = None) -> None:
         """Record a model reply as it arrives (so the log has the run's last answer).

@@ -59,16 +59,20 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
     compact_json,
-    from_chat_messages,
     to_chat_messages,
 )
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
+    BuiltOnce,
+    Piece,
     conflict_budget,
+    conversation_of,
     fit_window,
+    grouped,
     off_loop,
     open_session,
     retrying,
+    user_side,
 )
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
@@ -351,21 +355,6 @@ def _response(message: ConversationMessage) -> Json:
     return header | {"kind": "response", "parts": [_response_part(b) for b in blocks]}
 
 
-Piece = tuple[ConversationMessage, int]
-"""What one part of a pydantic-ai message is built from: a turnledger message and, for a
-`ToolResults`, the index of its result (-1 for any other message)."""
-
-
-def _conversation(
-    history: Iterable[ChatMessage | ConversationMessage],
-) -> list[ConversationMessage]:
-    items = list(history)
-    chats = [m for m in items if isinstance(m, ChatMessage)]
-    if len(chats) == len(items):
-        return from_chat_messages(chats)
-    return [m for m in items if not isinstance(m, ChatMessage)]
-
-
 @functools.lru_cache(maxsize=4096)
 def _opens_request(extra: str) -> bool:
     """Whether a request part with this ``extra`` starts a request of its own (it carries
@@ -373,42 +362,10 @@ def _opens_request(extra: str) -> bool:
     return _fields(extra).get("request") is not None
 
 
-def _is_request_side(message: ConversationMessage) -> bool:
-    return isinstance(message, ToolResults) or (
-        isinstance(message, Chat) and message.message.role in ("system", "user"))
-
-
-def _groups(conversation: Sequence[ConversationMessage]) -> list[tuple[Piece, ...]]:
-    """The pydantic-ai messages ``conversation`` makes, each as the pieces it is built from:
-    a response is one assistant message; a request runs over consecutive system, user and tool
-    result pieces until one that carries its own request fields. A message is a function of
-    its pieces alone (`_message_json`)."""
-    groups: list[list[Piece]] = []
-    in_request = False
-    for message in conversation:
-        pieces: list[Piece]
-        if isinstance(message, ToolResults):
-            pieces = [(message, i) for i in range(len(message.results))]
-            opens = [_opens_request(r.extra) for r in message.results]
-        elif isinstance(message, Chat) and message.message.role in ("system", "user"):
-            pieces = [(message, -1)]
-            opens = [not message.message.synthetic and _opens_request(message.message.extra)]
-        else:
-            groups.append([(message, -1)])
-            in_request = False
-            continue
-        for piece, own in zip(pieces, opens, strict=True):
-            if own or not in_request:
-                groups.append([])
-            groups[-1].append(piece)
-            in_request = True
-    return [tuple(group) for group in groups]
-
-
 def _message_json(pieces: tuple[Piece, ...]) -> Json:
     """pydantic-ai's JSON of the message built from ``pieces`` (`_groups`)."""
     first, index = pieces[0]
-    if not _is_request_side(first):
+    if not user_side(first):
         return _response(first)
     extra = (first.results[index].extra if isinstance(first, ToolResults)
              else "" if isinstance(first, Chat) and first.message.synthetic
@@ -438,7 +395,8 @@ def to_pydantic_ai(history: Iterable[ChatMessage | ConversationMessage]) -> list
     """The pydantic-ai messages of a turnledger window or history (the inverse of
     `from_pydantic_ai`); the breadcrumb is a user prompt of the request it opens. Messages
     another runtime recorded come back as the plain parts of their role."""
-    return _validated([_message_json(group) for group in _groups(_conversation(history))])
+    groups = grouped(conversation_of(list(history)), _opens_request)
+    return _validated([_message_json(group) for group in groups])
 
 
 def _fresh(message: ModelMessage) -> ModelMessage:
@@ -512,11 +470,10 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self.summarizer = as_summarizer(summarizer)
         self._recorded: dict[str, int] = {}  # run id -> how many of its messages are recorded
         self._lock = threading.Lock()
-        # Each window message's pydantic-ai message, validated once (a step's window is the
-        # last one plus the step's messages; validating ~180 was most of a model call); handed
-        # out as copies (`_fresh`), so an edit of a request never edits the next window.
-        self._built: dict[tuple[Piece, ...], ModelMessage] = {}
-        self._built_lock = threading.Lock()
+        # Each window message's pydantic-ai message, built once; handed out as copies.
+        self._built = BuiltOnce(
+            _opens_request, lambda groups: _validated([_message_json(g) for g in groups]),
+            _fresh)
 
     @classmethod
     def open(
@@ -570,16 +527,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
 
     def _to_pydantic_ai(self, window: Sequence[ChatMessage]) -> list[ModelMessage]:
         """`to_pydantic_ai` of ``window``, each message built and validated once."""
-        groups = _groups(_conversation(window))
-        with self._built_lock:
-            built = self._built
-            if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
-                self._built = built = {g: built[g] for g in groups if g in built}
-            missing = [g for g in dict.fromkeys(groups) if g not in built]
-            if missing:
-                built.update(zip(missing, _validated([_message_json(g) for g in missing]),
-                                 strict=True))
-            return [_fresh(built[g]) for g in groups]
+        return self._built(window)
 
     def _record_run(self, messages: Sequence[ModelMessage], run_id: str) -> None:
         with self._lock:
