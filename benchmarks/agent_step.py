@@ -714,7 +714,7 @@ def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
 # --- Google ADK: an LlmAgent run by ADK's Runner on ADK's durable sessions -------------------
 
 ADK_APP, ADK_USER, ADK_SESSION, ADK_AGENT = "bench", "user", "bench-session", "searcher"
-ADK_SIDES = ("adk", "turnledger")
+ADK_SIDES = ("adk", "turnledger", "none")  # none: LlmAgent(include_contents="none")
 
 
 def _adk_turn(n: int, text: Text) -> list[Any]:
@@ -865,15 +865,19 @@ async def _adk_fill(service: Any, history: list[Any]) -> None:
     assert len(stored.events) == len(history), "the fill must be whole"
 
 
-def _adk_check(side: str, seen: list[Any], untrimmed: int) -> None:
-    """The model saw whole turns (after the breadcrumb on turnledger's side when trimmed),
-    fewer contents than the untrimmed history; on ADK's side, within the turn and token
-    limits."""
+def _adk_check(side: str, seen: list[Any], untrimmed: int, question: str) -> None:
+    """The model saw whole turns (after the breadcrumb on turnledger's sides when trimmed),
+    fewer contents than the untrimmed history, ending with the run's turn (its question and
+    three steps); on ADK's side, within the turn and token limits; on the ``none`` side (ADK
+    gives the current turn only), earlier turns too: turnledger supplied the history."""
     from turnledger.domain.messages import BREADCRUMB_TEXT
 
     assert len(seen) < untrimmed, f"{side}: the model saw the whole history"
+    current = seen[-1 - 2 * LG_STEPS]
+    assert [part.text for part in current.parts or []] == [question], \
+        f"{side}: the input does not end with the run's turn"
     first = [part.text for part in seen[0].parts or []]
-    if side == "turnledger" and first == [BREADCRUMB_TEXT]:  # a content of its own
+    if side != "adk" and first == [BREADCRUMB_TEXT]:  # a content of its own
         seen = seen[1:]
         first = [part.text for part in seen[0].parts or []]
     assert seen[0].role == "user", f"{side}: the model input does not start at a turn"
@@ -882,6 +886,8 @@ def _adk_check(side: str, seen: list[Any], untrimmed: int) -> None:
     assert turns <= MAX_TURNS, f"{side}: {turns} turns"
     if side == "adk":
         assert turns == 1 or sum(map(_adk_tokens, seen)) <= BUDGET, "adk: over budget"
+    if side == "none":
+        assert turns > 1, "none: the model saw no history"
 
 
 def bench_adk(savers: _Checkpointers, backend: str, turns: int, runs: int) -> dict[str, Any]:
@@ -891,10 +897,6 @@ def bench_adk(savers: _Checkpointers, backend: str, turns: int, runs: int) -> di
 
 async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
                      runs: int) -> dict[str, Any]:
-    from google.adk.agents import LlmAgent
-    from google.adk.runners import Runner
-    from google.genai import types
-
     from turnledger.integrations.google_adk import TurnledgerCallback, from_genai
 
     text = Text(turns)
@@ -908,56 +910,23 @@ async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
     try:
         for service in services.values():
             await _adk_fill(service, history)
-        with tl.open_store(savers.ours_url(tag)) as store:
+        with tl.open_store(savers.ours_url(tag)) as store, \
+                tl.open_store(savers.ours_url(f"{tag}n")) as none_store:
             ours = TurnledgerCallback(store)
-            # What the callback would have recorded: the contents as ADK hands them to it.
-            # Its first call for this ADK session records what follows the newest recorded
-            # content (the last answer): the run's question only (checked below).
-            log = ours.session_for(ADK_SESSION)
-            for first in range(0, len(history), 400):
-                log.extend(from_genai([_adk_without_ids(c) for c in history[first:first + 400]]))
+            none = TurnledgerCallback(none_store)
+            # What each callback would have recorded: the contents as ADK hands them to
+            # it. Its first call for this ADK session records what follows the newest
+            # recorded content (the last answer): the run's question only (checked below);
+            # with include_contents="none", the contents are the run's question alone.
+            logs = {"turnledger": ours.session_for(ADK_SESSION),
+                    "none": none.session_for(ADK_SESSION)}
+            for log in logs.values():
+                for first in range(0, len(history), 400):
+                    log.extend(from_genai([_adk_without_ids(c)
+                                           for c in history[first:first + 400]]))
             del history
-
-            def search(q: str) -> str:
-                """Search the documents."""
-                return outputs[q]
-
-            scripts: dict[str, list[Any]] = {side: [] for side in ADK_SIDES}
-            notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left",
-                                              "seen")} for side in ADK_SIDES}
-            callbacks = {"adk": (_adk_user_trim, None), "turnledger": (ours, ours.after_model)}
-            runners = {side: Runner(
-                agent=LlmAgent(name=ADK_AGENT, model=_adk_model(scripts[side], notes[side]),
-                               instruction="Answer briefly.", tools=[search],
-                               before_model_callback=callbacks[side][0],
-                               after_model_callback=callbacks[side][1]),
-                app_name=ADK_APP, session_service=services[side]) for side in ADK_SIDES}
-            text = Text(turns + 7)
-            for r in range(runs):
-                replies = _adk_replies(turns + r, text, outputs)
-                question = types.Content(role="user", parts=[types.Part(
-                    text=f"Question {turns + r}: {text(200)}")])
-                for side in ADK_SIDES if r % 2 == 0 else ADK_SIDES[::-1]:
-                    scripts[side][:] = [m.model_copy(deep=True) for m in replies]
-                    noted = notes[side]
-                    for values in noted.values():
-                        values.clear()
-                    async for _ in runners[side].run_async(
-                            user_id=ADK_USER, session_id=ADK_SESSION,
-                            new_message=question.model_copy(deep=True)):
-                        pass
-                    assert not scripts[side], f"{side}: the run did not end"
-                    times[side] += [noted["entered"][k + 1] - noted["left"][k]
-                                    for k in range(LG_STEPS)]
-                    cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
-                                  for k in range(LG_STEPS)]
-                    last = noted["seen"][0]
-                    # The last call's untrimmed input: the history, the run's question and
-                    # three steps of call and response.
-                    _adk_check(side, last, 4 * (turns + r) + 1 + 2 * LG_STEPS)
-                    seen[side] = len(last)
-            # Nothing recorded twice: the fill and each run's eight messages.
-            assert log.next_position == 4 * turns + 8 * runs, log.next_position
+            await _adk_runs(services, ours, none, logs, turns, runs, outputs, times, cpu,
+                            seen)
     finally:
         for service in services.values():
             await service.close()
@@ -965,11 +934,80 @@ async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
     used = {side: statistics.median(cpu[side]) for side in ADK_SIDES}
     return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
             "adk_ms": wall["adk"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
+            "none_ms": wall["none"] * 1e3,
             "adk_messages": seen["adk"], "turnledger_messages": seen["turnledger"],
+            "none_messages": seen["none"],
             "adk_over_turnledger": wall["adk"] / wall["turnledger"],
+            "adk_over_none": wall["adk"] / wall["none"],
             "adk_cpu_ms": used["adk"] * 1e3, "turnledger_cpu_ms": used["turnledger"] * 1e3,
+            "none_cpu_ms": used["none"] * 1e3,
             "cpu_adk_over_turnledger": used["adk"] / used["turnledger"],
+            "cpu_adk_over_none": used["adk"] / used["none"],
             "load_average": os.getloadavg()[0]}
+
+
+async def _adk_runs(services: dict[str, Any], ours: Any, none: Any, logs: dict[str, Any],
+                    turns: int, runs: int, outputs: dict[str, str],
+                    times: dict[str, list[float]], cpu: dict[str, list[float]],
+                    seen: dict[str, int]) -> None:
+    """``runs`` runs of each side on its filled ADK session, each side first in turn; the step
+    times noted in ``times`` and ``cpu``, the last model input's length in ``seen``."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    from turnledger.integrations.google_adk import to_genai
+    from turnledger.replay.transcripts import record_of
+
+    def search(q: str) -> str:
+        """Search the documents."""
+        return outputs[q]
+
+    scripts: dict[str, list[Any]] = {side: [] for side in ADK_SIDES}
+    notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left",
+                                      "seen")} for side in ADK_SIDES}
+    callbacks = {"adk": (_adk_user_trim, None), "turnledger": (ours, ours.after_model),
+                 "none": (none, none.after_model)}
+    runners = {side: Runner(
+        agent=LlmAgent(name=ADK_AGENT, model=_adk_model(scripts[side], notes[side]),
+                       instruction="Answer briefly.", tools=[search],
+                       before_model_callback=callbacks[side][0],
+                       after_model_callback=callbacks[side][1],
+                       include_contents="none" if side == "none" else "default"),
+        app_name=ADK_APP, session_service=services[side]) for side in ADK_SIDES}
+    text = Text(turns + 7)
+    for r in range(runs):
+        replies = _adk_replies(turns + r, text, outputs)
+        question = types.Content(role="user", parts=[types.Part(
+            text=f"Question {turns + r}: {text(200)}")])
+        for side in ADK_SIDES[r % 3:] + ADK_SIDES[:r % 3]:  # each side first in turn
+            scripts[side][:] = [m.model_copy(deep=True) for m in replies]
+            noted = notes[side]
+            for values in noted.values():
+                values.clear()
+            async for _ in runners[side].run_async(
+                    user_id=ADK_USER, session_id=ADK_SESSION,
+                    new_message=question.model_copy(deep=True)):
+                pass
+            assert not scripts[side], f"{side}: the run did not end"
+            times[side] += [noted["entered"][k + 1] - noted["left"][k]
+                            for k in range(LG_STEPS)]
+            cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
+                          for k in range(LG_STEPS)]
+            last = noted["seen"][0]
+            # The last call's untrimmed input: the history, the run's question and
+            # three steps of call and response.
+            _adk_check(side, last, 4 * (turns + r) + 1 + 2 * LG_STEPS,
+                       question.parts[0].text)
+            seen[side] = len(last)
+    # Nothing recorded twice or missed: the fill and each run's eight messages, the
+    # same on both turnledger sides.
+    recorded = {}
+    for side, log in logs.items():
+        assert log.next_position == 4 * turns + 8 * runs, (side, log.next_position)
+        recorded[side] = [_adk_without_ids(c).model_dump(mode="json") for c in to_genai(
+            record_of(log.events())[4 * turns:])]
+    assert recorded["turnledger"] == recorded["none"], "none: another log"
 
 
 def run_adk(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -980,16 +1018,20 @@ def report_adk(rows: Sequence[dict[str, Any]]) -> str:
     return _table(
         "Google ADK LlmAgent on Runner + DatabaseSessionService, one agent step (reply and "
         "tool response appended as ADK events, next model input built); median wall ms (CPU ms "
-        "of the process); ratio ADK + user trim / ADK + TurnledgerCallback; load: 1-min "
-        "average after the row",
-        ["backend", "turns", "steps", "ADK ms", "turnledger ms", "ADK messages",
-         "turnledger messages", "ratio", "CPU ratio", "load"],
+        "of the process); ratio ADK + user trim / ADK + TurnledgerCallback; 'none': "
+        "TurnledgerCallback on LlmAgent(include_contents=\"none\"); load: 1-min average after "
+        "the row",
+        ["backend", "turns", "steps", "ADK ms", "turnledger ms", "none ms", "ADK messages",
+         "turnledger messages", "none messages", "ratio", "ratio none", "CPU ratio",
+         "CPU ratio none", "load"],
         [[r["backend"], r["turns"], r["steps"],
           f"{r['adk_ms']:.2f} ({r['adk_cpu_ms']:.1f})",
           f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
-          r["adk_messages"], r["turnledger_messages"],
-          f"{r['adk_over_turnledger']:.2f}x",
-          f"{r['cpu_adk_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
+          f"{r['none_ms']:.2f} ({r['none_cpu_ms']:.1f})",
+          r["adk_messages"], r["turnledger_messages"], r["none_messages"],
+          f"{r['adk_over_turnledger']:.2f}x", f"{r['adk_over_none']:.2f}x",
+          f"{r['cpu_adk_over_turnledger']:.2f}x", f"{r['cpu_adk_over_none']:.2f}x",
+          f"{r['load_average']:.1f}"]
          for r in rows],
     )
 
