@@ -22,6 +22,14 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   ADK's own session keeps every event; only the request is trimmed. ``after_model`` records
   each reply without function calls as it arrives, so the log holds the run's last answer when
   the run ends; a reply with calls is recorded by the next model call, with its responses.
+- **include_contents="none"**: with ``LlmAgent(include_contents="none")`` ADK puts only the
+  current turn in the request (the user content that started the invocation and this turn's
+  calls and responses) and turnledger's window supplies the history, so a step no longer pays
+  ADK's rebuild of the whole history (``benchmarks.agent_step --parts adk``, its ``none``
+  side). ADK's session still keeps every event. What is new is told as with the default
+  contents (they restart at each invocation, so the index check fails and nothing after the
+  last content seen is found: all of them are new); an invocation's user content equal to the
+  last content seen (the same question after a turn with no reply recorded) is new too.
 
 One turnledger session per ADK session (its id, named by `session_uuid`), or the one
 ``session_id`` given. What is new is told per ADK session: the contents after the last one
