@@ -480,32 +480,41 @@ def _over_sizes(
 
 
 def _two_sides(backend: str, turns: int, theirs: str, times: dict[str, list[float]],
-               cpu: dict[str, list[float]], seen: dict[str, int]) -> dict[str, Any]:
-    """One row of a part that sets a framework's own stack (``theirs``) against turnledger:
-    median wall and CPU ms a step, what each model saw last, the ratios, the load."""
-    wall = {side: statistics.median(times[side]) for side in (theirs, "turnledger")}
-    used = {side: statistics.median(cpu[side]) for side in (theirs, "turnledger")}
-    return {"backend": backend, "turns": turns, "steps": len(times["turnledger"]),
-            f"{theirs}_ms": wall[theirs] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
-            f"{theirs}_messages": seen[theirs], "turnledger_messages": seen["turnledger"],
-            f"{theirs}_over_turnledger": wall[theirs] / wall["turnledger"],
-            f"{theirs}_cpu_ms": used[theirs] * 1e3, "turnledger_cpu_ms": used["turnledger"] * 1e3,
-            f"cpu_{theirs}_over_turnledger": used[theirs] / used["turnledger"],
-            "load_average": os.getloadavg()[0]}
+               cpu: dict[str, list[float]], seen: dict[str, int],
+               ours: Sequence[str] = ("turnledger",)) -> dict[str, Any]:
+    """One row of a part that sets a framework's own stack (``theirs``) against turnledger
+    (``ours``: its sides, "turnledger" first): median wall and CPU ms a step, what each model
+    saw last, the ratios, the load."""
+    sides = (theirs, *ours)
+    wall = {side: statistics.median(times[side]) for side in sides}
+    used = {side: statistics.median(cpu[side]) for side in sides}
+    row: dict[str, Any] = {"backend": backend, "turns": turns,
+                           "steps": len(times["turnledger"])}
+    for side in sides:
+        row |= {f"{side}_ms": wall[side] * 1e3, f"{side}_messages": seen[side],
+                f"{side}_cpu_ms": used[side] * 1e3}
+    for side in ours:
+        row |= {f"{theirs}_over_{side}": wall[theirs] / wall[side],
+                f"cpu_{theirs}_over_{side}": used[theirs] / used[side]}
+    return row | {"load_average": os.getloadavg()[0]}
 
 
-def _two_sides_report(title: str, theirs: str, label: str,
-                      rows: Sequence[dict[str, Any]]) -> str:
-    """The table of `_two_sides` rows; ``label`` names the framework's side."""
+def _two_sides_report(title: str, theirs: str, label: str, rows: Sequence[dict[str, Any]],
+                      ours: Sequence[str] = ("turnledger",)) -> str:
+    """The table of `_two_sides` rows; ``label`` names the framework's side; a ratio column
+    per side of ``ours`` ("ratio" for turnledger's, "ratio NAME" for the others)."""
+    named = [("" if side == "turnledger" else f" {side}") for side in ours]
     return _table(
-        title, ["backend", "turns", "steps", f"{label} ms", "turnledger ms",
-                f"{label} messages", "turnledger messages", "ratio", "CPU ratio", "load"],
+        title,
+        ["backend", "turns", "steps", f"{label} ms", *(f"{s} ms" for s in ours),
+         f"{label} messages", *(f"{s} messages" for s in ours),
+         *(f"ratio{n}" for n in named), *(f"CPU ratio{n}" for n in named), "load"],
         [[r["backend"], r["turns"], r["steps"],
-          f"{r[f'{theirs}_ms']:.2f} ({r[f'{theirs}_cpu_ms']:.1f})",
-          f"{r['turnledger_ms']:.2f} ({r['turnledger_cpu_ms']:.1f})",
-          r[f"{theirs}_messages"], r["turnledger_messages"],
-          f"{r[f'{theirs}_over_turnledger']:.2f}x",
-          f"{r[f'cpu_{theirs}_over_turnledger']:.2f}x", f"{r['load_average']:.1f}"]
+          *(f"{r[f'{s}_ms']:.2f} ({r[f'{s}_cpu_ms']:.1f})" for s in (theirs, *ours)),
+          *(r[f"{s}_messages"] for s in (theirs, *ours)),
+          *(f"{r[f'{theirs}_over_{s}']:.2f}x" for s in ours),
+          *(f"{r[f'cpu_{theirs}_over_{s}']:.2f}x" for s in ours),
+          f"{r['load_average']:.1f}"]
          for r in rows],
     )
 
@@ -726,7 +735,7 @@ def report_pydantic_ai(rows: Sequence[dict[str, Any]]) -> str:
 # --- Google ADK: an LlmAgent run by ADK's Runner on ADK's durable sessions -------------------
 
 ADK_APP, ADK_USER, ADK_SESSION, ADK_AGENT = "bench", "user", "bench-session", "searcher"
-ADK_SIDES = ("adk", "turnledger")
+ADK_SIDES = ("adk", "turnledger", "none")  # none: LlmAgent(include_contents="none")
 
 
 def _adk_turn(n: int, text: Text) -> list[Any]:
@@ -877,15 +886,19 @@ async def _adk_fill(service: Any, history: list[Any]) -> None:
     assert len(stored.events) == len(history), "the fill must be whole"
 
 
-def _adk_check(side: str, seen: list[Any], untrimmed: int) -> None:
-    """The model saw whole turns (after the breadcrumb on turnledger's side when trimmed),
-    fewer contents than the untrimmed history; on ADK's side, within the turn and token
-    limits."""
+def _adk_check(side: str, seen: list[Any], untrimmed: int, question: str) -> None:
+    """The model saw whole turns (after the breadcrumb on turnledger's sides when trimmed),
+    fewer contents than the untrimmed history, ending with the run's turn (its question and
+    three steps); on ADK's side, within the turn and token limits; on the ``none`` side (ADK
+    gives the current turn only), earlier turns too: turnledger supplied the history."""
     from turnledger.domain.messages import BREADCRUMB_TEXT
 
     assert len(seen) < untrimmed, f"{side}: the model saw the whole history"
+    current = seen[-1 - 2 * LG_STEPS]
+    assert [part.text for part in current.parts or []] == [question], \
+        f"{side}: the input does not end with the run's turn"
     first = [part.text for part in seen[0].parts or []]
-    if side == "turnledger" and first == [BREADCRUMB_TEXT]:  # a content of its own
+    if side != "adk" and first == [BREADCRUMB_TEXT]:  # a content of its own
         seen = seen[1:]
         first = [part.text for part in seen[0].parts or []]
     assert seen[0].role == "user", f"{side}: the model input does not start at a turn"
@@ -894,6 +907,8 @@ def _adk_check(side: str, seen: list[Any], untrimmed: int) -> None:
     assert turns <= MAX_TURNS, f"{side}: {turns} turns"
     if side == "adk":
         assert turns == 1 or sum(map(_adk_tokens, seen)) <= BUDGET, "adk: over budget"
+    if side == "none":
+        assert turns > 1, "none: the model saw no history"
 
 
 def bench_adk(savers: _Checkpointers, backend: str, turns: int, runs: int) -> dict[str, Any]:
@@ -903,10 +918,6 @@ def bench_adk(savers: _Checkpointers, backend: str, turns: int, runs: int) -> di
 
 async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
                      runs: int) -> dict[str, Any]:
-    from google.adk.agents import LlmAgent
-    from google.adk.runners import Runner
-    from google.genai import types
-
     from turnledger.integrations.google_adk import TurnledgerCallback, from_genai
 
     text = Text(turns)
@@ -920,60 +931,91 @@ async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
     try:
         for service in services.values():
             await _adk_fill(service, history)
-        with tl.open_store(savers.ours_url(tag)) as store:
+        with tl.open_store(savers.ours_url(tag)) as store, \
+                tl.open_store(savers.ours_url(f"{tag}n")) as none_store:
             ours = TurnledgerCallback(store)
-            # What the callback would have recorded: the contents as ADK hands them to it.
-            # Its first call for this ADK session records what follows the newest recorded
-            # content (the last answer): the run's question only (checked below).
-            log = ours.session_for(ADK_SESSION)
-            for first in range(0, len(history), 400):
-                log.extend(from_genai([_adk_without_ids(c) for c in history[first:first + 400]]))
+            none = TurnledgerCallback(none_store)
+            # What each callback would have recorded: the contents as ADK hands them to
+            # it. Its first call for this ADK session records what follows the newest
+            # recorded content (the last answer): the run's question only (checked below);
+            # with include_contents="none", the contents are the run's question alone.
+            logs = {"turnledger": ours.session_for(ADK_SESSION),
+                    "none": none.session_for(ADK_SESSION)}
+            for log in logs.values():
+                for first in range(0, len(history), 400):
+                    log.extend(from_genai([_adk_without_ids(c)
+                                           for c in history[first:first + 400]]))
             del history
-
-            def search(q: str) -> str:
-                """Search the documents."""
-                return outputs[q]
-
-            scripts: dict[str, list[Any]] = {side: [] for side in ADK_SIDES}
-            notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left",
-                                              "seen")} for side in ADK_SIDES}
-            callbacks = {"adk": (_adk_user_trim, None), "turnledger": (ours, ours.after_model)}
-            runners = {side: Runner(
-                agent=LlmAgent(name=ADK_AGENT, model=_adk_model(scripts[side], notes[side]),
-                               instruction="Answer briefly.", tools=[search],
-                               before_model_callback=callbacks[side][0],
-                               after_model_callback=callbacks[side][1]),
-                app_name=ADK_APP, session_service=services[side]) for side in ADK_SIDES}
-            text = Text(turns + 7)
-            for r in range(runs):
-                replies = _adk_replies(turns + r, text, outputs)
-                question = types.Content(role="user", parts=[types.Part(
-                    text=f"Question {turns + r}: {text(200)}")])
-                for side in ADK_SIDES if r % 2 == 0 else ADK_SIDES[::-1]:
-                    scripts[side][:] = [m.model_copy(deep=True) for m in replies]
-                    noted = notes[side]
-                    for values in noted.values():
-                        values.clear()
-                    async for _ in runners[side].run_async(
-                            user_id=ADK_USER, session_id=ADK_SESSION,
-                            new_message=question.model_copy(deep=True)):
-                        pass
-                    assert not scripts[side], f"{side}: the run did not end"
-                    times[side] += [noted["entered"][k + 1] - noted["left"][k]
-                                    for k in range(LG_STEPS)]
-                    cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
-                                  for k in range(LG_STEPS)]
-                    last = noted["seen"][0]
-                    # The last call's untrimmed input: the history, the run's question and
-                    # three steps of call and response.
-                    _adk_check(side, last, 4 * (turns + r) + 1 + 2 * LG_STEPS)
-                    seen[side] = len(last)
-            # Nothing recorded twice: the fill and each run's eight messages.
-            assert log.next_position == 4 * turns + 8 * runs, log.next_position
+            await _adk_runs(services, ours, none, logs, turns, runs, outputs, times, cpu,
+                            seen)
     finally:
         for service in services.values():
             await service.close()
-    return _two_sides(backend, turns, "adk", times, cpu, seen)
+    return _two_sides(backend, turns, "adk", times, cpu, seen, ours=ADK_SIDES[1:])
+
+
+async def _adk_runs(services: dict[str, Any], ours: Any, none: Any, logs: dict[str, Any],
+                    turns: int, runs: int, outputs: dict[str, str],
+                    times: dict[str, list[float]], cpu: dict[str, list[float]],
+                    seen: dict[str, int]) -> None:
+    """``runs`` runs of each side on its filled ADK session, each side first in turn; the step
+    times noted in ``times`` and ``cpu``, the last model input's length in ``seen``."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    from turnledger.integrations.google_adk import to_genai
+    from turnledger.replay.transcripts import record_of
+
+    def search(q: str) -> str:
+        """Search the documents."""
+        return outputs[q]
+
+    scripts: dict[str, list[Any]] = {side: [] for side in ADK_SIDES}
+    notes = {side: {k: [] for k in ("entered", "left", "cpu_entered", "cpu_left",
+                                      "seen")} for side in ADK_SIDES}
+    callbacks = {"adk": (_adk_user_trim, None), "turnledger": (ours, ours.after_model),
+                 "none": (none, none.after_model)}
+    runners = {side: Runner(
+        agent=LlmAgent(name=ADK_AGENT, model=_adk_model(scripts[side], notes[side]),
+                       instruction="Answer briefly.", tools=[search],
+                       before_model_callback=callbacks[side][0],
+                       after_model_callback=callbacks[side][1],
+                       include_contents="none" if side == "none" else "default"),
+        app_name=ADK_APP, session_service=services[side]) for side in ADK_SIDES}
+    text = Text(turns + 7)
+    for r in range(runs):
+        replies = _adk_replies(turns + r, text, outputs)
+        question = types.Content(role="user", parts=[types.Part(
+            text=f"Question {turns + r}: {text(200)}")])
+        for side in ADK_SIDES[r % 3:] + ADK_SIDES[:r % 3]:  # each side first in turn
+            scripts[side][:] = [m.model_copy(deep=True) for m in replies]
+            noted = notes[side]
+            for values in noted.values():
+                values.clear()
+            async for _ in runners[side].run_async(
+                    user_id=ADK_USER, session_id=ADK_SESSION,
+                    new_message=question.model_copy(deep=True)):
+                pass
+            assert not scripts[side], f"{side}: the run did not end"
+            times[side] += [noted["entered"][k + 1] - noted["left"][k]
+                            for k in range(LG_STEPS)]
+            cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
+                          for k in range(LG_STEPS)]
+            last = noted["seen"][0]
+            # The last call's untrimmed input: the history, the run's question and
+            # three steps of call and response.
+            _adk_check(side, last, 4 * (turns + r) + 1 + 2 * LG_STEPS,
+                       question.parts[0].text)
+            seen[side] = len(last)
+    # Nothing recorded twice or missed: the fill and each run's eight messages, the
+    # same on both turnledger sides.
+    recorded = {}
+    for side, log in logs.items():
+        assert log.next_position == 4 * turns + 8 * runs, (side, log.next_position)
+        recorded[side] = [_adk_without_ids(c).model_dump(mode="json") for c in to_genai(
+            record_of(log.events())[4 * turns:])]
+    assert recorded["turnledger"] == recorded["none"], "none: another log"
 
 
 def run_adk(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -984,9 +1026,10 @@ def report_adk(rows: Sequence[dict[str, Any]]) -> str:
     return _two_sides_report(
         "Google ADK LlmAgent on Runner + DatabaseSessionService, one agent step (reply and "
         "tool response appended as ADK events, next model input built); median wall ms (CPU ms "
-        "of the process); ratio ADK + user trim / ADK + TurnledgerCallback; load: 1-min "
-        "average after the row",
-        "adk", "ADK", rows)
+        "of the process); ratio ADK + user trim / ADK + TurnledgerCallback; 'none': "
+        "TurnledgerCallback on LlmAgent(include_contents=\"none\"); load: 1-min average after "
+        "the row",
+        "adk", "ADK", rows, ours=ADK_SIDES[1:])
 
 
 async def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:

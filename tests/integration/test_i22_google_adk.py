@@ -7,10 +7,11 @@ in a new process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +204,10 @@ def _parts(contents: list[Any]) -> list[Any]:
     return out
 
 
-async def _run(callback: Any, questions: int, steps: int,
-               inputs: list[list[Any]]) -> list[Any]:
+async def _run(callback: Any, questions: int, steps: int, inputs: list[list[Any]],
+               *, include_contents: str = "default",
+               on_question: Callable[[int], None] | None = None,
+               on_lookup: Callable[[int], None] | None = None) -> list[Any]:
     from google.adk.agents import LlmAgent
     from google.adk.runners import Runner
     from google.adk.sessions import InMemorySessionService
@@ -213,15 +216,20 @@ async def _run(callback: Any, questions: int, steps: int,
 
     def lookup(q: int) -> str:
         """Look ``q`` up."""
+        if on_lookup is not None:
+            on_lookup(q)
         return f"result {q}: " + "x" * 200
 
     agent = LlmAgent(name="looker", model=_scripted(steps, inputs), instruction="Look up.",
                      tools=[lookup], before_model_callback=callback,
-                     after_model_callback=callback.after_model)
+                     after_model_callback=callback.after_model,
+                     include_contents=include_contents)
     service = InMemorySessionService()  # type: ignore[no-untyped-call]
     runner = Runner(agent=agent, app_name="app", session_service=service)
     await service.create_session(app_name="app", user_id="u", session_id="adk-1")
     for n in range(questions):
+        if on_question is not None:
+            on_question(n)
         message = t.Content(role="user", parts=[t.Part(text=f"question {n}")])
         async for _ in runner.run_async(user_id="u", session_id="adk-1", new_message=message):
             pass
@@ -273,6 +281,143 @@ def test_r24_adk_agent_loop_trims_between_tool_steps(kind: str, tmp_path: Path) 
         child = subprocess.run([sys.executable, str(CHILD), target.url, "adk-1"],
                                capture_output=True, text=True, timeout=120, check=True)
         assert window == child.stdout.strip()
+
+
+class _Swappable:
+    """The agent's model callbacks, delegating to ``current`` (replaced mid-run, as a process
+    restart would) and noting the contents ADK itself put in each request."""
+
+    def __init__(self, current: Any) -> None:
+        self.current = current
+        self.given: list[list[Any]] = []
+
+    async def __call__(self, callback_context: Any, llm_request: Any) -> Any:
+        self.given.append([c.model_copy(deep=True) for c in llm_request.contents])
+        return await self.current(callback_context, llm_request)
+
+    async def after_model(self, callback_context: Any, llm_response: Any) -> Any:
+        return await self.current.after_model(callback_context, llm_response)
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_r24_adk_include_contents_none_turnledger_supplies_the_history(
+    kind: str, tmp_path: Path
+) -> None:
+    """``LlmAgent(include_contents="none")``: ADK puts only the current turn in each request
+    and turnledger's window supplies the history. Four questions of a 10-step tool loop on a
+    small budget, a new callback object (as after a process restart) taking over mid-turn and
+    another at a turn's start: every model input is whole turns of the log (the breadcrumb when
+    trimmed, no response without its call) ending with the current turn as ADK gave it; the
+    log holds every content of ADK's session exactly once; a new process restores the same
+    window."""
+    from turnledger.integrations.google_adk import TurnledgerCallback, to_genai
+    from turnledger.replay.transcripts import record_of
+
+    profile = RuntimeProfile(max_context_tokens=1200)
+    with fresh_target(kind, tmp_path) as target:
+        with contextlib.ExitStack() as stores:
+            objects: list[Any] = []
+
+            def restarted() -> Any:
+                store = stores.enter_context(open_store(target.url))
+                objects.append(TurnledgerCallback(store, profile=profile))
+                return objects[-1]
+
+            swappable = _Swappable(restarted())
+            asked: list[int] = []
+
+            def on_question(n: int) -> None:
+                asked.append(n)
+                if n == 3:  # a new object at a turn's start
+                    swappable.current = restarted()
+
+            def on_lookup(q: int) -> None:
+                if asked[-1] == 1 and q == 4:  # a new object mid-turn: its first call
+                    swappable.current = restarted()  # holds the question and 5 steps
+
+            inputs: list[list[Any]] = []
+            everything = asyncio.run(_run(swappable, questions=4, steps=10, inputs=inputs,
+                                          include_contents="none", on_question=on_question,
+                                          on_lookup=on_lookup))
+            assert 44 == len(inputs) == len(swappable.given)
+            assert 3 == len(objects)
+            assert _check_inputs(inputs, everything) >= 10
+            full = _parts(everything)
+            for n, (given, adk) in enumerate(zip(inputs, swappable.given, strict=True)):
+                current = _parts(adk)  # ADK's request: this turn only, from its question
+                assert current[0][1]["text"] == f"question {n // 11}", f"input {n}"
+                assert 1 + 2 * (n % 11) == len(adk), f"input {n}: not the current turn"
+                assert _parts(given)[-len(current):] == current, f"input {n}: not at the end"
+                assert len(given) > len(adk) or n < 11  # the history came from turnledger
+            session = swappable.current.session_for("adk-1")
+            log = list(record_of(session.events()))
+            assert full == _parts(to_genai(log))  # every content once, in order
+            assert 4 * 22 == session.next_position
+            assert any(isinstance(e, HistoryTrimmed) for e in session.events())
+            window = json.dumps([c.model_dump(mode="json")
+                                 for c in swappable.current.contents("adk-1")])
+            assert verify(stores.enter_context(open_store(target.url)).backend).ok
+        child = subprocess.run([sys.executable, str(CHILD), target.url, "adk-1"],
+                               capture_output=True, text=True, timeout=120, check=True)
+        assert window == child.stdout.strip()
+
+
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_r24_adk_include_contents_none_same_question_after_a_turn_with_no_reply(
+    kind: str, tmp_path: Path
+) -> None:
+    """``include_contents="none"``: a turn whose model call left no reply to record (an empty
+    reply), then the same question asked again: ADK's request is that question alone, equal to
+    the last content the callback saw; being a new invocation's, it is recorded (as ADK's
+    session holds it twice), and the next turns are recorded once."""
+    need("google.adk")
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    from turnledger.integrations.google_adk import TurnledgerCallback, to_genai
+    from turnledger.replay.transcripts import record_of
+
+    t = _types()
+
+    class Flaky(BaseLlm):
+        """Replies with no parts to its first call, then answers."""
+
+        model: str = "flaky"
+        calls: int = 0
+
+        async def generate_content_async(
+            self, llm_request: Any, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            self.calls += 1
+            parts = [t.Part(text=f"answer {self.calls}")] if self.calls > 1 else []
+            yield LlmResponse(content=t.Content(role="model", parts=parts))
+
+    async def run(callback: Any) -> list[Any]:
+        agent = LlmAgent(name="a", model=Flaky(), before_model_callback=callback,
+                         after_model_callback=callback.after_model, include_contents="none")
+        service = InMemorySessionService()  # type: ignore[no-untyped-call]
+        runner = Runner(agent=agent, app_name="app", session_service=service)
+        await service.create_session(app_name="app", user_id="u", session_id="adk-1")
+        for text in ("hello", "hello", "bye", "bye"):
+            message = t.Content(role="user", parts=[t.Part(text=text)])
+            async for _ in runner.run_async(user_id="u", session_id="adk-1",
+                                            new_message=message):
+                pass
+        session = await service.get_session(app_name="app", user_id="u", session_id="adk-1")
+        assert session is not None
+        return [e.content for e in session.events if e.content is not None and e.content.parts]
+
+    with fresh_target(kind, tmp_path) as target, open_store(target.url) as store:
+        callback = TurnledgerCallback(store)
+        everything = asyncio.run(run(callback))
+        log = list(record_of(callback.session_for("adk-1").events()))
+        assert _parts(everything) == _parts(to_genai(log))
+        assert ["hello", "hello", "answer 2", "bye", "answer 3", "bye", "answer 4"] == [
+            p.text for c in everything for p in c.parts]
+        assert verify(store.backend).ok
 
 
 # -- concurrency: many callback objects of one conversation (issue 22) --

@@ -22,6 +22,14 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   ADK's own session keeps every event; only the request is trimmed. ``after_model`` records
   each reply without function calls as it arrives, so the log holds the run's last answer when
   the run ends; a reply with calls is recorded by the next model call, with its responses.
+- **include_contents="none"**: with ``LlmAgent(include_contents="none")`` ADK puts only the
+  current turn in the request (the user content that started the invocation and this turn's
+  calls and responses) and turnledger's window supplies the history, so a step no longer pays
+  ADK's rebuild of the whole history (``benchmarks.agent_step --parts adk``, its ``none``
+  side). ADK's session still keeps every event. What is new is told as with the default
+  contents (they restart at each invocation, so the index check fails and nothing after the
+  last content seen is found: all of them are new); an invocation's user content equal to the
+  last content seen (the same question after a turn with no reply recorded) is new too.
 
 One turnledger session per ADK session (its id, named by `session_uuid`), or the one
 ``session_id`` given. What is new is told per ADK session: the contents after the last one
@@ -500,6 +508,9 @@ class TurnledgerCallback(SessionsByName):
         # ADK session name -> (how many of its contents are recorded, the last one's JSON):
         # what tells this object's new contents from those it recorded (`_new_contents`).
         self._seen: dict[str | None, tuple[int, Json]] = {}
+        # ADK session name -> the ADK invocation of the last contents recorded for it: a new
+        # invocation's user content is new even when it equals the last content seen.
+        self._invocations: dict[str | None, str] = {}
         # Each window content's genai Content, built once; handed out as copies (`_fresh`).
         self._built = BuiltOnce(
             _starts, lambda groups: _validated([_content_json(g) for g in groups]), _fresh)
@@ -517,22 +528,35 @@ class TurnledgerCallback(SessionsByName):
         return self._genai_of(self._retrying(session, "contents", lambda: self._window(session)))
 
     def window(
-        self, contents: Sequence[types.Content], name: str | None = None
+        self, contents: Sequence[types.Content], name: str | None = None, *,
+        invocation: str | None = None, user_content: types.Content | None = None,
     ) -> list[types.Content]:
         """Record what is new in ``contents`` (a conversation's contents so far, in order)
-        and return the window the model should see."""
+        and return the window the model should see. ``invocation``, ``user_content``: the ADK
+        invocation's id and the user content that started it (`__call__` passes them)."""
         session = self.session_for(name)
-        window = self._retrying(session, "the model callback",
-                                lambda: self._record_new(session, contents, name))
+        window = self._retrying(
+            session, "the model callback",
+            lambda: self._record_new(session, contents, name, invocation, user_content))
         return self._genai_of(window)
 
     def _record_new(
-        self, session: Session, contents: Sequence[types.Content], name: str | None
+        self, session: Session, contents: Sequence[types.Content], name: str | None,
+        invocation: str | None = None, user_content: types.Content | None = None,
     ) -> list[ChatMessage]:
         # Judged on each attempt: after a conflict, another writer may have recorded them.
         seen = self._seen.get(name)
         recorded = to_genai(session.conversation_view()) if seen is None else []
         start = _new_contents(contents, seen, recorded)
+        if (seen is not None and user_content is not None and invocation is not None
+                and self._invocations.get(name, invocation) != invocation):
+            # This object's first call of a new invocation: its user content is new. With
+            # include_contents="none" the contents restart at each invocation, so when the
+            # last turn ended with no reply recorded (an error, an empty reply) and the user
+            # asks the same again, the index check of `_new_contents` holds on the old turn.
+            found = _after_last(contents, _dump(user_content))
+            if found is not None:
+                start = min(start, found - 1)
         new = from_genai(contents[start:], unanswered=_unanswered(session.chat_view()))
         # The step's new contents and the window's trims: one transaction.
         window = self._window(session, new)
@@ -540,6 +564,8 @@ class TurnledgerCallback(SessionsByName):
         # these contents again on the newer state.
         if contents:
             self._seen[name] = (len(contents), _dump(contents[-1]))
+        if invocation is not None:
+            self._invocations[name] = invocation
         return window
 
     def _genai_of(self, window: Sequence[ChatMessage]) -> list[types.Content]:
@@ -570,7 +596,9 @@ class TurnledgerCallback(SessionsByName):
     ) -> LlmResponse | None:
         """Replace ``llm_request.contents`` with the window; None: ADK calls the model."""
         name = callback_context.session.id
-        llm_request.contents = await off_loop(self.window, list(llm_request.contents), name)
+        llm_request.contents = await off_loop(
+            self.window, list(llm_request.contents), name,
+            invocation=callback_context.invocation_id, user_content=callback_context.user_content)
         return None
 
     async def after_model(
