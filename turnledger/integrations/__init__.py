@@ -18,6 +18,9 @@ off, until it lands or the budget is spent (ADR-0065).
 store, how a session is started, the conflict budget, the summarizer of their windows, and the
 sessions opened so far, one per framework name): the Agents SDK session, the LangChain trimmer
 (and so the ``create_agent`` middleware) and the ADK callback.
+
+`grouped` and `BuiltOnce` are how the frameworks that group a turn's user side into one message
+(a pydantic-ai request, a genai ``user`` content) build each window message once (ADR-0091).
 """
 
 from __future__ import annotations
