@@ -923,9 +923,10 @@ def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimePr
 
 def cmd_projections_run(args: argparse.Namespace, out: TextIO) -> int:
     stop = threading.Event()
-    # A follower's SIGTERM may come while the store opens or during the first catch-up (a
-    # large log on PostgreSQL takes seconds): from the start, it ends the batch in progress.
-    restore = _stop_on_sigterm(stop) if args.follow else (lambda: None)
+    # A follower's SIGTERM or Ctrl-C may come while the store opens or during the first
+    # catch-up (a large log on PostgreSQL takes seconds): from the start, it ends the batch in
+    # progress.
+    restore = _stop_on_signals(stop) if args.follow else (lambda: None)
     try:
         _run_projections(args, out, stop)
     finally:
@@ -956,20 +957,32 @@ def _run_projections(args: argparse.Namespace, out: TextIO, stop: threading.Even
             analytics.close()
 
 
-def _stop_on_sigterm(stop: threading.Event) -> Callable[[], None]:
-    """Make SIGTERM set ``stop`` (until the returned function restores the old handler).
+def _stop_on_signals(stop: threading.Event) -> Callable[[], None]:
+    """Make SIGTERM and SIGINT (Ctrl-C) set ``stop`` (until the returned function restores
+    the old handlers); a second Ctrl-C interrupts at once.
 
     A follower runs as a service: its manager stops it with SIGTERM, which must end it like
-    Ctrl-C (exit 0, connections closed) instead of killing it mid-batch. Signal handlers can
-    only be installed from the main thread; elsewhere (``main()`` called in-process) this does
+    Ctrl-C (exit 0, connections closed) instead of killing it mid-batch. Ctrl-C is not left to
+    raise `KeyboardInterrupt` wherever the follower happens to be: raised between a lock's
+    acquire and its release (a driver's, a pool's), it left the process unable to close its
+    store and hanging (once in CI: no exit 30 s after SIGINT). Signal handlers can only be
+    installed from the main thread; elsewhere (``main()`` called in-process) this does
     nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        if stop.is_set():  # asked twice: the user means now
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous_term = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    previous_int = signal.signal(signal.SIGINT, on_interrupt)
 
     def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
     return restore
 
