@@ -355,7 +355,7 @@ def _starts(extra: str) -> bool:
 
 
 def _content_json(pieces: tuple[Piece, ...]) -> Json:
-    """google-genai's JSON of the content built from ``pieces`` (`_groups`)."""
+    """google-genai's JSON of the content built from ``pieces`` (`grouped`)."""
     first = pieces[0][0]
     if not user_side(first):
         return {"role": "model", "parts": _model_parts(first)}

@@ -363,13 +363,16 @@ def _opens_request(extra: str) -> bool:
 
 
 def _message_json(pieces: tuple[Piece, ...]) -> Json:
-    """pydantic-ai's JSON of the message built from ``pieces`` (`_groups`)."""
+    """pydantic-ai's JSON of the message built from ``pieces`` (`grouped`); a request takes
+    the fields its first piece carries (none for the breadcrumb)."""
     first, index = pieces[0]
     if not user_side(first):
         return _response(first)
-    extra = (first.results[index].extra if isinstance(first, ToolResults)
-             else "" if isinstance(first, Chat) and first.message.synthetic
-             else first.message.extra if isinstance(first, Chat) else "")
+    if isinstance(first, ToolResults):
+        extra = first.results[index].extra
+    else:
+        assert isinstance(first, Chat)
+        extra = "" if first.message.synthetic else first.message.extra
     request: Json = (_fields(extra).get("request") or {}) | {"kind": "request", "parts": []}
     for message, i in pieces:
         if isinstance(message, ToolResults):
