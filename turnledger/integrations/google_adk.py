@@ -50,7 +50,7 @@ import functools
 import json
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from turnledger.domain.blocks import (
     ContentBlock,
@@ -444,30 +444,56 @@ def _after_last(contents: Sequence[types.Content], target: Json) -> int | None:
     return None
 
 
+class _Seen(NamedTuple):
+    """What one callback object saw recorded of an ADK session: how many of its contents, the
+    JSON of the last of them, and the ADK invocation they were recorded in (None: unknown)."""
+
+    count: int
+    last: Json
+    invocation: str | None
+
+
 def _new_contents(
-    contents: Sequence[types.Content], seen: tuple[int, Json] | None,
-    recorded: Sequence[types.Content],
+    contents: Sequence[types.Content], seen: _Seen | None, recorded: Sequence[types.Content],
+    invocation: str | None = None, user_content: types.Content | None = None,
 ) -> int:
     """Where the contents not recorded yet begin.
 
-    ``seen``: how many contents of this ADK session this object has seen recorded and the JSON
-    of the last of them. The ADK session's contents grow by appending, so the new ones follow
-    that one: at the same index, or (when ADK's contents changed before it) after its last
-    occurrence. Without ``seen`` (the first call of this object for this ADK session, e.g. in a
-    new process), ``recorded`` (the conversation's recorded contents) decides: they follow the
-    last content equal to the newest recorded one; else (another writer recorded last) the
-    last content but the newest equal to a recorded one (the newest is this call's own: a
-    question asked again is new); else all are new (a fresh ADK session continuing the
-    conversation). Judging by the newest recorded content only would be wrong once this
-    object has recorded: with several writers that content is another writer's, absent from
-    these contents, and all of them would be recorded again."""
-    if seen is not None:
-        count, target = seen
-        if 0 < count <= len(contents) and _dump(contents[count - 1]) == target:
-            return count
-        found = _after_last(contents, target)
+    ``seen``: what this object saw recorded of this ADK session (`_Seen`). The ADK session's
+    contents grow by appending, so the new ones follow the last one seen: at the same index, or
+    (when ADK's contents changed before it) after its last occurrence. On this object's first
+    call of a new ``invocation``, the invocation's ``user_content`` is new too: with
+    ``include_contents="none"`` the contents restart at each invocation, so when the last turn
+    ended with no reply recorded (an error, an empty reply) and the user asks the same again,
+    the index check holds on the old turn. Without ``seen`` (the first call of this object for
+    this ADK session, e.g. in a new process), ``recorded`` (the conversation's recorded
+    contents) decides: they follow the last content equal to the newest recorded one; else
+    (another writer recorded last) the last content but the newest equal to a recorded one
+    (the newest is this call's own: a question asked again is new); else all are new (a fresh
+    ADK session continuing the conversation). Judging by the newest recorded content only
+    would be wrong once this object has recorded: with several writers that content is
+    another writer's, absent from these contents, and all of them would be recorded again."""
+    if seen is None:
+        return _new_after_recorded(contents, recorded)
+    start = _new_after_seen(contents, seen)
+    if (invocation is not None and user_content is not None
+            and seen.invocation not in (None, invocation)):
+        found = _after_last(contents, _dump(user_content))
         if found is not None:
-            return found
+            start = min(start, found - 1)
+    return start
+
+
+def _new_after_seen(contents: Sequence[types.Content], seen: _Seen) -> int:
+    if 0 < seen.count <= len(contents) and _dump(contents[seen.count - 1]) == seen.last:
+        return seen.count
+    found = _after_last(contents, seen.last)
+    return 0 if found is None else found
+
+
+def _new_after_recorded(
+    contents: Sequence[types.Content], recorded: Sequence[types.Content]
+) -> int:
     if not recorded:
         return 0
     found = _after_last(contents, _dump(recorded[-1]))
@@ -505,12 +531,9 @@ class TurnledgerCallback(SessionsByName):
         super().__init__(store, profile=profile, providers=providers, route=route,
                          session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
                          summarizer=summarizer)
-        # ADK session name -> (how many of its contents are recorded, the last one's JSON):
-        # what tells this object's new contents from those it recorded (`_new_contents`).
-        self._seen: dict[str | None, tuple[int, Json]] = {}
-        # ADK session name -> the ADK invocation of the last contents recorded for it: a new
-        # invocation's user content is new even when it equals the last content seen.
-        self._invocations: dict[str | None, str] = {}
+        # ADK session name -> what this object saw recorded of it: what tells its new contents
+        # from those it recorded (`_new_contents`).
+        self._seen: dict[str | None, _Seen] = {}
         # Each window content's genai Content, built once; handed out as copies (`_fresh`).
         self._built = BuiltOnce(
             _starts, lambda groups: _validated([_content_json(g) for g in groups]), _fresh)
@@ -547,25 +570,18 @@ class TurnledgerCallback(SessionsByName):
         # Judged on each attempt: after a conflict, another writer may have recorded them.
         seen = self._seen.get(name)
         recorded = to_genai(session.conversation_view()) if seen is None else []
-        start = _new_contents(contents, seen, recorded)
-        if (seen is not None and user_content is not None and invocation is not None
-                and self._invocations.get(name, invocation) != invocation):
-            # This object's first call of a new invocation: its user content is new. With
-            # include_contents="none" the contents restart at each invocation, so when the
-            # last turn ended with no reply recorded (an error, an empty reply) and the user
-            # asks the same again, the index check of `_new_contents` holds on the old turn.
-            found = _after_last(contents, _dump(user_content))
-            if found is not None:
-                start = min(start, found - 1)
+        start = _new_contents(contents, seen, recorded, invocation, user_content)
         new = from_genai(contents[start:], unanswered=_unanswered(session.chat_view()))
         # The step's new contents and the window's trims: one transaction.
         window = self._window(session, new)
         # Noted only once they landed: a conflict recorded nothing, and the retry judges
         # these contents again on the newer state.
+        if invocation is None and seen is not None:
+            invocation = seen.invocation
         if contents:
-            self._seen[name] = (len(contents), _dump(contents[-1]))
-        if invocation is not None:
-            self._invocations[name] = invocation
+            self._seen[name] = _Seen(len(contents), _dump(contents[-1]), invocation)
+        elif seen is not None:
+            self._seen[name] = seen._replace(invocation=invocation)
         return window
 
     def _genai_of(self, window: Sequence[ChatMessage]) -> list[types.Content]:
@@ -589,7 +605,8 @@ class TurnledgerCallback(SessionsByName):
 
         self._retrying(session, "the reply callback", write)
         seen = self._seen.get(name)  # ADK appends the reply to this session's contents
-        self._seen[name] = ((seen[0] if seen else 0) + 1, _dump(content))
+        self._seen[name] = _Seen((seen.count if seen else 0) + 1, _dump(content),
+                                 seen.invocation if seen else None)
 
     async def __call__(
         self, callback_context: CallbackContext, llm_request: LlmRequest
