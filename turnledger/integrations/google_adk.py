@@ -448,7 +448,7 @@ class _Seen(NamedTuple):
     """What one callback object saw recorded of an ADK session: how many of its contents, the
     JSON of the last of them, and the ADK invocation they were recorded in (None: unknown)."""
 
-    count: int
+    number: int
     last: Json
     invocation: str | None
 
@@ -485,8 +485,8 @@ def _new_contents(
 
 
 def _new_after_seen(contents: Sequence[types.Content], seen: _Seen) -> int:
-    if 0 < seen.count <= len(contents) and _dump(contents[seen.count - 1]) == seen.last:
-        return seen.count
+    if 0 < seen.number <= len(contents) and _dump(contents[seen.number - 1]) == seen.last:
+        return seen.number
     found = _after_last(contents, seen.last)
     return 0 if found is None else found
 
@@ -605,7 +605,7 @@ class TurnledgerCallback(SessionsByName):
 
         self._retrying(session, "the reply callback", write)
         seen = self._seen.get(name)  # ADK appends the reply to this session's contents
-        self._seen[name] = _Seen((seen.count if seen else 0) + 1, _dump(content),
+        self._seen[name] = _Seen((seen.number if seen else 0) + 1, _dump(content),
                                  seen.invocation if seen else None)
 
     async def __call__(
