@@ -107,7 +107,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -408,9 +408,7 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
     history = [m for n in range(turns) for m in _lc_turn(n, text)]
     outputs: dict[str, str] = {}
     tag = f"{turns}"
-    times: dict[str, list[float]] = {side: [] for side in SIDES}
-    cpu: dict[str, list[float]] = {side: [] for side in SIDES}
-    seen: dict[str, int] = {}
+    steps = _Steps(SIDES)
     with tl.open_store(savers.ours_url(tag)) as store, \
             tl.open_store(savers.ours_url(f"{tag}w")) as window_store:
         ours = TurnledgerMiddleware(store)
@@ -433,25 +431,10 @@ def bench_langgraph(savers: _Checkpointers, backend: str, turns: int,
                               scripted.cpu_left, scripted.seen):
                     noted.clear()
                 agent.invoke({"messages": [user.model_copy()]}, THREAD, durability="sync")
-                times[side] += [scripted.entered[k + 1] - scripted.left[k]
-                                for k in range(LG_STEPS)]
-                cpu[side] += [scripted.cpu_entered[k + 1] - scripted.cpu_left[k]
-                              for k in range(LG_STEPS)]
-                seen[side] = scripted.seen[-1]
-    wall = {side: statistics.median(times[side]) for side in SIDES}
-    used = {side: statistics.median(cpu[side]) for side in SIDES}
-    return {"backend": backend, "turns": turns, "steps": len(times["langgraph"]),
-            "langgraph_ms": wall["langgraph"] * 1e3, "turnledger_ms": wall["turnledger"] * 1e3,
-            "window_ms": wall["window"] * 1e3,
-            "langgraph_messages": seen["langgraph"], "turnledger_messages": seen["turnledger"],
-            "window_messages": seen["window"],
-            "langgraph_over_turnledger": wall["langgraph"] / wall["turnledger"],
-            "langgraph_over_window": wall["langgraph"] / wall["window"],
-            "langgraph_cpu_ms": used["langgraph"] * 1e3,
-            "turnledger_cpu_ms": used["turnledger"] * 1e3, "window_cpu_ms": used["window"] * 1e3,
-            "cpu_langgraph_over_turnledger": used["langgraph"] / used["turnledger"],
-            "cpu_langgraph_over_window": used["langgraph"] / used["window"],
-            "load_average": os.getloadavg()[0]}
+                steps.add(side, {"entered": scripted.entered, "left": scripted.left,
+                                 "cpu_entered": scripted.cpu_entered,
+                                 "cpu_left": scripted.cpu_left}, scripted.seen[-1])
+    return steps.row(backend, turns, "langgraph", ours=SIDES[1:])
 
 
 def run_langgraph(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -479,29 +462,45 @@ def _over_sizes(
     return rows
 
 
-def _two_sides(backend: str, turns: int, theirs: str, times: dict[str, list[float]],
-               cpu: dict[str, list[float]], seen: dict[str, int],
-               ours: Sequence[str] = ("turnledger",)) -> dict[str, Any]:
-    """One row of a part that sets a framework's own stack (``theirs``) against turnledger
-    (``ours``: its sides, "turnledger" first): median wall and CPU ms a step, what each model
-    saw last, the ratios, the load."""
-    sides = (theirs, *ours)
-    wall = {side: statistics.median(times[side]) for side in sides}
-    used = {side: statistics.median(cpu[side]) for side in sides}
-    row: dict[str, Any] = {"backend": backend, "turns": turns,
-                           "steps": len(times["turnledger"])}
-    for side in sides:
-        row |= {f"{side}_ms": wall[side] * 1e3, f"{side}_messages": seen[side],
-                f"{side}_cpu_ms": used[side] * 1e3}
-    for side in ours:
-        row |= {f"{theirs}_over_{side}": wall[theirs] / wall[side],
-                f"cpu_{theirs}_over_{side}": used[theirs] / used[side]}
-    return row | {"load_average": os.getloadavg()[0]}
+class _Steps:
+    """Each side's step times, wall and CPU, from the notes its scripted model takes at every
+    call (``entered``/``left``, ``cpu_entered``/``cpu_left``: a step is from one call's return
+    to the next call), and the length of what its model saw last."""
+
+    def __init__(self, sides: Sequence[str]) -> None:
+        self.wall: dict[str, list[float]] = {side: [] for side in sides}
+        self.cpu: dict[str, list[float]] = {side: [] for side in sides}
+        self.seen: dict[str, int] = {}
+
+    def add(self, side: str, notes: Mapping[str, Sequence[Any]], seen: int) -> None:
+        """One run's ``LG_STEPS`` steps of ``side``."""
+        self.wall[side] += [notes["entered"][k + 1] - notes["left"][k] for k in range(LG_STEPS)]
+        self.cpu[side] += [notes["cpu_entered"][k + 1] - notes["cpu_left"][k]
+                           for k in range(LG_STEPS)]
+        self.seen[side] = seen
+
+    def row(self, backend: str, turns: int, theirs: str,
+            ours: Sequence[str] = ("turnledger",)) -> dict[str, Any]:
+        """One row of a part that sets a framework's own stack (``theirs``) against turnledger
+        (``ours``: its sides, "turnledger" first): median wall and CPU ms a step, what each
+        model saw last, the ratios, the load."""
+        sides = (theirs, *ours)
+        wall = {side: statistics.median(self.wall[side]) for side in sides}
+        used = {side: statistics.median(self.cpu[side]) for side in sides}
+        row: dict[str, Any] = {"backend": backend, "turns": turns,
+                               "steps": len(self.wall["turnledger"])}
+        for side in sides:
+            row |= {f"{side}_ms": wall[side] * 1e3, f"{side}_messages": self.seen[side],
+                    f"{side}_cpu_ms": used[side] * 1e3}
+        for side in ours:
+            row |= {f"{theirs}_over_{side}": wall[theirs] / wall[side],
+                    f"cpu_{theirs}_over_{side}": used[theirs] / used[side]}
+        return row | {"load_average": os.getloadavg()[0]}
 
 
 def _two_sides_report(title: str, theirs: str, label: str, rows: Sequence[dict[str, Any]],
                       ours: Sequence[str] = ("turnledger",)) -> str:
-    """The table of `_two_sides` rows; ``label`` names the framework's side; a ratio column
+    """The table of `_Steps.row` rows; ``label`` names the framework's side; a ratio column
     per side of ``ours`` ("ratio" for turnledger's, "ratio NAME" for the others)."""
     named = [("" if side == "turnledger" else f" {side}") for side in ours]
     return _table(
@@ -680,9 +679,7 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
     history = [m for n in range(turns) for m in _pa_turn(n, text)]
     outputs: dict[str, str] = {}
     tag = f"pa{turns}"
-    times: dict[str, list[float]] = {side: [] for side in PA_SIDES}
-    cpu: dict[str, list[float]] = {side: [] for side in PA_SIDES}
-    seen: dict[str, int] = {}
+    steps = _Steps(PA_SIDES)
     rows = _JsonRows(savers, tag)
     for first in range(0, len(history), 400):
         rows.save("bench", history[first:first + 400])
@@ -712,12 +709,8 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
                 result = agents[side].run_sync(question, message_history=given)
                 if side == "pydantic_ai":
                     theirs = result.all_messages()
-                times[side] += [noted["entered"][k + 1] - noted["left"][k]
-                                for k in range(LG_STEPS)]
-                cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
-                              for k in range(LG_STEPS)]
-                seen[side] = int(noted["seen"][-1])
-    return _two_sides(backend, turns, "pydantic_ai", times, cpu, seen)
+                steps.add(side, noted, int(noted["seen"][-1]))
+    return steps.row(backend, turns, "pydantic_ai")
 
 
 def run_pydantic_ai(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
@@ -924,9 +917,7 @@ async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
     history = [c for n in range(turns) for c in _adk_turn(n, text)]
     outputs: dict[str, str] = {}
     tag = f"adk{turns}"
-    times: dict[str, list[float]] = {side: [] for side in ADK_SIDES}
-    cpu: dict[str, list[float]] = {side: [] for side in ADK_SIDES}
-    seen: dict[str, int] = {}
+    steps = _Steps(ADK_SIDES)
     services = {side: _adk_service(savers, f"{tag}{side[:2]}") for side in ADK_SIDES}
     try:
         for service in services.values():
@@ -946,20 +937,17 @@ async def _bench_adk(savers: _Checkpointers, backend: str, turns: int,
                     log.extend(from_genai([_adk_without_ids(c)
                                            for c in history[first:first + 400]]))
             del history
-            await _adk_runs(services, ours, none, logs, turns, runs, outputs, times, cpu,
-                            seen)
+            await _adk_runs(services, ours, none, logs, turns, runs, outputs, steps)
     finally:
         for service in services.values():
             await service.close()
-    return _two_sides(backend, turns, "adk", times, cpu, seen, ours=ADK_SIDES[1:])
+    return steps.row(backend, turns, "adk", ours=ADK_SIDES[1:])
 
 
 async def _adk_runs(services: dict[str, Any], ours: Any, none: Any, logs: dict[str, Any],
-                    turns: int, runs: int, outputs: dict[str, str],
-                    times: dict[str, list[float]], cpu: dict[str, list[float]],
-                    seen: dict[str, int]) -> None:
+                    turns: int, runs: int, outputs: dict[str, str], steps: _Steps) -> None:
     """``runs`` runs of each side on its filled ADK session, each side first in turn; the step
-    times noted in ``times`` and ``cpu``, the last model input's length in ``seen``."""
+    times and the last model input's length noted in ``steps``."""
     from google.adk.agents import LlmAgent
     from google.adk.runners import Runner
     from google.genai import types
@@ -998,16 +986,12 @@ async def _adk_runs(services: dict[str, Any], ours: Any, none: Any, logs: dict[s
                     new_message=question.model_copy(deep=True)):
                 pass
             assert not scripts[side], f"{side}: the run did not end"
-            times[side] += [noted["entered"][k + 1] - noted["left"][k]
-                            for k in range(LG_STEPS)]
-            cpu[side] += [noted["cpu_entered"][k + 1] - noted["cpu_left"][k]
-                          for k in range(LG_STEPS)]
             last = noted["seen"][0]
             # The last call's untrimmed input: the history, the run's question and
             # three steps of call and response.
             _adk_check(side, last, 4 * (turns + r) + 1 + 2 * LG_STEPS,
                        question.parts[0].text)
-            seen[side] = len(last)
+            steps.add(side, noted, len(last))
     # Nothing recorded twice or missed: the fill and each run's eight messages, the
     # same on both turnledger sides.
     recorded = {}
