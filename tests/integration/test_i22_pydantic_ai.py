@@ -280,6 +280,45 @@ def test_i22_pydantic_ai_history_builds_each_window_message_once_and_hands_out_c
                    if isinstance(m, pa.ModelRequest) and m.parts)
 
 
+def _untimed(messages: list[Any]) -> list[Any]:
+    """The parts of ``messages`` without their timestamps (a plain user part's is "now")."""
+    return [[{k: v for k, v in part.items() if k != "timestamp"} for part in message["parts"]]
+            for message in _dump(messages)]
+
+
+def test_i22_pydantic_ai_window_of_provider_messages_without_their_items_is_built_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A window whose tool messages do not carry their results (provider messages read from
+    elsewhere: a result's tool name is its call's, in an earlier message) is not looked up
+    by its messages: it is built whole, every time, as `to_pydantic_ai` builds it."""
+    m = _pa()
+    import turnledger.integrations.pydantic_ai as pa
+    from turnledger.domain.messages import (
+        ChatMessage,
+        ToolCall,
+        assistant_envelope,
+        tool_envelope,
+    )
+
+    call = ToolCall("c1", "lookup", "{}")
+    bare = [ChatMessage("user", "look it up"),
+            ChatMessage("assistant", assistant_envelope("looking", [call])),
+            ChatMessage("tool", tool_envelope("c1", "found")),
+            ChatMessage("assistant", "done")]
+    with open_store("memory://") as store:
+        history = pa.TurnledgerHistory.open(store, "c")
+        built = count_window_builds(monkeypatch, pa, history, "_to_pydantic_ai")
+        for _ in range(2):
+            window = history._to_pydantic_ai(bare)  # noqa: SLF001
+            assert _untimed(pa.to_pydantic_ai(bare)) == _untimed(window)
+            assert [4] == built  # all four messages, each time
+            built.clear()
+        returned = window[2].parts[0]
+        assert isinstance(returned, m.ToolReturnPart)
+        assert "lookup" == returned.tool_name  # its call's name, from the message before
+
+
 # -- concurrency: many history objects of one conversation (issue 22) --
 
 

@@ -39,6 +39,7 @@ from turnledger.domain.messages import (
     Chat,
     ChatMessage,
     ConversationMessage,
+    ToolResult,
     ToolResults,
     from_chat_messages,
 )
@@ -179,13 +180,31 @@ def grouped(
     return [tuple(group) for group in groups]
 
 
+def _opening(message: ChatMessage, opens: Callable[[str], bool]) -> bool | None:
+    """How ``message`` of a window falls in `grouped`'s groups, read off the provider message
+    itself: None for the assistant side (a group of its own), else whether this user-side
+    piece opens a group (the rule of `grouped`; a tool message's ``extra`` is its result's)."""
+    if message.role == "assistant":
+        return None
+    if message.role == "tool":
+        return isinstance(message.item, ToolResult) and opens(message.item.extra)
+    return not message.synthetic and opens(message.extra)
+
+
 class BuiltOnce(Generic[M]):
     """A window's framework messages, each built once per integration object: a step's window
     is the last one plus the step's messages, and building and validating the ~180 messages of
     a window at every model call was most of its cost. ``opens`` groups the window (`grouped`);
     ``build`` makes the messages of the groups not seen yet, in one go; ``fresh`` copies a kept
     message for the caller, so a framework that edits its request in place never edits the
-    next window. Thread-safe (the integrations' calls run in worker threads)."""
+    next window. Thread-safe (the integrations' calls run in worker threads).
+
+    A group is known by the identity of its provider messages (a session hands out the same
+    message objects window after window; the cache holds them, so an identity is never
+    reused while it is a key): looking a window up hashes a few integers per message and
+    converts nothing. A window whose tool messages do not carry their results (provider
+    messages from elsewhere: a tool result's name comes from its call in an earlier message)
+    is grouped and built whole, as `grouped` does, without the cache."""
 
     def __init__(
         self,
@@ -194,19 +213,51 @@ class BuiltOnce(Generic[M]):
         fresh: Callable[[M], M],
     ) -> None:
         self._opens, self._build, self._fresh = opens, build, fresh
-        self._built: dict[tuple[Piece, ...], M] = {}
+        # ids of a group's messages -> (those messages, kept alive; the built message)
+        self._built: dict[tuple[int, ...], tuple[tuple[ChatMessage, ...], M]] = {}
         self._lock = threading.Lock()
 
     def __call__(self, window: Sequence[ChatMessage]) -> list[M]:
-        groups = grouped(conversation_of(window), self._opens)
+        groups = self._groups(window)
+        if groups is None:
+            return [self._fresh(m) for m in self._build(
+                grouped(conversation_of(window), self._opens))]
+        keys = [tuple(map(id, group)) for group in groups]
         with self._lock:
             built = self._built
             if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
-                self._built = built = {g: built[g] for g in groups if g in built}
-            missing = [g for g in dict.fromkeys(groups) if g not in built]
+                self._built = built = {k: built[k] for k in keys if k in built}
+            missing = {k: g for k, g in zip(keys, groups, strict=True) if k not in built}
             if missing:
-                built.update(zip(missing, self._build(missing), strict=True))
-            return [self._fresh(built[g]) for g in groups]
+                pieces = [self._pieces(group) for group in missing.values()]
+                built.update(zip(missing, zip(missing.values(), self._build(pieces),
+                                              strict=True), strict=True))
+            return [self._fresh(built[k][1]) for k in keys]
+
+    def _groups(self, window: Sequence[ChatMessage]) -> list[tuple[ChatMessage, ...]] | None:
+        """The window's messages in `grouped`'s groups; None when a tool message does not
+        carry its result."""
+        opens = self._opens
+        groups: list[list[ChatMessage]] = []
+        in_user_side = False
+        for message in window:
+            opening = _opening(message, opens)
+            if opening is None:
+                groups.append([message])
+                in_user_side = False
+                continue
+            if message.role == "tool" and not isinstance(message.item, ToolResult):
+                return None
+            if opening or not in_user_side:
+                groups.append([])
+            groups[-1].append(message)
+            in_user_side = True
+        return [tuple(group) for group in groups]
+
+    def _pieces(self, group: tuple[ChatMessage, ...]) -> tuple[Piece, ...]:
+        """The pieces of one group (its tool messages carry their results)."""
+        (pieces,) = grouped(from_chat_messages(group), self._opens)
+        return pieces
 
 
 def conflict_budget(seconds: float) -> float:

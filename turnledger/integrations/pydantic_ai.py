@@ -259,20 +259,51 @@ def from_pydantic_ai(messages: Iterable[ModelMessage]) -> list[ConversationMessa
     when one is not a pydantic-ai message, holds a part kind turnledger has no form for, or
     would not come back with the same JSON; nothing is converted with a loss.
     """
+    messages = list(messages)
     try:
-        # As pydantic-ai itself saves and loads them (a legacy part loads as its successor).
+        # The messages as given, when they come back as they are (`_converted`); else as
+        # pydantic-ai itself saves and loads them (a legacy part loads as its successor).
+        return _converted(messages)
+    except Exception:  # said below, of the messages as pydantic-ai loads them
+        pass
+    try:
         loaded = ModelMessagesTypeAdapter.validate_json(
-            ModelMessagesTypeAdapter.dump_json(list(messages)))
-        compact, full = _dump(loaded, compact=True), _dump(loaded)
+            ModelMessagesTypeAdapter.dump_json(messages))
+    except Exception as error:  # pydantic's errors name the bad field
+        raise InvalidMessage(f"not pydantic-ai messages: {error}") from None
+    return _converted(loaded)
+
+
+def _converted(messages: list[ModelMessage]) -> list[ConversationMessage]:
+    """`from_pydantic_ai` of ``messages`` as they are: each message converted from its compact
+    JSON (no null fields) and checked to come back with its full JSON, as `to_pydantic_ai`
+    would build it (`_message_json`, validated by pydantic-ai). When the built JSON is the
+    compact JSON itself, that is two plain checks: the two are equal (no validation), and
+    pydantic-ai loads the compact JSON back to the full JSON (one validation of the messages
+    that left null fields out; none when they left none out)."""
+    try:
+        compact, full = _dump(messages, compact=True), _dump(messages)
     except Exception as error:  # pydantic's errors name the bad field
         raise InvalidMessage(f"not pydantic-ai messages: {error}") from None
     out: list[ConversationMessage] = []
+    same: list[int] = []  # the messages whose window JSON is their compact JSON
     for i, raw in enumerate(compact):
         converted = _convert(raw, f"messages[{i}]")
-        if _dump(to_pydantic_ai(to_chat_messages(converted))) != [full[i]]:
+        groups = grouped(conversation_of(to_chat_messages(converted)), _opens_request)
+        built = [_message_json(group) for group in groups]
+        if built == [raw]:
+            same.append(i)
+        elif _dump(_validated(built)) != [full[i]]:  # checked whole (a null kept, say)
             raise InvalidMessage(f"messages[{i}] ({raw.get('kind')}) would not come back with "
                                  "the same JSON; it was not recorded")
         out.extend(converted)
+    dropped = [i for i in same if compact[i] != full[i]]  # their null fields left out
+    if dropped:
+        for i, back in zip(dropped, _dump(_validated([compact[i] for i in dropped])),
+                           strict=True):
+            if back != full[i]:
+                raise InvalidMessage(f"messages[{i}] ({compact[i].get('kind')}) would not come "
+                                     "back with the same JSON; it was not recorded")
     return out
 
 
@@ -520,13 +551,23 @@ class TurnledgerHistory(AbstractCapability[Any]):
         """Record the messages of run ``run_id`` not recorded yet and return the window, in
         one transaction, ending with the run's current request (`_ending_with_run`)."""
         with self._lock:
-            done = self._recorded.get(run_id, 0)
-            ours = [m for m in messages if m.run_id == run_id]
-            converted = from_pydantic_ai(ours[done:])  # once: a retry only records again
-            window = self._retrying(
-                "messages", lambda: fit_window(self.session, self.summarizer, converted))
-            self._recorded[run_id] = len(ours)
+            converted, count = self._unrecorded(messages, run_id)
+            window = self._fit(converted)
+            self._recorded[run_id] = count
         return _ending_with_run(self._to_pydantic_ai(window), messages, run_id)
+
+    def _unrecorded(
+        self, messages: Sequence[ModelMessage], run_id: str
+    ) -> tuple[list[ConversationMessage], int]:
+        """The messages of run ``run_id`` in ``messages`` not recorded yet, converted once (a
+        retry only records again), and how many of its messages there are with them."""
+        ours = [m for m in messages if m.run_id == run_id]
+        return from_pydantic_ai(ours[self._recorded.get(run_id, 0):]), len(ours)
+
+    def _fit(self, converted: Sequence[ConversationMessage]) -> list[ChatMessage]:
+        """Record ``converted`` and the trims of the window, in one transaction; the window."""
+        return self._retrying(
+            "messages", lambda: fit_window(self.session, self.summarizer, converted))
 
     def _to_pydantic_ai(self, window: Sequence[ChatMessage]) -> list[ModelMessage]:
         """`to_pydantic_ai` of ``window``, each message built and validated once."""
@@ -548,9 +589,17 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Record the run's new messages and send the model the window (the run keeps its
-        own list whole)."""
-        request_context.messages = await off_loop(
-            self.window, request_context.messages, ctx.run_id or "")
+        own list whole). What runs in a worker thread is the transaction (`_fit`), not the
+        conversions: pydantic-ai's messages are made and read in the event loop's thread,
+        and converting them there was ~0.8 ms a call cheaper than in a worker, whose
+        processor core had not touched them (`benchmarks.agent_step`). A run's model
+        requests come one after another, so its count of recorded messages needs no lock."""
+        run_id, messages = ctx.run_id or "", request_context.messages
+        converted, count = self._unrecorded(messages, run_id)
+        window = await off_loop(self._fit, converted)
+        self._recorded[run_id] = count
+        request_context.messages = _ending_with_run(self._to_pydantic_ai(window), messages,
+                                                    run_id)
         return request_context
 
     async def after_run(
