@@ -557,11 +557,17 @@ class TurnledgerCallback(SessionsByName):
         """Record what is new in ``contents`` (a conversation's contents so far, in order)
         and return the window the model should see. ``invocation``, ``user_content``: the ADK
         invocation's id and the user content that started it (`__call__` passes them)."""
+        return self._genai_of(self._recorded_window(contents, name, invocation, user_content))
+
+    def _recorded_window(
+        self, contents: Sequence[types.Content], name: str | None,
+        invocation: str | None = None, user_content: types.Content | None = None,
+    ) -> list[ChatMessage]:
+        """`window`'s transaction: the new contents recorded, the window's provider messages."""
         session = self.session_for(name)
-        window = self._retrying(
+        return self._retrying(
             session, "the model callback",
             lambda: self._record_new(session, contents, name, invocation, user_content))
-        return self._genai_of(window)
 
     def _record_new(
         self, session: Session, contents: Sequence[types.Content], name: str | None,
@@ -611,11 +617,15 @@ class TurnledgerCallback(SessionsByName):
     async def __call__(
         self, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
-        """Replace ``llm_request.contents`` with the window; None: ADK calls the model."""
+        """Replace ``llm_request.contents`` with the window; None: ADK calls the model.
+
+        The window's contents are built in the event loop's thread, where ADK reads them, and
+        only the recording runs in a worker (as `TurnledgerHistory` does in pydantic-ai)."""
         name = callback_context.session.id
-        llm_request.contents = await off_loop(
-            self.window, list(llm_request.contents), name,
-            invocation=callback_context.invocation_id, user_content=callback_context.user_content)
+        window = await off_loop(
+            self._recorded_window, list(llm_request.contents), name,
+            callback_context.invocation_id, callback_context.user_content)
+        llm_request.contents = self._genai_of(window)
         return None
 
     async def after_model(

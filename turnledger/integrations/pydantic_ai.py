@@ -450,6 +450,10 @@ def _parts_json(message: ModelMessage) -> list[Json]:
     return _dump([message])[0]["parts"]  # type: ignore[no-any-return]
 
 
+def _ends_with(items: Sequence[Any], tail: Sequence[Any]) -> bool:
+    return list(items[len(items) - len(tail):]) == list(tail)
+
+
 def _ending_with_run(
     window: list[ModelMessage], messages: Sequence[ModelMessage], run_id: str
 ) -> list[ModelMessage]:
@@ -463,13 +467,16 @@ def _ending_with_run(
     follow the window (its turn whole: each call with its result)."""
     if not messages or not isinstance(messages[-1], ModelRequest):
         return window
-    current = _parts_json(messages[-1])
+    current = messages[-1].parts
     for i in range(len(window) - 1, -1, -1):
         message = window[i]
-        if isinstance(message, ModelRequest) and message.run_id == run_id:
-            parts = _parts_json(message)  # a breadcrumb may open the request: a suffix
-            if parts[len(parts) - len(current):] == current:
-                return window[: i + 1]
+        if not isinstance(message, ModelRequest) or message.run_id != run_id:
+            continue
+        # A breadcrumb may open the request: a suffix. Equal parts first (no dump): a
+        # request rebuilt from the record is most often equal to the run's own.
+        if _ends_with(message.parts, current) or _ends_with(
+                _parts_json(message), _parts_json(messages[-1])):
+            return window[: i + 1]
     ours = [m for m in messages if m.run_id == run_id]
     return [m for m in window if m.run_id != run_id] + ours
 
