@@ -218,11 +218,11 @@ class BuiltOnce(Generic[M]):
         self._lock = threading.Lock()
 
     def __call__(self, window: Sequence[ChatMessage]) -> list[M]:
-        groups = self._groups(window)
-        if groups is None:
+        found = self._groups(window)
+        if found is None:
             return [self._fresh(m) for m in self._build(
                 grouped(conversation_of(window), self._opens))]
-        keys = [tuple(map(id, group)) for group in groups]
+        groups, keys = found
         with self._lock:
             built = self._built
             if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
@@ -234,9 +234,11 @@ class BuiltOnce(Generic[M]):
                                               strict=True), strict=True))
             return [self._fresh(built[k][1]) for k in keys]
 
-    def _groups(self, window: Sequence[ChatMessage]) -> list[tuple[ChatMessage, ...]] | None:
-        """The window's messages in `grouped`'s groups; None when a tool message does not
-        carry its result."""
+    def _groups(
+        self, window: Sequence[ChatMessage]
+    ) -> tuple[list[tuple[ChatMessage, ...]], list[tuple[int, ...]]] | None:
+        """The window's messages in `grouped`'s groups, and each group's key (the ids of its
+        messages); None when a tool message does not carry its result."""
         opens = self._opens
         groups: list[list[ChatMessage]] = []
         in_user_side = False
@@ -252,7 +254,8 @@ class BuiltOnce(Generic[M]):
                 groups.append([])
             groups[-1].append(message)
             in_user_side = True
-        return [tuple(group) for group in groups]
+        return ([tuple(group) for group in groups],
+                [tuple(map(id, group)) for group in groups])
 
     def _pieces(self, group: tuple[ChatMessage, ...]) -> tuple[Piece, ...]:
         """The pieces of one group (its tool messages carry their results)."""

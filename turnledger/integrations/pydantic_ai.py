@@ -59,7 +59,6 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
     compact_json,
-    to_chat_messages,
 )
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
@@ -289,8 +288,9 @@ def _converted(messages: list[ModelMessage]) -> list[ConversationMessage]:
     same: list[int] = []  # the messages whose window JSON is their compact JSON
     for i, raw in enumerate(compact):
         converted = _convert(raw, f"messages[{i}]")
-        groups = grouped(conversation_of(to_chat_messages(converted)), _opens_request)
-        built = [_message_json(group) for group in groups]
+        # Grouped as a window groups them: a window's provider messages carry these very
+        # items (`BuiltOnce`), so no round trip through provider messages is needed.
+        built = [_message_json(group) for group in grouped(converted, _opens_request)]
         if built == [raw]:
             same.append(i)
         elif _dump(_validated(built)) != [full[i]]:  # checked whole (a null kept, say)
