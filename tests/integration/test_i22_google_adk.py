@@ -11,6 +11,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.extras import need
+from tests.store_threads import note_writing_threads
 from tests.window_builds import count_window_builds
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
@@ -281,6 +283,24 @@ def test_r24_adk_agent_loop_trims_between_tool_steps(kind: str, tmp_path: Path) 
         child = subprocess.run([sys.executable, str(CHILD), target.url, "adk-1"],
                                capture_output=True, text=True, timeout=120, check=True)
         assert window == child.stdout.strip()
+
+
+def test_i22_adk_callback_writes_the_store_outside_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """ADR-0043 with ADR-0092: the callback builds the window's contents in the event loop's
+    thread and records in a worker thread, so no commit stalls the loop."""
+    from turnledger.integrations.google_adk import TurnledgerCallback
+
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
+        callback = TurnledgerCallback(store, profile=RuntimeProfile(max_context_tokens=1200))
+        callback.session_for("adk-1")  # started here, outside the loop
+        threads = note_writing_threads(monkeypatch, store)
+        loop_thread = threading.get_ident()  # asyncio.run runs the loop in this thread
+        asyncio.run(_run(callback, questions=3, steps=4, inputs=[]))
+        assert len(threads) >= 3 * 5  # each model call's transaction, each final answer
+        assert loop_thread not in threads
+        assert any(isinstance(e, HistoryTrimmed) for e in callback.session_for("adk-1").events())
 
 
 class _Swappable:

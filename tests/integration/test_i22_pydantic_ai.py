@@ -7,10 +7,12 @@ PostgreSQL, and a new process restores the conversation.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.extras import need
+from tests.store_threads import note_writing_threads
 from tests.window_builds import count_window_builds
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
@@ -237,13 +240,36 @@ def test_r24_pydantic_ai_agent_loop_trims_between_tool_steps(kind: str, tmp_path
 
 
 
+def test_i22_pydantic_ai_history_writes_the_store_outside_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """ADR-0043 with ADR-0092: the conversions of a model request run in the event loop's
+    thread, every write of the store (each step's transaction, the run's last messages) in a
+    worker thread, so no commit stalls the loop."""
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        history = TurnledgerHistory.open(store, "c", profile=RuntimeProfile(max_context_tokens=900))
+        given = history.messages()
+        threads = note_writing_threads(monkeypatch, store)
+        agent = _agent(history, steps_per_run=4, inputs=[])
+        loop_thread = threading.get_ident()  # asyncio.run runs the loop in this thread
+        for n in range(3):
+            result = asyncio.run(agent.run(f"question {n}", message_history=given))
+            given = result.all_messages()
+        assert len(threads) >= 3 * 5  # each model request's transaction, each run's end
+        assert loop_thread not in threads
+        assert any(isinstance(e, HistoryTrimmed) for e in history.session.events())
+
+
 @pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
 def test_i22_pydantic_ai_history_builds_each_window_message_once_and_hands_out_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The window of each model request is the last one plus the step's messages: each
-    pydantic-ai message of it is built and validated once per history (the window equals a
-    fresh `to_pydantic_ai` of the session's chat view, breadcrumb included); what is handed
+    pydantic-ai message of it is built and validated once per history — a recorded message's
+    by the check of its conversion — and the window equals a fresh `to_pydantic_ai` of the
+    session's chat view, breadcrumb included; what is handed
     out is a copy, so pydantic-ai or a model editing a request (its parts, its instructions)
     never changes the next window."""
     m = _pa()
@@ -268,7 +294,9 @@ def test_i22_pydantic_ai_history_builds_each_window_message_once_and_hands_out_c
                                                        timestamp=T0)], run_id=run)]
             built.clear()
             window = history.window(messages, run)
-            assert sum(built) <= 3 + 1  # the step's three messages, a new breadcrumb's request
+            # Only a new breadcrumb's request: the step's three messages are the ones the
+            # conversion's check validated (`BuiltOnce.seed`), never built again.
+            assert sum(built) <= 1
             fresh = pa.to_pydantic_ai(history.session.chat_view())
             assert _dump(fresh) == _dump(window)
             window[-1].parts.append(m.UserPromptPart("edited"))  # in place

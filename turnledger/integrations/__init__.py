@@ -29,7 +29,7 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -191,6 +191,23 @@ def _opening(message: ChatMessage, opens: Callable[[str], bool]) -> bool | None:
     return not message.synthetic and opens(message.extra)
 
 
+def _piece_object(piece: Piece) -> object:
+    """The object a window's provider message keeps of ``piece`` (`_piece_of`)."""
+    message, index = piece
+    if isinstance(message, ToolResults):
+        return message.results[index]
+    if isinstance(message, Chat):
+        return message.message
+    return message
+
+
+def _piece_of(message: ChatMessage) -> object:
+    """What a window's provider message holds of its piece: the tool item it carries (a
+    result, an assistant's calls), else the message itself (a `Chat`'s own message)."""
+    item = message.item
+    return item if item is not None else message
+
+
 class BuiltOnce(Generic[M]):
     """A window's framework messages, each built once per integration object: a step's window
     is the last one plus the step's messages, and building and validating the ~180 messages of
@@ -204,7 +221,11 @@ class BuiltOnce(Generic[M]):
     reused while it is a key): looking a window up hashes a few integers per message and
     converts nothing. A window whose tool messages do not carry their results (provider
     messages from elsewhere: a tool result's name comes from its call in an earlier message)
-    is grouped and built whole, as `grouped` does, without the cache."""
+    is grouped and built whole, as `grouped` does, without the cache.
+
+    `seed` takes messages already built for groups of pieces (a framework message just
+    converted and checked to come back, which validated that very message): a window group
+    made of those very pieces takes it instead of building it again."""
 
     def __init__(
         self,
@@ -215,7 +236,18 @@ class BuiltOnce(Generic[M]):
         self._opens, self._build, self._fresh = opens, build, fresh
         # ids of a group's messages -> (those messages, kept alive; the built message)
         self._built: dict[tuple[int, ...], tuple[tuple[ChatMessage, ...], M]] = {}
+        # ids of a group's piece objects -> (those objects, kept alive; the built message)
+        self._seeds: dict[tuple[int, ...], tuple[tuple[object, ...], M]] = {}
         self._lock = threading.Lock()
+
+    def seed(self, built: Iterable[tuple[tuple[Piece, ...], M]]) -> None:
+        """Take ``built`` (pieces, their message) for the next windows (class doc)."""
+        with self._lock:
+            if len(self._seeds) > 256:  # never found: their group did not reach a window
+                self._seeds.clear()
+            for pieces, message in built:
+                objects = tuple(_piece_object(piece) for piece in pieces)
+                self._seeds[tuple(map(id, objects))] = (objects, message)
 
     def __call__(self, window: Sequence[ChatMessage]) -> list[M]:
         found = self._groups(window)
@@ -228,6 +260,12 @@ class BuiltOnce(Generic[M]):
             if len(built) > 2 * len(groups) + 256:  # what trims removed from the window
                 self._built = built = {k: built[k] for k in keys if k in built}
             missing = {k: g for k, g in zip(keys, groups, strict=True) if k not in built}
+            if missing and self._seeds:
+                for key, group in list(missing.items()):
+                    seeded = self._seeds.pop(tuple(id(_piece_of(m)) for m in group), None)
+                    if seeded is not None:
+                        built[key] = (group, seeded[1])
+                        del missing[key]
             if missing:
                 pieces = [self._pieces(group) for group in missing.values()]
                 built.update(zip(missing, zip(missing.values(), self._build(pieces),

@@ -78,7 +78,12 @@ from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarize
 
 try:
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+    )
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext
@@ -258,13 +263,25 @@ def from_pydantic_ai(messages: Iterable[ModelMessage]) -> list[ConversationMessa
     when one is not a pydantic-ai message, holds a part kind turnledger has no form for, or
     would not come back with the same JSON; nothing is converted with a loss.
     """
+    return _from_pydantic_ai(messages)[0]
+
+
+_Built = tuple[tuple[Piece, ...], ModelMessage]
+"""The pieces of a converted message and the pydantic-ai message its check validated."""
+
+
+def _from_pydantic_ai(
+    messages: Iterable[ModelMessage],
+) -> tuple[list[ConversationMessage], list[_Built]]:
+    """`from_pydantic_ai`, with the messages its check validated (`BuiltOnce.seed`)."""
     messages = list(messages)
-    try:
-        # The messages as given, when they come back as they are (`_converted`); else as
-        # pydantic-ai itself saves and loads them (a legacy part loads as its successor).
-        return _converted(messages)
-    except Exception:  # said below, of the messages as pydantic-ai loads them
-        pass
+    if all(isinstance(m, ModelRequest | ModelResponse) for m in messages):
+        try:
+            # The messages as given, when they come back as they are (`_converted`); else as
+            # pydantic-ai itself saves and loads them (a legacy part loads as its successor).
+            return _converted(messages)
+        except Exception:  # said below, of the messages as pydantic-ai loads them
+            pass
     try:
         loaded = ModelMessagesTypeAdapter.validate_json(
             ModelMessagesTypeAdapter.dump_json(messages))
@@ -273,38 +290,44 @@ def from_pydantic_ai(messages: Iterable[ModelMessage]) -> list[ConversationMessa
     return _converted(loaded)
 
 
-def _converted(messages: list[ModelMessage]) -> list[ConversationMessage]:
-    """`from_pydantic_ai` of ``messages`` as they are: each message converted from its compact
-    JSON (no null fields) and checked to come back with its full JSON, as `to_pydantic_ai`
-    would build it (`_message_json`, validated by pydantic-ai). When the built JSON is the
-    compact JSON itself, that is two plain checks: the two are equal (no validation), and
-    pydantic-ai loads the compact JSON back to the full JSON (one validation of the messages
-    that left null fields out; none when they left none out)."""
+def _converted(messages: list[ModelMessage]) -> tuple[list[ConversationMessage], list[_Built]]:
+    """`_from_pydantic_ai` of ``messages`` as they are: each message converted from its
+    compact JSON (no null fields) and checked to come back with its full JSON, as
+    `to_pydantic_ai` would build it (`_message_json`, validated by pydantic-ai). When the
+    built JSON is the compact JSON itself, that is two plain checks: the two are equal (no
+    validation), and pydantic-ai loads the compact JSON back to the full JSON (one validation
+    of the messages that left null fields out; none when they left none out)."""
     try:
         compact, full = _dump(messages, compact=True), _dump(messages)
     except Exception as error:  # pydantic's errors name the bad field
         raise InvalidMessage(f"not pydantic-ai messages: {error}") from None
     out: list[ConversationMessage] = []
-    same: list[int] = []  # the messages whose window JSON is their compact JSON
+    checked: list[_Built] = []
+    same: dict[int, tuple[Piece, ...]] = {}  # the messages whose window JSON is their compact
     for i, raw in enumerate(compact):
         converted = _convert(raw, f"messages[{i}]")
         # Grouped as a window groups them: a window's provider messages carry these very
         # items (`BuiltOnce`), so no round trip through provider messages is needed.
-        built = [_message_json(group) for group in grouped(converted, _opens_request)]
+        groups = grouped(converted, _opens_request)
+        built = [_message_json(group) for group in groups]
         if built == [raw]:
-            same.append(i)
-        elif _dump(_validated(built)) != [full[i]]:  # checked whole (a null kept, say)
-            raise InvalidMessage(f"messages[{i}] ({raw.get('kind')}) would not come back with "
-                                 "the same JSON; it was not recorded")
+            same[i] = groups[0]
+        else:  # checked whole (a null kept, say)
+            back = _validated(built)
+            if _dump(back) != [full[i]]:
+                raise InvalidMessage(f"messages[{i}] ({raw.get('kind')}) would not come back "
+                                     "with the same JSON; it was not recorded")
+            checked.append((groups[0], back[0]))
         out.extend(converted)
     dropped = [i for i in same if compact[i] != full[i]]  # their null fields left out
     if dropped:
-        for i, back in zip(dropped, _dump(_validated([compact[i] for i in dropped])),
-                           strict=True):
-            if back != full[i]:
+        loaded = _validated([compact[i] for i in dropped])
+        for i, message, dumped in zip(dropped, loaded, _dump(loaded), strict=True):
+            if dumped != full[i]:
                 raise InvalidMessage(f"messages[{i}] ({compact[i].get('kind')}) would not come "
                                      "back with the same JSON; it was not recorded")
-    return out
+            checked.append((same[i], message))
+    return out, checked
 
 
 # --- turnledger -> pydantic-ai ----------------------------------------------------------------
@@ -567,9 +590,12 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self, messages: Sequence[ModelMessage], run_id: str
     ) -> tuple[list[ConversationMessage], int]:
         """The messages of run ``run_id`` in ``messages`` not recorded yet, converted once (a
-        retry only records again), and how many of its messages there are with them."""
+        retry only records again), and how many of its messages there are with them. What
+        the conversion's check validated is kept for the window (`BuiltOnce.seed`)."""
         ours = [m for m in messages if m.run_id == run_id]
-        return from_pydantic_ai(ours[self._recorded.get(run_id, 0):]), len(ours)
+        converted, checked = _from_pydantic_ai(ours[self._recorded.get(run_id, 0):])
+        self._built.seed(checked)
+        return converted, len(ours)
 
     def _fit(self, converted: Sequence[ConversationMessage]) -> list[ChatMessage]:
         """Record ``converted`` and the trims of the window, in one transaction; the window."""
