@@ -61,7 +61,7 @@ from turnledger.domain.window import (
     Region,
     Window,
     WindowIndex,
-    chat_of,
+    chat_messages_of,
     conversation_rows,
 )
 
@@ -260,7 +260,7 @@ class SessionState:
 
         Held whole by every state its events could make; ``older`` (the log's items) serves
         a log whose trims no decider made (a forged one, read by the audit)."""
-        view = [m for item in self.index.render(self.chat, older) for m in chat_of(item)]
+        view = chat_messages_of(self.index.render(self.chat, older))
         summary = self.summary
         if summary is not None:  # issue 24: the summary stands where the breadcrumb is
             view = [summary.message if m.synthetic else m for m in view]
@@ -274,7 +274,7 @@ class SessionState:
         """
         starts = self.index.turns_from(self.chat.start)
         first = starts[-1] if starts else self.chat.start
-        return [m for _, item in self.index.present_from(first) for m in chat_of(item)]
+        return chat_messages_of(item for _, item in self.index.present_from(first))
 
     @property
     def pricing(self) -> Pricing:

@@ -57,6 +57,7 @@ __all__ = [
     "Rows",
     "Window",
     "WindowIndex",
+    "chat_messages_of",
     "chat_of",
     "conversation_rows",
 ]
@@ -107,6 +108,18 @@ def chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
     chat = (item.message,) if isinstance(item, Chat) else _tool_chat_of(item)
     _CHAT_OF[key] = (weakref.ref(item, partial(_forget_chat, key)), chat)
     return chat
+
+
+def chat_messages_of(items: Iterable[ConversationMessage]) -> list[ChatMessage]:
+    """The provider-facing messages of ``items``, in order: `chat_of` each, a `Chat`'s own
+    message read off it (no memo to look up: half the items of a typical window)."""
+    out: list[ChatMessage] = []
+    for item in items:
+        if type(item) is Chat:
+            out.append(item.message)
+        else:
+            out.extend(chat_of(item))
+    return out
 
 
 @lru_cache(maxsize=8192)
