@@ -454,10 +454,11 @@ def _over_sizes(
         savers = _Checkpointers(directory, postgres)
         try:
             for turns in sizes:
-                # A checkpoint of 10,000 turns is ~25 MB, written two or three times a step;
-                # at 100 turns a step is ~10 ms, and a median of 24 was ±10 % run to run.
-                runs = 2 if args.quick else (4 if turns >= 10_000 else 8 if turns >= 1_000
-                                             else 30)
+                # A checkpoint of 10,000 turns is ~25 MB, written two or three times a step.
+                # Each run adds a turn: more runs would measure a longer conversation than
+                # the row says (30 runs at 100 turns: 100 to 130 turns, the baseline's cost
+                # growing with them); the spread of a row is seen across whole runs instead.
+                runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
                 rows.append(bench(savers, backend, turns, runs))
         finally:
             savers.close()
