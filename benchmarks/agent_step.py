@@ -445,24 +445,51 @@ def _over_sizes(
     args: argparse.Namespace, directory: Path,
     bench: Callable[[Any, str, int, int], dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """``bench(savers, backend, turns, runs)`` for each backend and session size."""
-    sizes = (100, 1_000) if args.quick else (100, 1_000, 10_000)
+    """``bench(savers, backend, turns, runs)`` for each backend and session size, ``--repeat``
+    times, each time on fresh stores (a row each, numbered ``repeat``)."""
+    sizes = _sizes(args)
     rows = []
     for backend, postgres in (("SQLite", None), ("PostgreSQL", args.postgres)):
         if postgres is not None and args.no_postgres:
             continue
-        savers = _Checkpointers(directory, postgres)
-        try:
-            for turns in sizes:
-                # A checkpoint of 10,000 turns is ~25 MB, written two or three times a step.
-                # Each run adds a turn: more runs would measure a longer conversation than
-                # the row says (30 runs at 100 turns: 100 to 130 turns, the baseline's cost
-                # growing with them); the spread of a row is seen across whole runs instead.
-                runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
-                rows.append(bench(savers, backend, turns, runs))
-        finally:
-            savers.close()
+        for repeat in range(args.repeat):
+            fresh = directory / f"{backend}-{repeat}"
+            fresh.mkdir()
+            savers = _Checkpointers(fresh, postgres)
+            try:
+                for turns in sizes:
+                    # A checkpoint of 10,000 turns is ~25 MB, written two or three times a
+                    # step. Each run adds a turn: more runs would measure a longer
+                    # conversation than the row says (30 runs at 100 turns: 100 to 130
+                    # turns, the baseline's cost growing with them); `--repeat` gives more
+                    # samples of the same length.
+                    runs = 2 if args.quick else (4 if turns >= 10_000 else 8)
+                    row = bench(savers, backend, turns, runs)
+                    rows.append(row | {"repeat": repeat} if args.repeat > 1 else row)
+            finally:
+                savers.close()
     return rows
+
+
+def _sizes(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.turns:
+        return tuple(int(t) for t in args.turns.split(","))
+    return (100, 1_000) if args.quick else (100, 1_000, 10_000)
+
+
+def repeat_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """The median (min-max) of each wall-time ratio over the repetitions of a row."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["backend"], row["turns"]), []).append(row)
+    lines = ["median ratio over fresh conversations (min-max):"]
+    for (backend, turns), group in groups.items():
+        ratios = [k for k in group[0] if "_over_" in k and not k.startswith("cpu_")]
+        said = ", ".join(
+            f"{k} {statistics.median(r[k] for r in group):.2f} "
+            f"({min(r[k] for r in group):.2f}-{max(r[k] for r in group):.2f})" for k in ratios)
+        lines.append(f"  {backend} {turns:,} turns, {len(group)} conversations: {said}")
+    return "\n".join(lines)
 
 
 class _Steps:
@@ -1075,7 +1102,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)} (not all: JSON to tmp)")
+    parser.add_argument("--turns", help="comma-separated conversation lengths of the LangGraph, "
+                        "pydantic-ai and ADK parts (default 100,1000,10000; --quick 100,1000)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="fresh conversations per row of those parts, each a row of its "
+                        "own, with the median ratio over them (default 1; not 1: JSON to tmp)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     parts = [p for p in args.parts.split(",") if p]
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -1085,22 +1119,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         if "agents" in parts:
             results["steps"] = asyncio.run(run(args, Path(tmp)))
             print(report(results["steps"]))
-        if "langgraph" in parts:
-            results["langgraph"] = run_langgraph(args, Path(tmp))
-            print(report_langgraph(results["langgraph"]))
-        if "pydantic_ai" in parts:
-            results["pydantic_ai"] = run_pydantic_ai(args, Path(tmp))
-            print(report_pydantic_ai(results["pydantic_ai"]))
-        if "adk" in parts:
-            results["adk"] = run_adk(args, Path(tmp))
-            print(report_adk(results["adk"]))
-    partial = args.quick or set(parts) != set(PARTS)
+        for part, run_part, report_part in (
+                ("langgraph", run_langgraph, report_langgraph),
+                ("pydantic_ai", run_pydantic_ai, report_pydantic_ai),
+                ("adk", run_adk, report_adk)):
+            if part in parts:
+                results[part] = run_part(args, Path(tmp))
+                print(report_part(results[part]))
+                if args.repeat > 1:
+                    print(repeat_summary(results[part]))
+    partial = args.quick or set(parts) != set(PARTS) or args.turns or args.repeat > 1
     output = Path(tempfile.gettempdir()) / "agent_step.json" if partial else RESULTS
     output.parent.mkdir(parents=True, exist_ok=True)
     meta = {"when": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": "python -m benchmarks.agent_step" + (" --quick" * args.quick)
             + (" --no-postgres" * args.no_postgres)
-            + (f" --parts {args.parts}" * (set(parts) != set(PARTS))),
+            + (f" --parts {args.parts}" * (set(parts) != set(PARTS)))
+            + (f" --turns {args.turns}" if args.turns else "")
+            + (f" --repeat {args.repeat}" * (args.repeat > 1)),
             "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "max_turns": MAX_TURNS, "budget_tokens": BUDGET}
     output.write_text(json.dumps({**meta, **results}, indent=2) + "\n", encoding="utf-8")

@@ -440,6 +440,87 @@ def test_r24_adk_include_contents_none_same_question_after_a_turn_with_no_reply(
         assert verify(store.backend).ok
 
 
+@pytest.mark.parametrize("kind", SHARED_BACKENDS)
+def test_r24_adk_new_callback_object_same_question_after_a_turn_with_no_reply(
+    kind: str, tmp_path: Path
+) -> None:
+    """ADK's default contents, a new callback object for every question (a process restarted
+    between turns): a turn whose model call left no reply to record, then the same question
+    asked again. ADK's contents end ``hello, hello``, the record ``hello``: lined up, the
+    record ends at the first, so the second is recorded; the log equals ADK's contents."""
+    need("google.adk")
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    from turnledger.integrations.google_adk import TurnledgerCallback, to_genai
+    from turnledger.replay.transcripts import record_of
+
+    t = _types()
+
+    class Flaky(BaseLlm):
+        """Replies with no parts to its first and third calls, else answers."""
+
+        model: str = "flaky"
+        calls: int = 0
+
+        async def generate_content_async(
+            self, llm_request: Any, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            self.calls += 1
+            parts = [] if self.calls in (1, 3) else [t.Part(text=f"answer {self.calls}")]
+            yield LlmResponse(content=t.Content(role="model", parts=parts))
+
+    async def run(store: Any, swappable: _Swappable) -> list[Any]:
+        agent = LlmAgent(name="a", model=Flaky(), before_model_callback=swappable,
+                         after_model_callback=swappable.after_model)
+        service = InMemorySessionService()  # type: ignore[no-untyped-call]
+        runner = Runner(agent=agent, app_name="app", session_service=service)
+        await service.create_session(app_name="app", user_id="u", session_id="adk-1")
+        for text in ("hello", "hello", "bye", "bye"):
+            swappable.current = TurnledgerCallback(store)  # a new process, say
+            message = t.Content(role="user", parts=[t.Part(text=text)])
+            async for _ in runner.run_async(user_id="u", session_id="adk-1",
+                                            new_message=message):
+                pass
+        session = await service.get_session(app_name="app", user_id="u", session_id="adk-1")
+        assert session is not None
+        return [e.content for e in session.events if e.content is not None and e.content.parts]
+
+    with fresh_target(kind, tmp_path) as target, open_store(target.url) as store:
+        everything = asyncio.run(run(store, _Swappable(None)))
+        assert ["hello", "hello", "answer 2", "bye", "bye", "answer 4"] == [
+            p.text for c in everything for p in c.parts]
+        log = list(record_of(TurnledgerCallback(store).session_for("adk-1").events()))
+        assert _parts(everything) == _parts(to_genai(log))
+        assert verify(store.backend).ok
+
+
+def test_r24_adk_new_contents_lines_up_the_record_before_its_newest_content() -> None:
+    """A new callback object finds where a long record ends in ADK's contents by lining up
+    its last contents, not by its newest content alone: ``..., A, Q`` recorded against
+    contents ``..., A, Q, Q`` ends at the first ``Q`` (the second is a question asked again);
+    a record that only partly lines up ends at the place that lines up most."""
+    from turnledger.integrations.google_adk import _new_contents
+
+    t = _types()
+
+    def said(role: str, text: str) -> Any:
+        return t.Content(role=role, parts=[t.Part(text=text)])
+
+    turns = [said(role, f"{role} {n}") for n in range(6) for role in ("user", "model")]
+    q = said("user", "again?")
+    recorded = [*turns, q]  # longer than what is lined up (8)
+    assert len(recorded) == _new_contents([*turns, q], None, recorded)  # nothing new
+    assert len(recorded) == _new_contents([*turns, q, q], None, recorded)
+    assert len(recorded) == _new_contents([*turns, q, said("model", "x"), q], None, recorded)
+    other = [said("user", "elsewhere"), q]  # lines up one content only: the last place
+    assert 2 == _new_contents([q, q], None, other)
+    assert 0 == _new_contents([said("user", "new")], None, recorded)  # nothing lines up
+
+
 # -- concurrency: many callback objects of one conversation (issue 22) --
 
 

@@ -444,6 +444,49 @@ def _after_last(contents: Sequence[types.Content], target: Json) -> int | None:
     return None
 
 
+_ALIGN = 8
+"""How many recorded contents `_aligned` lines up at most: enough to tell a question asked
+again from the recorded one; a longer repeated run of contents resolves to its last place."""
+
+
+def _aligned(
+    contents: Sequence[types.Content], recorded: Sequence[Json], *, whole: bool
+) -> int | None:
+    """The index after the content that the newest recorded one is, where the most recorded
+    contents (up to `_ALIGN`) line up with the contents before it, the last such place when
+    several line up as well; None when no content is the newest recorded one. ``whole``:
+    ``recorded`` is the whole record, and when it is the beginning of ``contents`` it ends
+    there (a record of one question, asked again).
+
+    By the newest recorded content alone, a question asked again after a turn that recorded
+    no reply (an error, an empty reply) was taken for the recorded one, by a new callback
+    object (a new process): ``[..., A, Q, Q]`` against a record ending ``A, Q``. Lined up,
+    the record ends at the first ``Q``. Contents are dumped as they are compared, from the
+    end (a long session's first call dumps a few)."""
+    dumped: dict[int, Json] = {}
+
+    def at(i: int) -> Json:
+        if i not in dumped:
+            dumped[i] = _dump(contents[i])
+        return dumped[i]
+
+    most = min(_ALIGN, len(recorded))
+    if whole and len(contents) >= most and all(at(i) == recorded[i] for i in range(most)):
+        return most  # the record is the beginning of these contents
+    best: tuple[int, int] | None = None  # (recorded contents lined up, index after)
+    for end in range(len(contents) - 1, -1, -1):
+        if at(end) != recorded[-1]:
+            continue
+        n = 1
+        while n < most and n <= end and at(end - n) == recorded[-1 - n]:
+            n += 1
+        if best is None or n > best[0]:
+            best = (n, end + 1)
+        if n == most:
+            break  # no earlier place lines up more
+    return None if best is None else best[1]
+
+
 class _Seen(NamedTuple):
     """What one callback object saw recorded of an ADK session: how many of its contents, the
     JSON of the last of them, and the ADK invocation they were recorded in (None: unknown)."""
@@ -496,7 +539,8 @@ def _new_after_recorded(
 ) -> int:
     if not recorded:
         return 0
-    found = _after_last(contents, _dump(recorded[-1]))
+    found = _aligned(contents, [_dump(c) for c in recorded[-_ALIGN:]],
+                     whole=len(recorded) <= _ALIGN)
     if found is not None:
         return found
     known = {canonical_json(_dump(c)) for c in recorded}
