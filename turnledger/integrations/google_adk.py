@@ -35,12 +35,15 @@ One turnledger session per ADK session (its id, named by `session_uuid`), or the
 ``session_id`` given. What is new is told per ADK session: the contents after the last one
 this object saw recorded for it (several ADK sessions, objects or processes may write one
 conversation at once, so the newest recorded content may be another writer's). On this
-object's first call for an ADK session (e.g. in a new process), the contents after the last
-occurrence of the newest recorded content, else after the last one but the newest that was
+object's first call for an ADK session (e.g. in a new process), the contents after the
+newest recorded content, found where the record's last contents line up (so the same question
+asked again after a turn with no reply recorded is new), else after the last one but the
+newest that was
 recorded (the ADK session restored while others wrote), else all of them (a new ADK session
 continuing a conversation turnledger holds). ADK's system instruction lives in the
 request's config, not its contents: it is neither recorded nor trimmed. Store calls run in a
-worker thread (`off_loop`); a write that loses a race is decided again (`retrying`, ADR-0065).
+worker thread (`off_loop`), the conversions in the event loop's (ADR-0092); a write that
+loses a race is decided again (`retrying`, ADR-0065).
 """
 
 from __future__ import annotations
@@ -510,7 +513,9 @@ def _new_contents(
     ended with no reply recorded (an error, an empty reply) and the user asks the same again,
     the index check holds on the old turn. Without ``seen`` (the first call of this object for
     this ADK session, e.g. in a new process), ``recorded`` (the conversation's recorded
-    contents) decides: they follow the last content equal to the newest recorded one; else
+    contents) decides: they follow the content equal to the newest recorded one where the
+    record lines up (`_aligned`: a question asked again after a turn with no reply recorded is
+    new); else
     (another writer recorded last) the last content but the newest equal to a recorded one
     (the newest is this call's own: a question asked again is new); else all are new (a fresh
     ADK session continuing the conversation). Judging by the newest recorded content only
