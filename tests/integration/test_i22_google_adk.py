@@ -382,6 +382,53 @@ def test_r24_adk_include_contents_none_turnledger_supplies_the_history(
         assert window == child.stdout.strip()
 
 
+def _flaky(empty: frozenset[int]) -> Any:
+    """A model that answers ``answer N`` to its Nth call, with no parts to the calls in
+    ``empty`` (a turn that leaves no reply to record)."""
+    need("google.adk")
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+
+    t = _types()
+
+    class Flaky(BaseLlm):
+        model: str = "flaky"
+        calls: int = 0
+
+        async def generate_content_async(
+            self, llm_request: Any, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            self.calls += 1
+            parts = [] if self.calls in empty else [t.Part(text=f"answer {self.calls}")]
+            yield LlmResponse(content=t.Content(role="model", parts=parts))
+
+    return Flaky()
+
+
+async def _ask(callback: Any, model: Any, texts: list[str], *, include_contents: str,
+               before_each: Callable[[], None] | None = None) -> list[Any]:
+    """Ask ``texts`` one invocation each on an in-memory ADK session; ADK's contents after."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    t = _types()
+    agent = LlmAgent(name="a", model=model, before_model_callback=callback,
+                     after_model_callback=callback.after_model, include_contents=include_contents)
+    service = InMemorySessionService()  # type: ignore[no-untyped-call]
+    runner = Runner(agent=agent, app_name="app", session_service=service)
+    await service.create_session(app_name="app", user_id="u", session_id="adk-1")
+    for text in texts:
+        if before_each is not None:
+            before_each()
+        message = t.Content(role="user", parts=[t.Part(text=text)])
+        async for _ in runner.run_async(user_id="u", session_id="adk-1", new_message=message):
+            pass
+    session = await service.get_session(app_name="app", user_id="u", session_id="adk-1")
+    assert session is not None
+    return [e.content for e in session.events if e.content is not None and e.content.parts]
+
+
 @pytest.mark.parametrize("kind", SHARED_BACKENDS)
 def test_r24_adk_include_contents_none_same_question_after_a_turn_with_no_reply(
     kind: str, tmp_path: Path
@@ -390,49 +437,13 @@ def test_r24_adk_include_contents_none_same_question_after_a_turn_with_no_reply(
     reply), then the same question asked again: ADK's request is that question alone, equal to
     the last content the callback saw; being a new invocation's, it is recorded (as ADK's
     session holds it twice), and the next turns are recorded once."""
-    need("google.adk")
-    from google.adk.agents import LlmAgent
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_response import LlmResponse
-    from google.adk.runners import Runner
-    from google.adk.sessions import InMemorySessionService
-
     from turnledger.integrations.google_adk import TurnledgerCallback, to_genai
     from turnledger.replay.transcripts import record_of
 
-    t = _types()
-
-    class Flaky(BaseLlm):
-        """Replies with no parts to its first call, then answers."""
-
-        model: str = "flaky"
-        calls: int = 0
-
-        async def generate_content_async(
-            self, llm_request: Any, stream: bool = False
-        ) -> AsyncGenerator[LlmResponse, None]:
-            self.calls += 1
-            parts = [t.Part(text=f"answer {self.calls}")] if self.calls > 1 else []
-            yield LlmResponse(content=t.Content(role="model", parts=parts))
-
-    async def run(callback: Any) -> list[Any]:
-        agent = LlmAgent(name="a", model=Flaky(), before_model_callback=callback,
-                         after_model_callback=callback.after_model, include_contents="none")
-        service = InMemorySessionService()  # type: ignore[no-untyped-call]
-        runner = Runner(agent=agent, app_name="app", session_service=service)
-        await service.create_session(app_name="app", user_id="u", session_id="adk-1")
-        for text in ("hello", "hello", "bye", "bye"):
-            message = t.Content(role="user", parts=[t.Part(text=text)])
-            async for _ in runner.run_async(user_id="u", session_id="adk-1",
-                                            new_message=message):
-                pass
-        session = await service.get_session(app_name="app", user_id="u", session_id="adk-1")
-        assert session is not None
-        return [e.content for e in session.events if e.content is not None and e.content.parts]
-
     with fresh_target(kind, tmp_path) as target, open_store(target.url) as store:
         callback = TurnledgerCallback(store)
-        everything = asyncio.run(run(callback))
+        everything = asyncio.run(_ask(callback, _flaky(frozenset({1})),
+                                      ["hello", "hello", "bye", "bye"], include_contents="none"))
         log = list(record_of(callback.session_for("adk-1").events()))
         assert _parts(everything) == _parts(to_genai(log))
         assert ["hello", "hello", "answer 2", "bye", "answer 3", "bye", "answer 4"] == [
@@ -448,49 +459,18 @@ def test_r24_adk_new_callback_object_same_question_after_a_turn_with_no_reply(
     between turns): a turn whose model call left no reply to record, then the same question
     asked again. ADK's contents end ``hello, hello``, the record ``hello``: lined up, the
     record ends at the first, so the second is recorded; the log equals ADK's contents."""
-    need("google.adk")
-    from google.adk.agents import LlmAgent
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_response import LlmResponse
-    from google.adk.runners import Runner
-    from google.adk.sessions import InMemorySessionService
-
     from turnledger.integrations.google_adk import TurnledgerCallback, to_genai
     from turnledger.replay.transcripts import record_of
 
-    t = _types()
-
-    class Flaky(BaseLlm):
-        """Replies with no parts to its first and third calls, else answers."""
-
-        model: str = "flaky"
-        calls: int = 0
-
-        async def generate_content_async(
-            self, llm_request: Any, stream: bool = False
-        ) -> AsyncGenerator[LlmResponse, None]:
-            self.calls += 1
-            parts = [] if self.calls in (1, 3) else [t.Part(text=f"answer {self.calls}")]
-            yield LlmResponse(content=t.Content(role="model", parts=parts))
-
-    async def run(store: Any, swappable: _Swappable) -> list[Any]:
-        agent = LlmAgent(name="a", model=Flaky(), before_model_callback=swappable,
-                         after_model_callback=swappable.after_model)
-        service = InMemorySessionService()  # type: ignore[no-untyped-call]
-        runner = Runner(agent=agent, app_name="app", session_service=service)
-        await service.create_session(app_name="app", user_id="u", session_id="adk-1")
-        for text in ("hello", "hello", "bye", "bye"):
-            swappable.current = TurnledgerCallback(store)  # a new process, say
-            message = t.Content(role="user", parts=[t.Part(text=text)])
-            async for _ in runner.run_async(user_id="u", session_id="adk-1",
-                                            new_message=message):
-                pass
-        session = await service.get_session(app_name="app", user_id="u", session_id="adk-1")
-        assert session is not None
-        return [e.content for e in session.events if e.content is not None and e.content.parts]
-
     with fresh_target(kind, tmp_path) as target, open_store(target.url) as store:
-        everything = asyncio.run(run(store, _Swappable(None)))
+        swappable = _Swappable(None)
+
+        def restart() -> None:
+            swappable.current = TurnledgerCallback(store)  # a new process, say
+
+        everything = asyncio.run(_ask(swappable, _flaky(frozenset({1, 3})),
+                                      ["hello", "hello", "bye", "bye"],
+                                      include_contents="default", before_each=restart))
         assert ["hello", "hello", "answer 2", "bye", "bye", "answer 4"] == [
             p.text for c in everything for p in c.parts]
         log = list(record_of(TurnledgerCallback(store).session_for("adk-1").events()))
