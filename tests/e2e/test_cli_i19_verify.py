@@ -273,6 +273,34 @@ def test_i19_p3_a_negative_version_is_a_finding_not_an_overflow(
     assert (ids[2], -3) in named(findings(run_verify(path)))
 
 
+@pytest.mark.parametrize("column", ["topic", "originator_version"])
+def test_i19_p3_a_column_of_another_type_is_a_finding(
+    damaged: tuple[Path, list[str]], column: str
+) -> None:
+    """A record's column stored with another type than its own (a flipped serial type in the
+    record's header: a topic read back as a blob, a version as a float): a finding at that
+    session, never a crash (the bit flip at offset 688437 of stop 30's CI run raised
+    AttributeError), and a restore that reads it (the newest record, after any snapshot)
+    raises `CorruptRecord`."""
+    path, ids = damaged
+    value = {"topic": "CAST(topic AS BLOB)", "originator_version": "originator_version + 0.5"}
+    key = UUID(ids[2]).hex
+    connection = sqlite3.connect(path)
+    with contextlib.closing(connection), connection:
+        (newest,) = connection.execute("SELECT max(originator_version) FROM stored_events "
+                                       "WHERE originator_id = ?", (key,)).fetchone()
+        connection.execute(f"UPDATE stored_events SET {column} = {value[column]} WHERE "
+                           "originator_id = ? AND originator_version = ?", (key, newest))
+
+    result = run_verify(path)
+    assert 1 == result.returncode, result.stderr
+    named_here = [f for f in findings(result) if f["session_id"] == ids[2]]
+    assert "E11-corrupt-record" in {f["rule"] for f in named_here}
+    assert all(type(f["position"]) is int for f in named_here)  # a version, not 7.5
+    with tl.open_store(f"sqlite:///{path}") as store, pytest.raises(tl.CorruptRecord):
+        store.restore(ids[2])
+
+
 @pytest.mark.parametrize("edit", ["id no UUID", "id of no session", "topic", "version"])
 def test_i19_p3_a_snapshot_row_no_restore_reads_is_a_finding(
     damaged: tuple[Path, list[str]], edit: str

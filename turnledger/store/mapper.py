@@ -35,6 +35,7 @@ import attrs
 import msgpack
 from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder
 
+from turnledger.domain.errors import bounded
 from turnledger.domain.events import DomainEvent
 from turnledger.domain.findings import Finding, ProblemKind
 from turnledger.store.codec import (
@@ -307,6 +308,11 @@ class TurnledgerMapper(Mapper[UUID]):
         self, session_id: UUID | str, version: int, topic: str, state: bytes
     ) -> tuple[bytes, bytes]:
         """`open_record` of a record given by its columns (`Row`, for bulk reads)."""
+        # A damaged column type: SQLite hands back what the record's header says it holds.
+        if not isinstance(topic, str):
+            raise UndecodableRecord(
+                session_id, version, str(topic),
+                f"its topic is stored as {type(topic).__name__}, not text")
         try:
             chain, payload = open_envelope(self.transcoder.decode(self.unseal(state)))
             if not isinstance(chain, bytes) or len(chain) != CHAIN_SIZE:
@@ -488,7 +494,15 @@ class _SessionAudit:
         prev_version = 0
         prev_chain: bytes | None = ZERO_CHAIN  # None: unknown (after a gap or bad record)
         for record in records:
-            version = record.originator_version
+            stored: object = record.originator_version  # as the database hands it back
+            if not isinstance(stored, int):  # a damaged column type (a float, a text)
+                self.report(prev_version + 1, ProblemKind.UNDECODABLE,
+                            f"a record after version {prev_version} has its version stored "
+                            f"as {type(stored).__name__} {bounded(repr(stored), 40)}, "
+                            "not an integer")
+                prev_chain = None
+                continue
+            version = stored
             if version < 1:  # a damaged version column; no chain can be computed for it
                 self.report(version, ProblemKind.UNDECODABLE, _out_of_sequence(1, version))
                 continue
