@@ -66,6 +66,7 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 M = TypeVar("M")
+T = TypeVar("T")
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://turnledger/integrations/session")
 
@@ -157,37 +158,50 @@ def grouped(
     assistant message alone; consecutive system, user and tool result pieces together until one
     whose ``extra`` ``opens`` a message of its own (never the breadcrumb). A framework message
     is then a function of its pieces alone, so it can be built once and kept."""
-    groups: list[list[Piece]] = []
-    in_user_side = False
-    for message in conversation:
-        pieces: list[Piece]
+
+    def opening(piece: Piece) -> bool | None:
+        message, index = piece
         if isinstance(message, ToolResults):
-            pieces = [(message, i) for i in range(len(message.results))]
-            starts = [opens(r.extra) for r in message.results]
-        elif user_side(message):
-            assert isinstance(message, Chat)
-            pieces = [(message, -1)]
-            starts = [not message.message.synthetic and opens(message.message.extra)]
-        else:
-            groups.append([(message, -1)])
+            return opens(message.results[index].extra)
+        if not user_side(message):
+            return None
+        assert isinstance(message, Chat)
+        return not message.message.synthetic and opens(message.message.extra)
+
+    pieces = [(message, i) for message in conversation
+              for i in (range(len(message.results)) if isinstance(message, ToolResults)
+                        else (-1,))]
+    return [tuple(group) for group in _split(pieces, opening)]
+
+
+def _split(items: Iterable[T], opening: Callable[[T], bool | None]) -> list[list[T]]:
+    """`grouped`'s rule over any items: one whose ``opening`` is None (the assistant side) is a
+    group of its own; the others join the group before them unless they open one or follow the
+    assistant side. Shared by `grouped` (structured messages) and `BuiltOnce` (a window's
+    provider messages)."""
+    groups: list[list[T]] = []
+    in_user_side = False
+    for item in items:
+        opens_group = opening(item)
+        if opens_group is None:
+            groups.append([item])
             in_user_side = False
             continue
-        for piece, start in zip(pieces, starts, strict=True):
-            if start or not in_user_side:
-                groups.append([])
-            groups[-1].append(piece)
-            in_user_side = True
-    return [tuple(group) for group in groups]
+        if opens_group or not in_user_side:
+            groups.append([])
+        groups[-1].append(item)
+        in_user_side = True
+    return groups
 
 
 def _opening(message: ChatMessage, opens: Callable[[str], bool]) -> bool | None:
-    """How ``message`` of a window falls in `grouped`'s groups, read off the provider message
-    itself: None for the assistant side (a group of its own), else whether this user-side
-    piece opens a group (the rule of `grouped`; a tool message's ``extra`` is its result's)."""
+    """`grouped`'s opening of a window's provider message, read off the message itself (a
+    tool message carries its result, whose ``extra`` decides)."""
     if message.role == "assistant":
         return None
     if message.role == "tool":
-        return isinstance(message.item, ToolResult) and opens(message.item.extra)
+        assert isinstance(message.item, ToolResult)  # `BuiltOnce._groups` checked
+        return opens(message.item.extra)
     return not message.synthetic and opens(message.extra)
 
 
@@ -277,23 +291,11 @@ class BuiltOnce(Generic[M]):
     ) -> tuple[list[tuple[ChatMessage, ...]], list[tuple[int, ...]]] | None:
         """The window's messages in `grouped`'s groups, and each group's key (the ids of its
         messages); None when a tool message does not carry its result."""
+        if any(m.role == "tool" and not isinstance(m.item, ToolResult) for m in window):
+            return None
         opens = self._opens
-        groups: list[list[ChatMessage]] = []
-        in_user_side = False
-        for message in window:
-            opening = _opening(message, opens)
-            if opening is None:
-                groups.append([message])
-                in_user_side = False
-                continue
-            if message.role == "tool" and not isinstance(message.item, ToolResult):
-                return None
-            if opening or not in_user_side:
-                groups.append([])
-            groups[-1].append(message)
-            in_user_side = True
-        return ([tuple(group) for group in groups],
-                [tuple(map(id, group)) for group in groups])
+        groups = [tuple(group) for group in _split(window, lambda m: _opening(m, opens))]
+        return groups, [tuple(map(id, group)) for group in groups]
 
     def _pieces(self, group: tuple[ChatMessage, ...]) -> tuple[Piece, ...]:
         """The pieces of one group (its tool messages carry their results)."""

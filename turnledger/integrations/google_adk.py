@@ -440,11 +440,9 @@ def _unanswered(window: Sequence[ChatMessage]) -> list[ToolCall]:
 
 
 def _after_last(contents: Sequence[types.Content], target: Json) -> int | None:
-    """The index after the last content whose JSON is ``target``; None when none is."""
-    for i in range(len(contents) - 1, -1, -1):
-        if _dump(contents[i]) == target:
-            return i + 1
-    return None
+    """The index after the last content whose JSON is ``target``; None when none is (`_aligned`
+    of a record of one content)."""
+    return _aligned(contents, [target], whole=False)
 
 
 _ALIGN = 8
