@@ -109,7 +109,7 @@ from turnledger.domain.trimming import (
 )
 from turnledger.domain.truncate import truncate_conversation_message
 from turnledger.domain.turns import is_system_item, is_turn_start_item
-from turnledger.domain.window import Cut, Window, chat_of
+from turnledger.domain.window import Cut, Window, chat_messages_of
 
 __all__ = [
     "AppendMessage",
@@ -841,7 +841,7 @@ def plan_summary(
     index, chat = state.index, state.chat
     items = [(p, item) for p, item in index.present_from(chat.start) if p < kept.start]
     dropped = [item for _, item in items if not is_system_item(item)]
-    messages = tuple(m for item in dropped for m in chat_of(item))
+    messages = tuple(chat_messages_of(dropped))
     previous = state.summary
     return SummaryPlan(
         first_position=chat.start,

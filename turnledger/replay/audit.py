@@ -77,7 +77,7 @@ from turnledger.domain.messages import (
 from turnledger.domain.state import Summary
 from turnledger.domain.sweep import SweepResult, pairs_among_themselves, sweep_orphans
 from turnledger.domain.turns import is_system_item
-from turnledger.domain.window import chat_of
+from turnledger.domain.window import chat_messages_of
 from turnledger.replay.timeline import FoldedState, audit_request, dumps
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import describe_error
@@ -583,7 +583,7 @@ class _SessionVerifier:
             return
         items = [item for p in range(first, last + 1)
                  if (item := state.log.get(p)) is not None and not is_system_item(item)]
-        digest = request_digest(m for item in items for m in chat_of(item))
+        digest = request_digest(chat_messages_of(items))
         if digest != event.digest:
             self.report(version, Rule.DIGEST, f"TurnsSummarized of log positions {first}-{last}"
                         f" says digest {event.digest[:16]}…, the log's messages hash to "
