@@ -58,7 +58,6 @@ __all__ = [
     "Window",
     "WindowIndex",
     "chat_messages_of",
-    "chat_of",
     "conversation_rows",
 ]
 
