@@ -44,13 +44,22 @@ class CommitCuttingProxy:
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
         self._dark_until = 0.0
-        self._muted: set[int] = set()
+        self._muted: set[socket.socket] = set()
         """The connections (by their client socket) whose server answers are dropped: a
-        statement that commits was forwarded and its connection is about to be cut."""
+        statement that commits was forwarded and its connection is about to be cut. Held as
+        the socket objects until the cut, never by ``id()``: a new connection's socket may be
+        given a freed one's id, and its server's answers were then dropped too (the client
+        hung until its connect timeout)."""
 
     def arm(self, commits: int = 1, *, forward: bool = True, dark: float = 0.0) -> None:
         with self._lock:
             self._armed, self._forward, self._dark = commits, forward, dark
+
+    @property
+    def muted(self) -> int:
+        """How many connections have their server's answers dropped now (cut, or about to be)."""
+        with self._lock:
+            return len(self._muted)
 
     def light(self) -> None:
         """Wait until a blackout is over."""
@@ -126,14 +135,14 @@ class CommitCuttingProxy:
                 armed = self._take_arm() if commits else None
                 if armed is None:
                     with self._lock:
-                        muted = id(pair[0]) in self._muted
+                        muted = pair[0] in self._muted
                     if not muted:
                         target.sendall(data)
                     continue
                 forward, dark = armed
                 if forward:
                     with self._lock:  # the server's answer is never passed on
-                        self._muted.add(id(pair[0]))
+                        self._muted.add(pair[0])
                     target.sendall(data)
                     time.sleep(self.wait)  # the server commits; its reply is never passed on
                 with self._lock:
@@ -144,6 +153,8 @@ class CommitCuttingProxy:
         except OSError:
             pass
         _cut(pair)
+        with self._lock:
+            self._muted.discard(pair[0])
 
 
 def _cut(sockets: Iterable[socket.socket]) -> None:

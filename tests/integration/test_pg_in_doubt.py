@@ -176,3 +176,29 @@ def test_i19_p4_terminated_backends_lose_duplicate_and_misreport_no_append(
         figures.lost, figures.duplicated, figures.lied, figures.gave_up, dict(figures.errors)
     )
     assert (True, True) == (sum(figures.kills.values()) > 0, figures.blackouts > 0)
+
+
+
+def test_i19_p4_the_proxy_mutes_no_connection_once_the_cut_one_is_closed(
+    proxy: CommitCuttingProxy,
+) -> None:
+    """The test proxy itself: a cut connection's dropped answers never drop a later one's.
+
+    It once kept the connections it mutes by their socket's ``id()``, for ever; a later
+    connection's socket may be given that id, and then hung until its connect timeout: an
+    append the tests above expect settled was reported in doubt (a red CI run).
+    """
+    import psycopg
+
+    url = f"postgresql://postgres@127.0.0.1:{proxy.port}/test?connect_timeout=2"
+    proxy.arm(1)
+    with psycopg.connect(url) as cut:
+        cut.execute("SELECT 1")
+        with pytest.raises(psycopg.OperationalError):
+            cut.commit()
+    deadline = time.monotonic() + 5.0
+    while proxy.muted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with psycopg.connect(url, autocommit=True) as connection:
+        answer = connection.execute("SELECT 1").fetchone()
+    assert (1, 0, (1,)) == (proxy.cuts, proxy.muted, answer)
