@@ -54,6 +54,7 @@ __all__ = [
     "SessionsByName",
     "conflict_budget",
     "conversation_of",
+    "fit_then_build",
     "fit_window",
     "grouped",
     "off_loop",
@@ -91,6 +92,49 @@ async def off_loop(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) 
     return await asyncio.to_thread(functools.partial(function, *args, **kwargs))
 
 
+Decided = Callable[[list[ChatMessage]], None]
+"""What a fit calls with the window it decided, before writing it (`Session.fit_window`)."""
+
+
+async def fit_then_build(
+    fit: Callable[[Decided], list[ChatMessage]], build: Callable[[list[ChatMessage]], T]
+) -> T:
+    """``build`` of the window ``fit(decided)`` returns, ``fit`` in a worker thread (it
+    writes) and ``build`` in the event loop's thread, while the write waits on the database
+    when it can (ADR-0093).
+
+    ``fit`` calls ``decided`` with the window it decided before writing it: the loop builds
+    that one meanwhile (a database call gives the interpreter up). It is used only if ``fit``
+    returns that very list; a retry that decided again, or a fit with nothing to write, is
+    built after it returns. A fit that raises raises here; nothing built is handed out.
+    """
+    loop = asyncio.get_running_loop()
+    told: asyncio.Future[list[ChatMessage]] = loop.create_future()
+
+    def tell(window: list[ChatMessage]) -> None:  # in the worker
+        loop.call_soon_threadsafe(_first, told, window)
+
+    work = asyncio.ensure_future(off_loop(fit, tell))
+    await asyncio.wait((told, work), return_when=asyncio.FIRST_COMPLETED)
+    early: tuple[list[ChatMessage], T] | None = None
+    if told.done() and not work.done():
+        window = told.result()
+        try:
+            early = window, build(window)
+        except BaseException:
+            early = None  # built again below, where its error is raised if it comes again
+    window = await work
+    if early is not None and early[0] is window:
+        return early[1]
+    return build(window)
+
+
+def _first(future: asyncio.Future[T], value: T) -> None:
+    """Resolve ``future`` with ``value`` unless it was (the first decision of a fit wins)."""
+    if not future.done():
+        future.set_result(value)
+
+
 def open_session(
     store: Store,
     session_id: str,
@@ -117,15 +161,19 @@ def open_session(
 def fit_window(
     session: Session, summarizer: Summarizer | None,
     messages: Sequence[ConversationMessage | ChatMessage] = (),
+    decided: Decided | None = None,
 ) -> list[ChatMessage]:
     """The window an integration hands its framework's model: `Session.fit_window`, with the
     integration's ``summarizer`` when it was given one (issue 24), else the session's own;
-    ``messages`` (the step's new ones) recorded first in the same transaction."""
+    ``messages`` (the step's new ones) recorded first in the same transaction; ``decided``
+    as `Session.fit_window` takes it (`fit_then_build`)."""
     options: dict[str, Any] = {}
     if summarizer is not None:
         options["summarizer"] = summarizer
     if messages:
         options["messages"] = messages
+    if decided is not None:
+        options["decided"] = decided
     return session.fit_window(**options)
 
 
@@ -400,11 +448,12 @@ class SessionsByName:
             return session
 
     def _window(
-        self, session: Session, messages: Sequence[ConversationMessage | ChatMessage] = ()
+        self, session: Session, messages: Sequence[ConversationMessage | ChatMessage] = (),
+        decided: Decided | None = None,
     ) -> list[ChatMessage]:
         """The window for the framework's model (`fit_window` with this object's summarizer),
-        ``messages`` recorded first in the same transaction."""
-        return fit_window(session, self.summarizer, messages)
+        ``messages`` recorded first in the same transaction (``decided``: `fit_then_build`)."""
+        return fit_window(session, self.summarizer, messages, decided)
 
     def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
         """``write()`` under this object's conflict budget (`retrying`), named by ``what``."""

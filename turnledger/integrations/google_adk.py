@@ -80,9 +80,11 @@ from turnledger.domain.messages import (
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
     BuiltOnce,
+    Decided,
     Piece,
     SessionsByName,
     conversation_of,
+    fit_then_build,
     grouped,
     off_loop,
     user_side,
@@ -609,16 +611,20 @@ class TurnledgerCallback(SessionsByName):
     def _recorded_window(
         self, contents: Sequence[types.Content], name: str | None,
         invocation: str | None = None, user_content: types.Content | None = None,
+        decided: Decided | None = None,
     ) -> list[ChatMessage]:
-        """`window`'s transaction: the new contents recorded, the window's provider messages."""
+        """`window`'s transaction: the new contents recorded, the window's provider messages
+        (``decided``: `fit_then_build`)."""
         session = self.session_for(name)
         return self._retrying(
             session, "the model callback",
-            lambda: self._record_new(session, contents, name, invocation, user_content))
+            lambda: self._record_new(session, contents, name, invocation, user_content,
+                                     decided))
 
     def _record_new(
         self, session: Session, contents: Sequence[types.Content], name: str | None,
         invocation: str | None = None, user_content: types.Content | None = None,
+        decided: Decided | None = None,
     ) -> list[ChatMessage]:
         # Judged on each attempt: after a conflict, another writer may have recorded them.
         seen = self._seen.get(name)
@@ -626,7 +632,7 @@ class TurnledgerCallback(SessionsByName):
         start = _new_contents(contents, seen, recorded, invocation, user_content)
         new = from_genai(contents[start:], unanswered=_unanswered(session.chat_view()))
         # The step's new contents and the window's trims: one transaction.
-        window = self._window(session, new)
+        window = self._window(session, new, decided)
         # Noted only once they landed: a conflict recorded nothing, and the retry judges
         # these contents again on the newer state.
         if invocation is None and seen is not None:
@@ -666,13 +672,14 @@ class TurnledgerCallback(SessionsByName):
     ) -> LlmResponse | None:
         """Replace ``llm_request.contents`` with the window; None: ADK calls the model.
 
-        The window's contents are built in the event loop's thread, where ADK reads them, and
-        only the recording runs in a worker (as `TurnledgerHistory` does in pydantic-ai)."""
+        The window's contents are built in the event loop's thread, where ADK reads them,
+        while the recording's commit waits on the database, and only the recording runs in
+        a worker (`fit_then_build`, as `TurnledgerHistory` does in pydantic-ai)."""
         name = callback_context.session.id
-        window = await off_loop(
-            self._recorded_window, list(llm_request.contents), name,
-            callback_context.invocation_id, callback_context.user_content)
-        llm_request.contents = self._genai_of(window)
+        llm_request.contents = await fit_then_build(
+            functools.partial(self._recorded_window, list(llm_request.contents), name,
+                              callback_context.invocation_id, callback_context.user_content),
+            self._genai_of)
         return None
 
     async def after_model(

@@ -63,9 +63,11 @@ from turnledger.domain.messages import (
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
     BuiltOnce,
+    Decided,
     Piece,
     conflict_budget,
     conversation_of,
+    fit_then_build,
     fit_window,
     grouped,
     off_loop,
@@ -597,10 +599,13 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self._built.seed(checked)
         return converted, len(ours)
 
-    def _fit(self, converted: Sequence[ConversationMessage]) -> list[ChatMessage]:
-        """Record ``converted`` and the trims of the window, in one transaction; the window."""
+    def _fit(
+        self, converted: Sequence[ConversationMessage], decided: Decided | None = None
+    ) -> list[ChatMessage]:
+        """Record ``converted`` and the trims of the window, in one transaction; the window
+        (``decided``: as `Session.fit_window` takes it)."""
         return self._retrying(
-            "messages", lambda: fit_window(self.session, self.summarizer, converted))
+            "messages", lambda: fit_window(self.session, self.summarizer, converted, decided))
 
     def _to_pydantic_ai(self, window: Sequence[ChatMessage]) -> list[ModelMessage]:
         """`to_pydantic_ai` of ``window``, each message built and validated once."""
@@ -625,14 +630,16 @@ class TurnledgerHistory(AbstractCapability[Any]):
         own list whole). What runs in a worker thread is the transaction (`_fit`), not the
         conversions: pydantic-ai's messages are made and read in the event loop's thread,
         and converting them there was ~0.8 ms a call cheaper than in a worker, whose
-        processor core had not touched them (`benchmarks.agent_step`). A run's model
-        requests come one after another, so its count of recorded messages needs no lock."""
+        processor core had not touched them (`benchmarks.agent_step`); the window's messages
+        are built while the transaction waits on the database (`fit_then_build`). A run's
+        model requests come one after another, so its count of recorded messages needs no
+        lock."""
         run_id, messages = ctx.run_id or "", request_context.messages
         converted, count = self._unrecorded(messages, run_id)
-        window = await off_loop(self._fit, converted)
+        window = await fit_then_build(functools.partial(self._fit, converted),
+                                      self._to_pydantic_ai)
         self._recorded[run_id] = count
-        request_context.messages = _ending_with_run(self._to_pydantic_ai(window), messages,
-                                                    run_id)
+        request_context.messages = _ending_with_run(window, messages, run_id)
         return request_context
 
     async def after_run(

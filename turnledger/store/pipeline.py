@@ -69,6 +69,7 @@ from turnledger.store.backend import (
     EventStoreBackend,
     StoreUnavailable,
 )
+from turnledger.store.backends.port import telling_before_commit
 from turnledger.store.mapper import ZERO_CHAIN
 from turnledger.store.snapshots import (
     SNAPSHOT_FORMAT,
@@ -265,9 +266,16 @@ class Pipeline:
         return position
 
     def save(
-        self, position: Position, command: Command, summarize: Summarize | None = None
+        self, position: Position, command: Command, summarize: Summarize | None = None,
+        decided: Callable[[], None] | None = None,
     ) -> Batch:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
+
+        ``decided``: called once the command is decided and its batch is ready to commit
+        (when the backend says so, `about_to_commit`), the position's state already the
+        decided one; a caller may start work on that state while the database commits
+        (ADR-0093). What it starts is valid only when `save` returns: a failed write leaves
+        the state to reload.
 
         The store's head is not read first: the position knows it (the chain returned by its
         own last append or by its load), and a record another writer made at the same version
@@ -291,7 +299,8 @@ class Pipeline:
             self._check_head(position)
         batch = self.decide(position, command, summarize)
         if batch.events:
-            self._record(position, command, batch)
+            with telling_before_commit(decided):
+                self._record(position, command, batch)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         return batch

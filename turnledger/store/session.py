@@ -295,20 +295,37 @@ class Session:
         *,
         summarizer: Summarizer | SummaryFunction | None = None,
         messages: Iterable[ConversationMessage | ChatMessage] = (),
+        decided: Callable[[list[ChatMessage]], None] | None = None,
     ) -> list[ChatMessage]:
         """Apply and record the trims a request would (turn limit, token budget, orphan sweep),
         and return the chat view: for a runtime that builds its request itself (an agent
         framework's session). Unlike `prepare_request`, records no request and raises nothing
         about unanswered tool calls or the capacity. ``summarizer``: as `prepare_request`.
         ``messages``: recorded first as `extend` records them, in the same transaction (an
-        agent step's new messages and the window for its next call in one commit)."""
+        agent step's new messages and the window for its next call in one commit).
+
+        ``decided``: called with the window once it is decided, before it is written (in
+        the calling thread, when there is something to write), so that a caller running
+        this in a worker may build its request from it while the write waits on the
+        database. That window is valid only if `fit_window` returns that very list; a write
+        that fails raises, and a retry decides again (ADR-0093)."""
         if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
             raise InvalidMessage(
                 f"fit_window takes an iterable of messages, got {type(messages).__name__}"
             )
         with self._lock:
-            self._run(FitWindow(_now(), tuple(messages)), self._summarize(summarizer))
-            return self._stored_state().chat_view()
+            window: list[ChatMessage] | None = None
+
+            def tell() -> None:
+                nonlocal window
+                window = self._position.state.chat_view()  # the decided state, not written
+                if decided is not None:
+                    decided(window)
+
+            self._run(FitWindow(_now(), tuple(messages)), self._summarize(summarizer), tell)
+            # The decided state is the stored one once the write succeeded: its chat view is
+            # the one `tell` took (none when nothing was written).
+            return window if window is not None else self._stored_state().chat_view()
 
     def pop(self) -> ConversationMessage | None:
         """Remove the newest message of the conversation view from the views and return it
@@ -433,9 +450,12 @@ class Session:
         chosen = as_summarizer(summarizer) if summarizer is not None else self._summarizer
         return None if chosen is None else partial(summary_outcome, chosen)
 
-    def _run(self, command: Command, summarize: Summarize | None = None) -> Batch:
+    def _run(
+        self, command: Command, summarize: Summarize | None = None,
+        decided: Callable[[], None] | None = None,
+    ) -> Batch:
         with self._lock:
-            return self._pipeline.save(self._position, command, summarize)
+            return self._pipeline.save(self._position, command, summarize, decided)
 
 
 def _schema_text(tool: object) -> str:

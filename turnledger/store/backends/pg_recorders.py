@@ -50,7 +50,7 @@ from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 from psycopg.types.composite import CompositeInfo, register_composite
 from psycopg.types.numeric import Int8
 
-from turnledger.store.backends.port import Limits, SqlStatement
+from turnledger.store.backends.port import Limits, SqlStatement, about_to_commit
 
 __all__ = [
     "ThinInsert",
@@ -796,8 +796,10 @@ class ThinInsert:
                     # One cursor per connection, rows as tuples (the dict rows' names cost
                     # on every statement, and an INSERT returns none).
                     cursor = _cursors[connection] = connection.cursor(row_factory=tuple_row)
-                cursor.execute(self._statement(len(records), connection),
-                               self._parameters(records), prepare=True)
+                statement, parameters = self._statement(len(records), connection), \
+                    self._parameters(records)
+                about_to_commit()  # the statement commits on its own
+                cursor.execute(statement, parameters, prepare=True)
         except psycopg.Error as error:
             raise _library_error(error) from error
 

@@ -16,7 +16,9 @@ scheme in ``turnledger.store.backends.BACKENDS``. It owns its driver, its SQL an
   of bytes, how to erase freed bytes), so shared code never looks at a URL scheme, a
   dialect's name or the library's raw settings (the password among them);
 - which driver errors there are (`database_errors`, `damage_errors`) and what its file is,
-  if any (`Database.file_path`).
+  if any (`Database.file_path`);
+- optionally, a call to `about_to_commit` right before the statement that commits an append,
+  so that the caller may work while the database commits (ADR-0093).
 
 The event store itself (`turnledger.store.backend.EventStoreBackend`) is the same for every
 backend; outside this package nothing names a driver or a backend's recorder
@@ -27,11 +29,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import re
 import sqlite3
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -65,6 +69,7 @@ __all__ = [
     "SqlDialect",
     "SqlStatement",
     "StoreUnavailable",
+    "about_to_commit",
     "damage_errors",
     "database_errors",
     "horizon_page",
@@ -73,10 +78,48 @@ __all__ = [
     "redact_url",
     "rewrite_in_place",
     "run_transaction",
+    "telling_before_commit",
     "url_number",
     "url_options",
     "url_seconds",
 ]
+
+
+log = logging.getLogger(__name__)
+
+_committing: ContextVar[Callable[[], None] | None] = ContextVar(
+    "turnledger_committing", default=None)
+"""Who the current thread's append tells when its records only wait on the commit."""
+
+
+@contextlib.contextmanager
+def telling_before_commit(tell: Callable[[], None] | None) -> Iterator[None]:
+    """Within the block, the append's backend calls ``tell`` once, right before the statement
+    that commits the append (`about_to_commit`), so that the caller may work while the
+    database commits (ADR-0093). Not called when nothing reaches that statement."""
+    if tell is None:
+        yield
+        return
+    token = _committing.set(tell)
+    try:
+        yield
+    finally:
+        _committing.reset(token)
+
+
+def about_to_commit() -> None:
+    """A backend's call right before the statement that commits an append (SQLite's
+    ``COMMIT``, PostgreSQL's autocommitting ``INSERT``): the records are sent or ready, the
+    rest is the database's. Tells `telling_before_commit`'s caller, once. What the caller
+    does there is a head start, never part of the append: its error is logged, not raised."""
+    tell = _committing.get()
+    if tell is None:
+        return
+    _committing.set(None)
+    try:
+        tell()
+    except Exception:  # a head start that failed changes nothing of the append
+        log.debug("the work started before a commit failed", exc_info=True)
 
 
 def database_errors() -> tuple[type[BaseException], ...]:

@@ -45,6 +45,7 @@ from turnledger.store.backends.port import (
     SqlDialect,
     SqlStatement,
     StoreUnavailable,
+    about_to_commit,
     open_library_recorders,
     redact_url,
     rewrite_in_place,
@@ -571,6 +572,7 @@ class _Appender:
                 connection.executemany(self._statement, rows)
                 for statement, parameters in keys:
                     connection.execute(statement, parameters)
+                about_to_commit()
                 connection.execute("COMMIT")
             except BaseException as error:
                 self._roll_back(connection)
