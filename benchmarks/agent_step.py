@@ -108,6 +108,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from copy import deepcopy
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -730,8 +731,12 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
             replies = _pa_replies(turns + r, text, outputs)
             question = f"Question {turns + r}: {text(200)}"
             for side in PA_SIDES if r % 2 == 0 else PA_SIDES[::-1]:
-                scripts[side][:] = [m.model_copy() if hasattr(m, "model_copy") else m
-                                    for m in replies]
+                # Each side its own reply objects, as a model makes them: pydantic-ai stamps
+                # a reply with its run's id only when it has none, so a reply shared with
+                # the other side's earlier run kept that run's id, and each side then missed
+                # the replies of every other run (its tool results left without their
+                # calls: turnledger swept them as orphans, the JSON rows saved less).
+                scripts[side][:] = deepcopy(replies)
                 noted = notes[side]
                 for values in noted.values():
                     values.clear()
@@ -740,6 +745,11 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
                 if side == "pydantic_ai":
                     theirs = result.all_messages()
                 steps.add(side, noted, int(noted["seen"][-1]))
+        # Both sides recorded every message of every run (no reply missed, no result swept).
+        swept = [e for e in ours.session.events() if isinstance(e, tl.OrphansSwept)]
+        assert not swept, f"turnledger swept {len(swept)} times: a run's messages were missed"
+        saved = rows.db.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        assert saved == len(theirs), f"the JSON rows hold {saved} of {len(theirs)} messages"
     return steps.row(backend, turns, "pydantic_ai")
 
 
