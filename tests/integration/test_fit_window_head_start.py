@@ -43,11 +43,15 @@ def _step(n: int) -> list[ChatMessage]:
 def test_i22_fit_window_tells_the_decided_window_before_its_commit(shared: Target) -> None:
     with tl.open_store(shared.url) as store:
         session = store.start_session(PROFILE, (OPENAI,), ROUTE)
+        told: list[tuple[list[ChatMessage], int]] = []
+
+        def tell(window: list[ChatMessage]) -> None:
+            told.append((window, _rows(shared, session)))
+
         for n in range(6):  # trims: the window told is the trimmed one
-            told: list[tuple[list[ChatMessage], int]] = []
+            told.clear()
             before = _rows(shared, session)
-            window = session.fit_window(
-                messages=_step(n), decided=lambda w: told.append((w, _rows(shared, session))))
+            window = session.fit_window(messages=_step(n), decided=tell)
             assert len(told) == 1
             (early, rows_when_told), = told
             assert early is window

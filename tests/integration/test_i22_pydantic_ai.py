@@ -240,6 +240,40 @@ def test_r24_pydantic_ai_agent_loop_trims_between_tool_steps(kind: str, tmp_path
 
 
 
+def test_i22_pydantic_ai_replies_that_carry_another_runs_id_are_recorded(tmp_path: Path) -> None:
+    """A model may hand back a reply stamped with another run's id (pydantic-ai keeps a
+    producer's ``run_id``; a model that reuses its reply objects does so): it is still this
+    run's reply, recorded with its tool calls, and nothing is swept as an orphan."""
+    need("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from turnledger.domain.events import OrphansSwept
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    def model(messages: list[Any], info: AgentInfo) -> Any:
+        if isinstance(messages[-1].parts[-1], ToolReturnPart):
+            return ModelResponse(parts=[TextPart("found it")], run_id="an-earlier-run")
+        return ModelResponse(parts=[ToolCallPart("lookup", {"q": 1}, tool_call_id="c-1")],
+                             run_id="an-earlier-run")
+
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        history = TurnledgerHistory.open(store, "c")
+        agent = Agent(FunctionModel(model), capabilities=[history])
+
+        @agent.tool_plain
+        def lookup(q: int) -> str:
+            return f"result {q}"
+
+        assert "found it" == agent.run_sync("question", message_history=history.messages()).output
+        session = history.session
+        assert ["user", "assistant", "tool", "assistant"] == [
+            m.role for m in session.chat_view()]
+        assert "found it" == session.chat_view()[-1].content
+        assert not [e for e in session.events() if isinstance(e, OrphansSwept)]
+
+
 def test_i22_pydantic_ai_history_writes_the_store_outside_the_event_loop(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:

@@ -24,8 +24,9 @@ Needs ``pip install 'turnledger[pydantic-ai]'`` (pydantic-ai-slim).
   last messages (the final answer) are recorded too. ``history.messages()`` is the window as
   pydantic-ai messages: the ``message_history`` of the next run, in this process or another.
 
-A run's messages are told apart from the history given to it by their ``run_id``: what was
-passed as ``message_history`` is not recorded again (record an outside history once with
+A run's messages are told apart from the history given to it by where they stand: from the
+first message stamped with the run's ``run_id`` on (`_of_run`); what was passed as
+``message_history`` is not recorded again (record an outside history once with
 `TurnledgerHistory.record`). Store calls run in a worker thread (`off_loop`); a write that
 loses a race to another writer is decided again on the newer state (`retrying`, ADR-0065).
 """
@@ -479,6 +480,17 @@ def _ends_with(items: Sequence[Any], tail: Sequence[Any]) -> bool:
     return list(items[len(items) - len(tail):]) == list(tail)
 
 
+def _of_run(messages: Sequence[ModelMessage], run_id: str) -> list[ModelMessage]:
+    """The messages of run ``run_id`` in its message list: from its first message stamped with
+    its id on. The history it was given stands before them; every message after is the run's,
+    whatever its own ``run_id`` says: pydantic-ai keeps an id a model set on its reply, and a
+    reply object a model reuses keeps the id of the run that first stamped it."""
+    for i, message in enumerate(messages):
+        if message.run_id == run_id:
+            return list(messages[i:])
+    return []
+
+
 def _ending_with_run(
     window: list[ModelMessage], messages: Sequence[ModelMessage], run_id: str
 ) -> list[ModelMessage]:
@@ -502,8 +514,7 @@ def _ending_with_run(
         if _ends_with(message.parts, current) or _ends_with(
                 _parts_json(message), _parts_json(messages[-1])):
             return window[: i + 1]
-    ours = [m for m in messages if m.run_id == run_id]
-    return [m for m in window if m.run_id != run_id] + ours
+    return [m for m in window if m.run_id != run_id] + _of_run(messages, run_id)
 
 
 # --- the capability ---------------------------------------------------------------------------
@@ -594,7 +605,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         """The messages of run ``run_id`` in ``messages`` not recorded yet, converted once (a
         retry only records again), and how many of its messages there are with them. What
         the conversion's check validated is kept for the window (`BuiltOnce.seed`)."""
-        ours = [m for m in messages if m.run_id == run_id]
+        ours = _of_run(messages, run_id)
         converted, checked = _from_pydantic_ai(ours[self._recorded.get(run_id, 0):])
         self._built.seed(checked)
         return converted, len(ours)
@@ -614,7 +625,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
     def _record_run(self, messages: Sequence[ModelMessage], run_id: str) -> None:
         with self._lock:
             done = self._recorded.get(run_id, 0)
-            ours = [m for m in messages if m.run_id == run_id]
+            ours = _of_run(messages, run_id)
             self.record(ours[done:])
             self._recorded[run_id] = len(ours)
 
