@@ -304,11 +304,12 @@ class Session:
         ``messages``: recorded first as `extend` records them, in the same transaction (an
         agent step's new messages and the window for its next call in one commit).
 
-        ``decided``: called with the window once it is decided, before it is written (in
-        the calling thread, when there is something to write), so that a caller running
-        this in a worker may build its request from it while the write waits on the
-        database. That window is valid only if `fit_window` returns that very list; a write
-        that fails raises, and a retry decides again (ADR-0093)."""
+        ``decided``: called with the window once it is decided and its records are about to
+        commit (in the calling thread; SQLite and PostgreSQL call it, the in-memory store and
+        a call with nothing to write do not), so that a caller running this in a worker may
+        build its request from it while the commit waits on the database. That window is
+        valid only if `fit_window` returns that very list; a write that fails raises, and a
+        retry decides again. An error it raises is logged, not raised (ADR-0093)."""
         if isinstance(messages, ChatMessage | str | bytes) or not isinstance(messages, Iterable):
             raise InvalidMessage(
                 f"fit_window takes an iterable of messages, got {type(messages).__name__}"
