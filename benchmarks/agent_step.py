@@ -454,8 +454,8 @@ def _over_sizes(
         if postgres is not None and args.no_postgres:
             continue
         for repeat in range(args.repeat):
-            fresh = directory / f"{backend}-{repeat}"
-            fresh.mkdir()
+            # A directory of its own per part and repeat (each part runs this on one tree).
+            fresh = Path(tempfile.mkdtemp(prefix=f"{backend}-{repeat}-", dir=directory))
             savers = _Checkpointers(fresh, postgres)
             try:
                 for turns in sizes:
