@@ -5,6 +5,7 @@ transaction returns is handed out."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Callable
 
@@ -106,3 +107,33 @@ def test_i22_a_build_that_fails_early_fails_after_the_fit_returned() -> None:
 
     with pytest.raises(ValueError, match="cannot build recorded either"):
         _run(fit, build)
+
+
+def test_i22_a_call_cancelled_while_the_fit_writes_leaves_the_write_to_finish() -> None:
+    """Cancelling the framework's call does not stop a write halfway: it lands, and its
+    failure, had there been one, is not reported as never retrieved."""
+    release, finished = threading.Event(), threading.Event()
+
+    def fit(decided: Decided) -> list[ChatMessage]:
+        release.wait(WAIT)
+        finished.set()
+        raise ConcurrencyConflict("lost the race after the call was cancelled")
+
+    reported: list[str] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: reported.append(context["message"]))
+        call = asyncio.ensure_future(fit_then_build(fit, lambda window: window))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        release.set()
+        while not finished.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the worker's outcome reaches the loop
+        gc.collect()  # a task whose error nobody took reports it when it goes
+
+    asyncio.run(main())
+    assert (True, []) == (finished.is_set(), reported)

@@ -115,7 +115,13 @@ async def fit_then_build(
         loop.call_soon_threadsafe(_first, told, window)
 
     work = asyncio.ensure_future(off_loop(fit, tell))
-    await asyncio.wait((told, work), return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait((told, work), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The write goes on in its thread (it cannot be stopped halfway); its outcome is
+        # the store's, and a failure of it is not left unretrieved.
+        work.add_done_callback(_retrieved)
+        raise
     early: tuple[list[ChatMessage], T] | None = None
     if told.done() and not work.done():
         window = told.result()
@@ -127,6 +133,12 @@ async def fit_then_build(
     if early is not None and early[0] is window:
         return early[1]
     return build(window)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Take a finished task's outcome so that asyncio does not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _first(future: asyncio.Future[T], value: T) -> None:
