@@ -93,7 +93,8 @@ async def off_loop(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) 
 
 
 Decided = Callable[[list[ChatMessage]], None]
-"""What a fit calls with the window it decided, before writing it (`Session.fit_window`)."""
+"""What a fit calls with the window it decided, right before committing it
+(`Session.fit_window`)."""
 
 
 async def fit_then_build(
@@ -103,10 +104,11 @@ async def fit_then_build(
     writes) and ``build`` in the event loop's thread, while the write waits on the database
     when it can (ADR-0093).
 
-    ``fit`` calls ``decided`` with the window it decided before writing it: the loop builds
-    that one meanwhile (a database call gives the interpreter up). It is used only if ``fit``
-    returns that very list; a retry that decided again, or a fit with nothing to write, is
-    built after it returns. A fit that raises raises here; nothing built is handed out.
+    ``fit`` calls ``decided`` with the window it decided right before committing it: the
+    loop builds that one meanwhile (a database call gives the interpreter up). It is used
+    only if ``fit`` returns that very list; a retry that decided again, or a fit with nothing
+    to write, is built after it returns. A fit that raises raises here; nothing built is
+    handed out.
     """
     loop = asyncio.get_running_loop()
     told: asyncio.Future[list[ChatMessage]] = loop.create_future()
@@ -127,7 +129,7 @@ async def fit_then_build(
         window = told.result()
         try:
             early = window, build(window)
-        except BaseException:
+        except Exception:
             early = None  # built again below, where its error is raised if it comes again
     window = await work
     if early is not None and early[0] is window:
