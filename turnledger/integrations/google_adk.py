@@ -42,8 +42,9 @@ newest that was
 recorded (the ADK session restored while others wrote), else all of them (a new ADK session
 continuing a conversation turnledger holds). ADK's system instruction lives in the
 request's config, not its contents: it is neither recorded nor trimmed. Store calls run in a
-worker thread (`off_loop`), the conversions in the event loop's (ADR-0092); a write that
-loses a race is decided again (`retrying`, ADR-0065).
+worker thread (`off_loop`), the conversions in the event loop's (ADR-0092), the window's
+contents built there while the step's commit waits on the database (`fit_then_build`,
+ADR-0093); a write that loses a race is decided again (`retrying`, ADR-0065).
 """
 
 from __future__ import annotations

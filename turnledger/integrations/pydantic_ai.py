@@ -27,7 +27,8 @@ Needs ``pip install 'turnledger[pydantic-ai]'`` (pydantic-ai-slim).
 A run's messages are told apart from the history given to it by where they stand: from the
 first message stamped with the run's ``run_id`` on (`_of_run`); what was passed as
 ``message_history`` is not recorded again (record an outside history once with
-`TurnledgerHistory.record`). Store calls run in a worker thread (`off_loop`); a write that
+`TurnledgerHistory.record`). Store calls run in a worker thread (`off_loop`), the window's
+messages built in the event loop's thread while the step's commit waits (ADR-0093); a write that
 loses a race to another writer is decided again on the newer state (`retrying`, ADR-0065).
 """
 
