@@ -733,9 +733,10 @@ def bench_pydantic_ai(savers: _Checkpointers, backend: str, turns: int,
             for side in PA_SIDES if r % 2 == 0 else PA_SIDES[::-1]:
                 # Each side its own reply objects, as a model makes them: pydantic-ai stamps
                 # a reply with its run's id only when it has none, so a reply shared with
-                # the other side's earlier run kept that run's id, and each side then missed
-                # the replies of every other run (its tool results left without their
-                # calls: turnledger swept them as orphans, the JSON rows saved less).
+                # the other side's earlier run kept that run's id. The user's capability
+                # tells its run's messages by run id and saved none of those replies;
+                # turnledger did the same before it told them by position (its tool results
+                # then left without their calls, swept as orphans).
                 scripts[side][:] = deepcopy(replies)
                 noted = notes[side]
                 for values in noted.values():

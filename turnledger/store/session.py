@@ -323,9 +323,11 @@ class Session:
                 if decided is not None:
                     decided(window)
 
-            self._run(FitWindow(_now(), tuple(messages)), self._summarize(summarizer), tell)
+            # Without a caller to tell, nothing is computed while the write holds its lock.
+            self._run(FitWindow(_now(), tuple(messages)), self._summarize(summarizer),
+                      tell if decided is not None else None)
             # The decided state is the stored one once the write succeeded: its chat view is
-            # the one `tell` took (none when nothing was written).
+            # the one `tell` took (none when nothing was told).
             return window if window is not None else self._stored_state().chat_view()
 
     def pop(self) -> ConversationMessage | None:
