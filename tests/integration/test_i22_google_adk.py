@@ -127,7 +127,8 @@ def test_i22_adk_callback_builds_each_window_content_once_and_hands_out_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The window of each model call is the last one plus the step's contents: each genai
-    content of it is built and validated once per callback object (the window equals a fresh
+    content of it is built and validated once per callback object — a recorded content's by
+    the check of its conversion — (the window equals a fresh
     `to_genai` of the session's chat view, breadcrumb included); what is handed out is a copy,
     so ADK or a model class editing the request's contents in place never changes the next
     window."""
@@ -151,7 +152,9 @@ def test_i22_adk_callback_builds_each_window_content_once_and_hands_out_copies(
                     name="lookup", response={"result": f"r{n}"}))])]
             built.clear()
             window = callback.window(contents, "adk-1")
-            assert sum(built) <= 3 + 1  # the step's three contents, a new breadcrumb's
+            # Only a new breadcrumb's content: the step's three contents are the ones the
+            # conversion's check validated (`BuiltOnce.seed`), never built again.
+            assert sum(built) <= 1
             fresh = adk.to_genai(session.chat_view())
             assert _json(fresh) == _json(window)
             _edit_in_place(window)
