@@ -126,8 +126,11 @@ def _tool_chat_of(item: ConversationMessage) -> tuple[ChatMessage, ...]:
     return tuple(to_chat_messages((item,)))
 
 
-def _forget_chat(key: int, _: object) -> None:
-    _CHAT_OF.pop(key, None)
+def _forget_chat(key: int, _: object, forget: Callable[..., object] = _CHAT_OF.pop) -> None:
+    """Drop a dead item's memo entry. The memo's ``pop`` is bound here, not looked up when
+    the item dies: an item that dies while the interpreter shuts down (module globals already
+    None) would raise, and print, in every such callback."""
+    forget(key, None)
 
 
 def _one(_: ChatMessage) -> int:
