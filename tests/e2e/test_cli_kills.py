@@ -19,7 +19,7 @@ from this process, reruns the same command to completion and checks it again:
 
 A kill counts as *unfinished* when the store did not verify or was not in a consistent state
 right after it, and as *broken* when the rerun did not finish it; the test wants neither.
-Kills per command and backend: ``TURNLEDGER_KILLS`` (default 15; ``benchmarks/kills.py`` runs
+Kills per command and backend: ``TURNLEDGER_KILLS`` (default 10; ``benchmarks/kills.py`` runs
 30 and reports the counts). The delays are drawn from ``TURNLEDGER_KILL_SEED`` (printed, named
 in every failure) as fractions of a calibration run's duration (the second of two whole runs),
 so a seed replays where in the run the kills land, not the exact instants. A run the kill came
@@ -54,7 +54,7 @@ from turnledger.domain.events import SessionForgotten
 from turnledger.replay.audit import verify
 from turnledger.store.keys import KeyTable, key_id, parse_key, unwrap
 
-KILLS = int(os.environ.get("TURNLEDGER_KILLS") or 15)
+KILLS = int(os.environ.get("TURNLEDGER_KILLS") or 10)
 """Kills per command and backend (``TURNLEDGER_KILLS`` for a longer run)."""
 EARLIEST, LATEST = 0.4, 1.1
 """The kill delays, as fractions of a calibration run: the first ~40 % is the interpreter
