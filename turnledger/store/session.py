@@ -317,15 +317,14 @@ class Session:
         with self._lock:
             window: list[ChatMessage] | None = None
 
-            def tell() -> None:
+            def tell(told: Callable[[list[ChatMessage]], None]) -> None:
                 nonlocal window
                 window = self._position.state.chat_view()  # the decided state, not written
-                if decided is not None:
-                    decided(window)
+                told(window)
 
             # Without a caller to tell, nothing is computed while the write holds its lock.
             self._run(FitWindow(_now(), tuple(messages)), self._summarize(summarizer),
-                      tell if decided is not None else None)
+                      None if decided is None else partial(tell, decided))
             # The decided state is the stored one once the write succeeded: its chat view is
             # the one `tell` took (none when nothing was told).
             return window if window is not None else self._stored_state().chat_view()
