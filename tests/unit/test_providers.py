@@ -593,3 +593,34 @@ def test_e12_canonical_text_of_a_written_text_is_that_text_as_a_plain_str() -> N
                                  canonical_text('{ "a" : 1 }'))
     message = ChatMessage("user", "hi", extra=canonical_json({"id": "m"}))
     assert str is type(message.extra)
+
+
+def test_e12_canonical_text_memo_gives_the_same_answer_and_keeps_no_error() -> None:
+    """The memo of short texts answers as the conversion does (any spelling of the same JSON,
+    the canonical text itself, a long text past the memo) and never remembers a refusal."""
+    from turnledger.domain import blocks
+
+    memo, chars = blocks._CANONICAL, blocks._MEMO_CHARS  # noqa: SLF001
+    spellings = ['{ "b" : [1, "é"], "a" : null }', '{"b":[1,"é"],"a":null}',
+                 '{"a":null,"b":[1,"é"]}']
+    for _ in range(2):  # first converted, then answered by the memo
+        assert {canonical_text(s) for s in spellings} == {'{"a":null,"b":[1,"é"]}'}
+        assert all(type(canonical_text(s)) is str for s in spellings)
+    long_text = '{ "x" : "' + "y" * 2 * chars + '" }'
+    assert canonical_text(long_text) == '{"x":"' + "y" * 2 * chars + '"}'
+    assert long_text not in memo
+    for _ in range(2):
+        with pytest.raises(InvalidMessage, match="not JSON text"):
+            canonical_text('{"a": }')
+    assert '{"a": }' not in memo
+
+
+def test_e12_canonical_text_memo_stays_bounded() -> None:
+    """Texts past `_MEMO_SIZE` empty the memo rather than grow it; answers stay right."""
+    from turnledger.domain import blocks
+
+    memo, size = blocks._CANONICAL, blocks._MEMO_SIZE  # noqa: SLF001
+    for n in range(size + 10):
+        assert canonical_text(f'{{ "n" : {n} }}') == f'{{"n":{n}}}'
+    assert len(memo) <= size + 1
+    assert canonical_text('{ "n" : 3 }') == '{"n":3}'
