@@ -92,3 +92,54 @@ def test_e2_verify_decodes_each_record_once(tmp_path: Path, monkeypatch: Any) ->
         report = verify(store.backend)
     assert report.ok, report.violations
     assert [e.originator_version for e in events] == sorted(calls)
+
+
+def test_e5_a_load_runs_no_collection_and_leaves_the_collector_as_it_was(
+    tmp_path: Path
+) -> None:
+    """A load (what restore, reload and `read_state` read) builds a state that stays alive:
+    the cyclic collector is paused while it is built (no collection runs, even at a threshold
+    that would trigger many), and is on again after a load that worked and after one that met
+    a damaged record; a collector the caller turned off stays off."""
+    import gc
+
+    from turnledger.store.pipeline import Pipeline
+
+    path = tmp_path / "s.db"
+    session_id = recorded(path)
+    collections: list[str] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(seen)
+    gc.set_threshold(5)  # a collection every few allocations, were the collector on
+    try:
+        with open_sqlite(path) as store:
+            pipeline = Pipeline(store.backend, publish=lambda notices: None)
+            collections.clear()
+            pipeline.load(session_id)
+            during = len(collections)  # no list built: that allocation could collect
+            assert gc.isenabled()
+            gc.disable()
+            pipeline.load(session_id)
+            assert not gc.isenabled()
+            gc.enable()
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(seen)
+    # The pause's own entry and exit may each start one (the allocations before it and the
+    # count it ends with); without the pause this load started 60 at this threshold.
+    assert during <= 2
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = 4",
+            (b"\xc1 not msgpack", session_id.hex),
+        )
+    connection.close()
+    with open_sqlite(path) as store, pytest.raises(CorruptRecord):
+        Pipeline(store.backend, publish=lambda notices: None).load(session_id)
+    assert gc.isenabled()

@@ -70,7 +70,7 @@ from turnledger.store.backend import (
     StoreUnavailable,
 )
 from turnledger.store.backends.port import telling_before_commit
-from turnledger.store.mapper import ZERO_CHAIN
+from turnledger.store.mapper import ZERO_CHAIN, paused_gc
 from turnledger.store.snapshots import (
     SNAPSHOT_FORMAT,
     SnapshotMismatch,
@@ -204,15 +204,18 @@ class Pipeline:
         it. Every record read is checked (ADR-0024). Raises `SessionNotFound`,
         `CorruptRecord` (a damaged record).
         """
-        try:
-            position = self._load_from_snapshot(session_id)
-        except (SnapshotMismatch, AnchorMismatch) as error:
-            log.warning("session %s: snapshot not used, replaying every event: %s",
-                        session_id, error)
-            position = None
-        if position is None:
-            position = Position()
-            self._catch_up(position, session_id, ZERO_CHAIN)
+        # What a load builds stays alive (the state): a collection the allocations trigger
+        # would only re-walk it (`paused_gc`).
+        with paused_gc():
+            try:
+                position = self._load_from_snapshot(session_id)
+            except (SnapshotMismatch, AnchorMismatch) as error:
+                log.warning("session %s: snapshot not used, replaying every event: %s",
+                            session_id, error)
+                position = None
+            if position is None:
+                position = Position()
+                self._catch_up(position, session_id, ZERO_CHAIN)
         if position.state.version == 0:
             raise SessionNotFound(f"no session {session_id} in this store")
         return position
