@@ -81,7 +81,7 @@ def test_e3_two_writers_without_head_reads_lose_and_duplicate_nothing(shared: Ta
 
 def test_e3_a_stale_writer_conflicts_then_settles_on_the_newest_head(shared: Target) -> None:
     """A session object behind the store conflicts on the (session, version) key, stores
-    nothing, reloads, and its retry continues the chain after the other writer's event."""
+    nothing, catches up, and its retry continues the chain after the other writer's event."""
     with open_store(shared.url) as store, open_store(shared.url) as other:
         ahead = store.start_session()
         behind = other.restore(ahead.id)
@@ -219,3 +219,39 @@ def test_e3_sqlite_appends_commit_on_a_connection_with_the_stores_synchronous(
         found = store.backend.check_chain(UUID(session.id))
         assert (expected, 4, []) == (pragma, len(stored), found)
     assert appender._connection is None  # noqa: SLF001
+
+
+def test_e3_a_lost_race_costs_a_catch_up_not_a_reload(shared: Target) -> None:
+    """The loser of a race decided on a clone of its state (ADR-0094): its stored state stands,
+    so neither the lost append nor its retry loads a snapshot (what a reload reads first);
+    they read only what the winner recorded. Its state then equals a fresh restore's, in
+    both views and in every fact a request reads."""
+    with open_store(shared.url, snapshot_messages=4) as store, \
+            open_store(shared.url, snapshot_messages=4) as other:
+        ahead = store.start_session()
+        for i in range(10):  # past a few snapshots
+            ahead.append(ChatMessage.user(f"q{i}"))
+            ahead.append(ChatMessage.assistant(f"a{i}"))
+        behind = other.restore(ahead.id)
+        ahead.append(ChatMessage.user("first"))
+        ahead.prepare_request()
+        loads: list[UUID] = []
+        load_snapshot = other.backend.load_snapshot
+
+        def counted(session_id: UUID) -> Any:
+            loads.append(session_id)
+            return load_snapshot(session_id)
+
+        other.backend.load_snapshot = counted  # type: ignore[method-assign]
+        with pytest.raises(ConcurrencyConflict):
+            behind.append(ChatMessage.assistant("stale"))
+        retry_on_conflict(lambda: behind.append(ChatMessage.assistant("second")))
+        behind.prepare_request()
+        assert [] == loads
+        fresh = store.restore(ahead.id)
+        assert (fresh.version, fresh.chat_view(), fresh.conversation_view()) == (
+            behind.version, behind.chat_view(), behind.conversation_view())
+        assert behind.state == store.read_state(ahead.id)
+        assert [*(t for i in range(10) for t in (f"q{i}", f"a{i}")), "first", "second"] == [
+            t for t in _texts(store, ahead.id)]
+        assert [] == store.backend.check_chain(UUID(ahead.id))

@@ -205,6 +205,16 @@ class SessionState:
             summary,
         )
 
+    def clone(self) -> SessionState:
+        """A state equal to this one that shares nothing either may change: its index is
+        cloned, every other fact is immutable. The digest memo is shared: it is checked by the
+        identity of the messages it digested before it is used, so either state may use or
+        replace it (`request_digest`). What a command is decided on, so that a decision that
+        fails or loses a race leaves the stored state as it was (`Pipeline.save`, ADR-0094)."""
+        copied = attrs.evolve(self, index=self.index.clone())
+        copied.digest_prefix = self.digest_prefix
+        return copied
+
     # -- facts --
 
     @property

@@ -242,6 +242,11 @@ class Region(Generic[T]):
     systems: list[tuple[int, T]] = attrs.field(factory=list)
     suspects: list[tuple[int, T]] = attrs.field(factory=list)
 
+    def clone(self) -> Region[T]:
+        """A region with lists of its own (their values are immutable, shared)."""
+        return Region(self.turns.copy(), self.tokens.copy(), self.real.copy(),
+                      self.systems.copy(), self.suspects.copy())
+
 
 @attrs.define(eq=False)
 class WindowIndex(Generic[T]):
@@ -320,6 +325,21 @@ class WindowIndex(Generic[T]):
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable: never a dict key
+
+    def clone(self) -> WindowIndex[T]:
+        """An index equal to this one that shares nothing either may change: its lists are
+        copied (the items and sums in them are immutable values, shared), its region too. No
+        item is rebuilt or estimated again: O(its lists), each copied in one C call. What a
+        decision that may be thrown away works on (`SessionState.clone`)."""
+        copied = object.__new__(type(self))
+        for field in attrs.fields(type(self)):
+            value = getattr(self, field.name)
+            if type(value) is list:
+                value = value.copy()
+            elif type(value) is Region:
+                value = value.clone()
+            object.__setattr__(copied, field.name, value)
+        return copied
 
     @classmethod
     def of(cls, rows: Rows[T], history: Iterable[T]) -> WindowIndex[T]:

@@ -258,13 +258,18 @@ class Pipeline:
             position.chain = event_chain
 
     def current(self, position: Position) -> Position:
-        """``position``, reloaded first when it is stale, caught up when it is behind; raises
-        what the reload raises (`StoreUnavailable` while the store cannot be read: nothing
-        unstored is served)."""
+        """``position``, reloaded first when it is stale, caught up when it is behind (reloaded
+        when its last record is no longer what it read); raises what the reload raises
+        (`StoreUnavailable` while the store cannot be read: nothing unstored is served)."""
         if position.stale:
             self._reload(position)
         elif position.behind:
-            self._catch_up(position, position.session_id, position.chain)
+            try:
+                self._catch_up(position, position.session_id, position.chain)
+            except AnchorMismatch:
+                # The record the position ends at no longer carries its chain (the log was
+                # re-chained, or edited): stand where a load says (it checks what it reads).
+                self._reload(position)
             position.behind = False
         return position
 
@@ -285,9 +290,16 @@ class Pipeline:
         fails the insert on the (session, version) key -> `ConcurrencyConflict` (ADR-0035).
         After a conflict, the next `CONTENDED_HEAD_CHECKS` commands do read the head first: a
         session another writer moved on then raises `ConcurrencyConflict` before anything is
-        decided and only catches up before its next use. On any failure nothing of the command
-        is recorded and ``position`` is marked to be reloaded (or caught up) before its next
-        use, so it never serves unrecorded events and a retry decides on the newest state.
+        decided and only catches up before its next use.
+
+        The command is decided on a clone of the state (`SessionState.clone`, ADR-0094), which
+        becomes the position's state once its batch is recorded. When the decision fails, or
+        the append fails with nothing stored (`ConcurrencyConflict`, `StoreUnavailable`), the
+        position keeps its state as it was, the stored one: it only catches up on what
+        others recorded before its next use, instead of reloading its snapshot and tail. An
+        append whose outcome is unknown (`AppendInDoubt`, or an interruption inside it) marks
+        the position to be reloaded. Either way nothing of a failed command is served, and a
+        retry decides on the newest state.
 
         After an `AppendInDoubt` the next command settles the doubt first (`_settle`): a
         retry of the same command whose batch was stored returns that batch, recorded once.
@@ -300,12 +312,20 @@ class Pipeline:
         if position.head_checks > 0 and position.state.session_id is not None:
             position.head_checks -= 1
             self._check_head(position)
-        batch = self.decide(position, command, summarize)
+        kept = position.state
+        position.state = kept.clone()
+        try:
+            batch = run(position.state, command, summarize)
+        except BaseException:
+            position.state = kept  # nothing was written: the stored state stands
+            raise
         if batch.events:
             with telling_before_commit(decided):
-                self._record(position, command, batch)
+                self._record(position, command, batch, kept)
             self._take_snapshot(position)
             self._notify(position, batch.events)
+        else:
+            position.state = kept  # nothing decided: the clone equals it
         return batch
 
     def _settle(self, position: Position, command: Command) -> Batch | None:
@@ -385,24 +405,33 @@ class Pipeline:
                 self._reload_after(position)  # a later step failed after an earlier one applied
             raise
 
-    def _record(self, position: Position, command: Command, batch: Batch) -> None:
+    def _record(
+        self, position: Position, command: Command, batch: Batch, kept: SessionState
+    ) -> None:
+        """Append ``batch``, decided on ``position.state`` (a clone of ``kept``, the stored
+        state); on a failure, stand where the store may be (`save`)."""
         try:
             position.chain = self.backend.append(
                 position.session_id, batch.events, prev_chain=position.chain, head_known=True
             )
-        except (StoreUnavailable, ConcurrencyConflict) as error:
-            # Reload before the next use, not now: after a database failure a second wait on
-            # the same lock or timeout would double what the caller waits (ADR-0021); after a
-            # conflict the caller may back off first, and a state loaded before that sleep
-            # would be stale again when it retries (ADR-0022).
+        except AppendInDoubt as error:
+            # The batch may be stored: reload before the next use (ADR-0064).
             position.stale = True
+            self._remember(position, command, batch, error)
+            raise
+        except (StoreUnavailable, ConcurrencyConflict) as error:
+            # Nothing stored: back to the stored state, caught up before the next use, not
+            # now: after a database failure a second wait on the same lock or timeout would
+            # double what the caller waits (ADR-0021); after a conflict the caller may back
+            # off first, and a state caught up before that sleep would be behind again when
+            # it retries (ADR-0022).
+            # (A session that failed to start stays blank: nothing of it to catch up.)
+            position.state, position.behind = kept, kept.session_id is not None
             if isinstance(error, ConcurrencyConflict):  # another writer is active
                 position.head_checks = CONTENDED_HEAD_CHECKS
-            if isinstance(error, AppendInDoubt):
-                self._remember(position, command, batch, error)
             raise
         except BaseException:
-            self._reload_after(position)
+            self._reload_after(position)  # interrupted inside the append: stored or not
             raise
 
     def _take_snapshot(self, position: Position) -> None:
