@@ -624,3 +624,19 @@ def test_e12_canonical_text_memo_stays_bounded() -> None:
         assert canonical_text(f'{{ "n" : {n} }}') == f'{{"n":{n}}}'
     assert len(memo) <= size + 1
     assert canonical_text('{ "n" : 3 }') == '{"n":3}'
+
+
+def test_e11_an_openai_tool_call_with_null_content_keeps_its_tool_use_in_anthropic() -> None:
+    """OpenAI's ``"content": null`` beside tool calls (its usual form) is kept for OpenAI's
+    exact form; written as Anthropic it must not erase the ``tool_use`` block (it did: the
+    call was dropped and its result left an orphan), and the OpenAI form keeps its null."""
+    line = [{"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny."}]
+    history = from_openai_chat(line)
+    assert to_anthropic(history)["messages"][1] == {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {"city": "Paris"}}]}
+    assert to_openai_chat(history) == line

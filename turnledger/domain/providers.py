@@ -161,6 +161,16 @@ def _with(base: Json, extra: str) -> Json:
     return base
 
 
+def _with_written(base: Json, extra: str) -> Json:
+    """`_with` for a message another format may have recorded: a null kept in ``extra`` never
+    replaces a field ``base`` writes. OpenAI's ``"content": null`` beside tool calls is kept
+    for OpenAI's exact form; in an Anthropic message it would erase the ``tool_use`` blocks."""
+    if extra:
+        fields = extra_fields(extra).items()
+        base.update((k, v) for k, v in fields if v is not None or k not in base)
+    return base
+
+
 def _typed(obj: Json, default: str, *interpreted: str) -> str:
     """Like `_rest`, keeping ``type`` in the extra only when it is not ``default``."""
     extra = {k: v for k, v in obj.items() if k not in interpreted or v is None}
@@ -757,7 +767,7 @@ class _AnthropicWriter:
             blocks = item.blocks or (
                 *((TextBlock(item.text),) if item.text else ()), *item.tool_calls
             )
-            self.messages.append(_with(
+            self.messages.append(_with_written(
                 {"role": "assistant", "content": [block_json(b) for b in blocks]}, item.extra
             ))
             return
@@ -766,7 +776,7 @@ class _AnthropicWriter:
             results.extend(block_json(b) for b in chat.blocks)  # one message, as imported
             return
         content = _anthropic_content(chat.content, chat.blocks or marker_blocks(chat))
-        self.messages.append(_with({"role": chat.role, "content": content}, chat.extra))
+        self.messages.append(_with_written({"role": chat.role, "content": content}, chat.extra))
 
     def result(self) -> Json:
         out: Json = {}
