@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
 from uuid import UUID
@@ -164,7 +165,7 @@ def _open_for_reading(args: argparse.Namespace, **options: Any) -> Any:
     _require_store_file(args.store)
     args.read_only = False
     try:
-        return open_store(args.store, **keys, **options)
+        store = open_store(args.store, **keys, **options)
     except TurnledgerError as error:
         fallback = _read_only_url(args.store)
         if fallback is None:
@@ -173,7 +174,27 @@ def _open_for_reading(args: argparse.Namespace, **options: Any) -> Any:
             store = open_store(fallback, **keys, **options)
         except TurnledgerError:
             raise error from None
-    args.read_only = True
+        args.read_only = True
+        return store
+    args.read_only = bool(getattr(store.backend.database, "read_only", False))  # mode=ro given
+    return store
+
+
+def _open_existing(args: argparse.Namespace, command: str, **options: Any) -> Any:
+    """The store for a command that changes an existing store (forget, purge, rekey,
+    rechain, projections run): a SQLite file that does not exist is a usage error (a mistyped
+    path would otherwise be a new, empty store the command reports on as done), and so is a
+    store opened read-only."""
+    from turnledger.store.session import open_store
+
+    keys = _keys(args)  # a bad key file is said first, whatever the store
+    _require_store_file(args.store, f"{command} changes an existing store and never creates "
+                                    "one")
+    store = open_store(args.store, **keys, **options)
+    if getattr(store.backend.database, "read_only", False):
+        store.close()
+        raise UsageError(f"{command} writes to the store, which is opened read-only "
+                         "(mode=ro); open it without mode=ro")
     return store
 
 
@@ -188,11 +209,10 @@ def _sqlite_file(url: str) -> str | None:
     return None if path in ("", ":memory:") else os.path.abspath(path)
 
 
-def _require_store_file(url: str) -> None:
+def _require_store_file(url: str, why: str = "a read command never creates one") -> None:
     path = _sqlite_file(url)
     if path is not None and not os.path.exists(path):
-        raise UsageError(f"no store at {path} (a read command never creates one; check "
-                         "--store or TURNLEDGER_STORE)")
+        raise UsageError(f"no store at {path} ({why}; check --store or TURNLEDGER_STORE)")
 
 
 def _read_only_url(url: str) -> str | None:
@@ -223,7 +243,12 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             stats = [s for s in analytics.session_stats() if s["session_id"] == session.id]
         print("\n== stats (turnledger stats) ==", file=out)
         _print_session_stats(stats, out)
-    print(f"\nnext: turnledger --store {redact_url(args.store)} replay {session.id}", file=out)
+    if args.store.lower().startswith("memory:"):
+        print("\nnext: memory:// keeps nothing once this command ends; run the demo on a file "
+              "to replay it: turnledger --store sqlite:///demo.db demo", file=out)
+    else:
+        print(f"\nnext: turnledger --store {redact_url(args.store)} replay {session.id}",
+              file=out)
     print(f"rule ids such as R18 are explained in {RULES_DOC} (e.g. {RULES_DOC}#r18)", file=out)
     return EXIT_OK
 
@@ -335,9 +360,39 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
     rows: list[dict[str, Any]] = []
     rejected: list[str] = []
     progress = _Progress("importing")
-    with handle, _open(args) as store:
+    with handle:
         try:
-            for parsed in read_conversations(stream_lines(handle), args.format):
+            lines = read_conversations(stream_lines(handle), args.format)
+            first = next(lines, None)
+        except (OSError, TranscriptError) as error:
+            raise UsageError(f"cannot read {path}: {error}") from None
+        if first is None:
+            print(f"turnledger: warning: {path} holds no conversation (no line that is not "
+                  "blank): nothing imported, no store opened", file=sys.stderr)
+            if args.json:
+                _dump_json({"imported": [], "skipped": [], "rejected": []}, out)
+            return EXIT_OK
+        if args.store.lower().startswith("memory:"):
+            print("turnledger: warning: memory:// keeps nothing once this command ends: "
+                  "import into a sqlite:/// or postgresql:// store to keep it", file=sys.stderr)
+        _import_lines(args, out, itertools.chain((first,), lines), path, settings, rows, rejected,
+                      progress)
+    progress.close()
+    if args.json:
+        _dump_json({"imported": [r for r in rows if not r["skipped"]],
+                    "skipped": [r for r in rows if r["skipped"]], "rejected": rejected}, out)
+    return EXIT_USAGE if rejected else EXIT_OK
+
+
+def _import_lines(
+    args: argparse.Namespace, out: TextIO, lines: Iterable[Any], path: Path, settings: Any,
+    rows: list[dict[str, Any]], rejected: list[str], progress: Any,
+) -> None:
+    from turnledger.providers import TranscriptError
+
+    with _open(args) as store:
+        try:
+            for parsed in lines:
                 if isinstance(parsed, TranscriptError):
                     _reject(rejected, f"{path}:{parsed}")
                     continue
@@ -352,16 +407,16 @@ def cmd_import(args: argparse.Namespace, out: TextIO) -> int:
                     _print_import(row, out)  # as it commits: an interrupted import says so
         except (OSError, TranscriptError) as error:
             raise UsageError(f"cannot read {path}: {error}") from None
-    progress.close()
-    if args.json:
-        _dump_json({"imported": [r for r in rows if not r["skipped"]],
-                    "skipped": [r for r in rows if r["skipped"]], "rejected": rejected}, out)
-    return EXIT_USAGE if rejected else EXIT_OK
 
 
 def _reject(rejected: list[str], reason: str) -> None:
     rejected.append(reason)
     print(f"turnledger: rejected {reason}", file=sys.stderr, flush=True)
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``, ``1,000 turns``."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def _print_import(row: dict[str, Any], out: TextIO) -> None:
@@ -370,8 +425,8 @@ def _print_import(row: dict[str, Any], out: TextIO) -> None:
               "imports it anyway)", file=out, flush=True)
         return
     read_as = f" (read as {row['format']})" if row["detected"] else ""
-    print(f"{row['session']}\tline {row['line']}: {row['messages']} messages, "
-          f"{row['turns']} turns{read_as}", file=out, flush=True)
+    print(f"{row['session']}\tline {row['line']}: {_count(row['messages'], 'message')}, "
+          f"{_count(row['turns'], 'turn')}{read_as}", file=out, flush=True)
     for warning in row["warnings"]:
         print(f"turnledger: warning: line {row['line']}: {warning}", file=sys.stderr,
               flush=True)
@@ -442,11 +497,14 @@ def cmd_sessions(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.store.session import parse_session_id
 
     after = None if args.after is None else parse_session_id(args.after)
+    # One more than the page: a next page is announced only when there is one.
+    limit = None if args.limit is None else args.limit + 1
     rows, damaged = _salvaging(
-        args, lambda backend: session_summaries(backend, after=after, limit=args.limit)
+        args, lambda backend: session_summaries(backend, after=after, limit=limit)
     )
     status = EXIT_CHECK_FAILED if damaged else EXIT_OK
-    if args.limit is not None and len(rows) == args.limit:
+    if args.limit is not None and len(rows) > args.limit:
+        rows = rows[:args.limit]
         print(f"turnledger: next page: sessions --after {rows[-1]['session_id']} "
               f"--limit {args.limit}", file=sys.stderr)
     if args.json:
@@ -560,8 +618,13 @@ def _with_anchor(report: Any, backend: Any, anchor: dict[str, Any], audit_key: A
 def cmd_anchor(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.replay.anchor import take_anchor
 
+    audit_key = _audit_key(args)
+    if audit_key is None:
+        print("turnledger: warning: no audit key: the anchor holds plain SHA-256 values, which "
+              "anyone who can write the store can compute again; give --audit-key-file or "
+              "TURNLEDGER_AUDIT_KEY to MAC it (ADR-0048)", file=sys.stderr)
     with _open_for_reading(args) as store:
-        anchor = take_anchor(store.backend, _audit_key(args))
+        anchor = take_anchor(store.backend, audit_key)
     text = json.dumps(anchor, sort_keys=True, indent=2)
     if args.output:
         _write_private(Path(args.output), text + "\n")
@@ -574,12 +637,16 @@ def cmd_anchor(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a new or existing file readable by its owner only."""
+def _write_private(path: Path, text: str, *, replace: bool = True) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (`write_private`); ``replace``
+    False: an existing file is refused, left as it was."""
+    from turnledger.files import write_private
+
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_private(path, text, replace=replace)
+    except FileExistsError:
+        raise UsageError(f"{path} exists: keygen never overwrites a file (it may hold the key "
+                         "a store needs to be read); choose a new name") from None
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
 
@@ -589,7 +656,7 @@ def cmd_keygen(args: argparse.Namespace, out: TextIO) -> int:
 
     key = new_key_text()
     if args.output:
-        _write_private(Path(args.output), key + "\n")
+        _write_private(Path(args.output), key + "\n", replace=False)
         print(f"wrote a new key to {args.output} (mode 0600)", file=out)
     else:
         print(key, file=out)
@@ -597,7 +664,7 @@ def cmd_keygen(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
-    with _open(args) as store:
+    with _open_existing(args, "forget") as store:
         changed = store.forget(args.session, reason=args.reason)
     if changed:
         print(f"forgot session {args.session}: its data key was destroyed, its content can no "
@@ -608,7 +675,7 @@ def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
-    with _open(args) as store:
+    with _open_existing(args, "purge") as store:
         if not store.encrypted:
             from turnledger.store.backends.port import redact_url
             from turnledger.store.keys import NotEncrypted
@@ -638,9 +705,9 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
     if not count:
         print(f"no session is idle longer than {age}", file=out)
     elif not args.yes:
-        print(f"{count:,} sessions; run again with --yes to forget them", file=out)
+        print(f"{_count(count, 'session')}; run again with --yes to forget them", file=out)
     else:
-        print(f"forgot {count:,} sessions", file=out)
+        print(f"forgot {_count(count, 'session')}", file=out)
     return EXIT_OK
 
 
@@ -655,7 +722,7 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("give the new key: --new-key-file FILE or TURNLEDGER_NEW_KEY")
     new_id = key_id(new_key, "master")
     try:
-        store = _open(args)
+        store = _open_existing(args, "rekey")
     except WrongKey:
         if not _opens_with(args, new_key):
             raise
@@ -694,7 +761,7 @@ def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
               "checking the unkeyed chain) and drops the snapshots; run again with --yes",
               file=out)
         return EXIT_OK
-    with _open(args, allow_unkeyed=True) as store:
+    with _open_existing(args, "rechain", allow_unkeyed=True) as store:
         already = chained_under(store.backend, audit_key)
         count = rechain(store.backend, audit_key)
     if already:
@@ -784,6 +851,7 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
     if args.max_context_tokens is not None:
         changes["max_context_tokens"] = args.max_context_tokens
     if args.context_compact_ratio is not None:
+        _warn_unset_ratio("--context-compact-ratio", args.context_compact_ratio)
         changes["context_compact_ratio"] = args.context_compact_ratio
     if args.max_history_messages is not None:
         changes["max_history_messages"] = args.max_history_messages
@@ -814,6 +882,9 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
 def _summarizer(args: argparse.Namespace) -> Any:
     """The `Summarizer` named by ``--summarizer MODULE:CALLABLE`` (None without one)."""
     if args.summarizer is None:
+        if args.summarizer_timeout is not None:
+            raise UsageError("--summarizer-timeout needs --summarizer: it is the summarizer's "
+                             "time limit")
         return None
     return import_summarizer(args.summarizer, args.summarizer_timeout)
 
@@ -873,6 +944,9 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     started = events[0]
     assert isinstance(started, SessionStarted)
     profile = _what_if_profile(started.profile, args.what_if) if args.what_if else None
+    if args.output == "-":  # standard output, as other tools read "-"
+        out.write(report(events, None, what_if=profile, summarizer=summarizer))
+        return EXIT_OK
     text = report(events, args.output, what_if=profile, summarizer=summarizer)
     print(f"wrote {args.output} ({len(text.encode('utf-8')):,} bytes): open it in a browser",
           file=out)
@@ -890,6 +964,13 @@ _WHAT_IF_KEYS: dict[str, Callable[[str], object]] = {
     "compaction.keep_tool_result_turns": int,
 }
 _OPTIONAL_KEYS = frozenset({"max_context_tokens", "context_compact_ratio", "max_history_messages"})
+
+
+def _warn_unset_ratio(option: str, ratio: float) -> None:
+    """A ratio outside (0, 1] is unset (R14): what the user typed is not what runs."""
+    if not 0 < ratio <= 1:
+        print(f"turnledger: warning: {option} {ratio:g} is outside (0, 1]: taken as unset "
+              "(R14), the budget stays max_context_tokens", file=sys.stderr)
 
 
 def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimeProfile:
@@ -910,6 +991,8 @@ def _what_if_profile(profile: RuntimeProfile, pairs: Sequence[str]) -> RuntimePr
                 _WHAT_IF_KEYS[key](text.strip()))
         except (ValueError, KeyError):
             raise UsageError(f"--what-if {key}: not a valid value: {text!r}") from None
+        if key == "context_compact_ratio" and value is not None:
+            _warn_unset_ratio("--what-if context_compact_ratio", float(str(value)))
         group, dot, field = key.partition(".")
         if dot:
             groups[group][field] = value
@@ -939,7 +1022,7 @@ def _run_projections(args: argparse.Namespace, out: TextIO, stop: threading.Even
     from turnledger.projections.analytics import Analytics
 
     progress = _Progress("catching up")
-    with _open(args) as store:
+    with _open_existing(args, "projections run") as store:
         analytics = Analytics(store.backend)
         try:
             applied = analytics.catch_up(progress=progress, stop=stop)
@@ -1109,7 +1192,8 @@ def _add_audit_commands(sub: _Subparsers) -> None:
                        description="Print a session's timeline (one line per event), or, with "
                        "--at or --view, its chat or conversation view as of an event.",
                        epilog=_IDS_HELP)
-    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("session", help="session id or a unique prefix of one (`turnledger "
+                   "sessions` lists them)")
     p.add_argument("--at", type=int, metavar="N", help="event position (1 = first event)")
     p.add_argument("--view", choices=("chat", "conversation"),
                    help="which view to rebuild (default: chat)")
@@ -1130,7 +1214,8 @@ def _add_audit_commands(sub: _Subparsers) -> None:
     p = sub.add_parser("what-if", help="replay a session under another profile (writes nothing)",
                        description="Replay a session under its own profile with the given "
                        "settings changed, and compare the requests; nothing is written.")
-    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("session", help="session id or a unique prefix of one (`turnledger "
+                   "sessions` lists them)")
     p.add_argument("--max-context-tokens", type=_non_negative_int, metavar="N",
                    help="absolute token budget (R12; 0 disables proactive token trimming)")
     p.add_argument("--context-compact-ratio", type=float, metavar="R",
@@ -1154,9 +1239,10 @@ def _add_report_command(sub: _Subparsers) -> None:
                        "turns coloured by fate, the timeline and the totals; with --what-if, "
                        "the same session under another profile side by side. Writes nothing "
                        "to the store.", epilog=_IDS_HELP)
-    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("session", help="session id or a unique prefix of one (`turnledger "
+                   "sessions` lists them)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html",
-                   help="the HTML file to write")
+                   help="the HTML file to write (mode 0600); - writes it to standard output")
     p.add_argument("--what-if", action="append", metavar="KEY=VALUE",
                    help="compare with the recorded profile changed (repeatable): "
                    "max_context_tokens, context_compact_ratio, max_history_messages, "
@@ -1210,7 +1296,8 @@ def _add_privacy_commands(sub: _Subparsers) -> None:
                        "SessionForgotten: its content becomes unreadable for everyone; its "
                        "chain still verifies and its analytics counters stay. Needs an "
                        "encrypted store.")
-    p.add_argument("session", help="session id (a UUID, see `turnledger sessions`)")
+    p.add_argument("session", help="session id or a unique prefix of one (`turnledger "
+                   "sessions` lists them)")
     p.add_argument("--reason", default="", help="why (recorded in the SessionForgotten event)")
     p.set_defaults(func=cmd_forget)
 
@@ -1258,19 +1345,20 @@ def _age(text: str) -> Any:
 
 
 def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return _int_at_least(text, 1)
 
 
 def _non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
     return value
 
 
@@ -1290,6 +1378,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace, TextIO], int] = args.func
     try:
+        if not args.store.strip():
+            raise UsageError("the store URL is empty (--store, or TURNLEDGER_STORE set to "
+                             f"nothing): give one, e.g. sqlite:///path.db; unset, it is "
+                             f"{DEFAULT_STORE_URL}")
         _resolve_session_prefixes(args)
         return func(args, out or sys.stdout)
     except CorruptRecord as error:

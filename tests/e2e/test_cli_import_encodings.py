@@ -92,14 +92,17 @@ def test_i19_p7_a_lone_surrogate_in_utf16_rejects_its_line_only(
 def test_i19_p7_a_utf32_file_is_refused_naming_its_encoding(
     sqlite_cli: Cli, tmp_path: Path
 ) -> None:
-    """UTF-32 (with its mark) is refused in one line that names it; nothing is imported."""
+    """UTF-32 (with its mark) is refused in one line that names it; nothing is imported, and
+    no store is created for it."""
     data = codecs.BOM_UTF32_LE + _jsonl(LINES).encode("utf-32-le")
     path, result = _import(sqlite_cli, tmp_path, data)
     assert (2, "") == (result.returncode, result.stdout), describe(result)
     assert [f"turnledger: error: cannot read {path}: the file is UTF-32 LE (it starts with "
             "that byte order mark); import reads UTF-8, or UTF-16 with its byte order mark: "
             "convert it first, e.g. with iconv -f UTF-32 -t UTF-8"] == result.stderr.splitlines()
-    assert [] == sqlite_cli.json("sessions", "--json")
+    listed = sqlite_cli.run("sessions", "--json")  # refused before any store was opened
+    assert 2 == listed.returncode, describe(listed)
+    assert listed.stderr.startswith("turnledger: error: no store at "), describe(listed)
 
 
 def test_i19_p7_a_utf16_file_without_its_mark_is_named_as_such_on_each_line(

@@ -75,6 +75,7 @@ from turnledger.domain.messages import (
     to_chat_messages,
 )
 from turnledger.domain.turns import is_turn_start_item
+from turnledger.files import write_private
 from turnledger.projections.counters import Counters, fold_counters
 from turnledger.replay.timeline import ReplayError, item_tokens, printable, summarize
 from turnledger.replay.whatif import WhatIfReport, replay_what_if
@@ -1064,9 +1065,7 @@ def report(
         try:
             # The report holds the conversation's text: readable by its owner only, like the
             # store's own files (a decrypted copy of an encrypted store must not widen access).
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                handle.write(text)
+            write_private(path, text)
         except OSError as error:
             reason = error.strerror or type(error).__name__
             raise ReplayError(f"cannot write the report to {os.fspath(path)}: {reason}") from None
