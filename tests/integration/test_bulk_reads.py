@@ -27,6 +27,18 @@ def recorded(path: Path) -> UUID:
         return UUID(record_agent(store).session.id)
 
 
+def _damage_version_4(path: Path, session_id: UUID) -> None:
+    """Make the state column of the session's record at version 4 undecodable (the store is
+    closed: no live connection holds the file)."""
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = 4",
+            (b"\xc1 not msgpack", session_id.hex),
+        )
+    connection.close()
+
+
 @pytest.mark.parametrize(("after", "upto"), [(None, None), (3, None), (None, 5), (2, 9)])
 def test_e2_sqlite_rows_are_the_library_records_columns(
     tmp_path: Path, after: int | None, upto: int | None
@@ -62,13 +74,7 @@ def test_e11_sqlite_bulk_read_names_a_damaged_record(tmp_path: Path) -> None:
     session and the version."""
     path = tmp_path / "s.db"
     session_id = recorded(path)
-    connection = sqlite3.connect(path)
-    with connection:
-        connection.execute(
-            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = 4",
-            (b"\xc1 not msgpack", session_id.hex),
-        )
-    connection.close()
+    _damage_version_4(path, session_id)
     with open_sqlite(path) as store, pytest.raises(CorruptRecord) as caught:
         store.backend.read(session_id)
     assert (str(session_id), 4) == (caught.value.session_id, caught.value.version)
@@ -133,13 +139,7 @@ def test_e5_a_load_runs_no_collection_and_leaves_the_collector_as_it_was(
     # The pause's own entry and exit may each start one (the allocations before it and the
     # count it ends with); without the pause this load started 60 at this threshold.
     assert during <= 2
-    connection = sqlite3.connect(path)
-    with connection:
-        connection.execute(
-            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = 4",
-            (b"\xc1 not msgpack", session_id.hex),
-        )
-    connection.close()
+    _damage_version_4(path, session_id)
     with open_sqlite(path) as store, pytest.raises(CorruptRecord):
         Pipeline(store.backend, publish=lambda notices: None).load(session_id)
     assert gc.isenabled()
