@@ -252,6 +252,6 @@ def test_e3_a_lost_race_costs_a_catch_up_not_a_reload(shared: Target) -> None:
         assert (fresh.version, fresh.chat_view(), fresh.conversation_view()) == (
             behind.version, behind.chat_view(), behind.conversation_view())
         assert behind.state == store.read_state(ahead.id)
-        assert [*(t for i in range(10) for t in (f"q{i}", f"a{i}")), "first", "second"] == [
-            t for t in _texts(store, ahead.id)]
+        recorded = [*(t for i in range(10) for t in (f"q{i}", f"a{i}")), "first", "second"]
+        assert recorded == _texts(store, ahead.id)
         assert [] == store.backend.check_chain(UUID(ahead.id))
