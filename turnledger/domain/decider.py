@@ -90,6 +90,7 @@ from turnledger.domain.messages import (
     as_conversation_message,
     chat_tool_call_id,
     chat_tool_calls,
+    check_appended,
     classify_appended,
     is_real_user_message,
     parse_tool_envelope,
@@ -703,6 +704,7 @@ def _decide_route(state: SessionState, command: SelectRoute, batch: Batch) -> No
 def _decide_append(state: SessionState, command: AppendMessage, batch: Batch) -> None:
     # The structure (text, tool calls, tool results) is decided here, once, and recorded.
     item = classify_appended(command.message)
+    check_appended(item)
     if isinstance(item, Chat) and item.message.synthetic:
         raise InvalidMessage("the breadcrumb is inserted by turnledger, not appended")
     limit = state.profile.max_tool_result_chars if command.truncate else 0

@@ -34,6 +34,7 @@ __all__ = [
     "NotEncrypted",
     "ReplayError",
     "SessionClosed",
+    "SessionExists",
     "SessionForgottenError",
     "SessionNotFound",
     "SnapshotMismatch",
@@ -118,6 +119,12 @@ class SessionForgottenError(TurnledgerError):
 
 class ConcurrencyConflict(TurnledgerError):
     """Another writer appended to the session first (E3); reload and retry."""
+
+
+class SessionExists(ConcurrencyConflict):
+    """A session was started with an id the store holds already. A `ConcurrencyConflict`
+    (two processes starting the same named session race; the loser restores the winner's), but
+    not one to retry: `retry_on_conflict` raises it at once."""
 
 
 class CorruptRecord(TurnledgerError):

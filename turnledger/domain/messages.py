@@ -37,6 +37,7 @@ __all__ = [
     "assistant_envelope",
     "chat_tool_call_id",
     "chat_tool_calls",
+    "check_appended",
     "classify_appended",
     "compact_json",
     "from_chat_messages",
@@ -650,6 +651,34 @@ def chat_tool_call_id(message: ChatMessage) -> str | None:
         return message.item.tool_call_id
     parsed = parse_tool_envelope(message.content)
     return parsed[0] if parsed else None
+
+
+def check_appended(item: ConversationMessage) -> None:
+    """What a message recorded from now on must satisfy beyond its type's own checks (those
+    stay as they were, so that records written before these still decode): every ``extra`` of
+    a call, a result or a batch of calls the JSON text of an object, or empty (a provider
+    writer merges it into an object: ``"[1]"`` would fail every later request of the session),
+    and a batch of results answering each call once (a second result for the same call was
+    dropped from requests without a word). Raises `InvalidMessage` naming the field."""
+    match item:
+        case AssistantToolCalls(tool_calls=calls, extra=extra):
+            _require_object_text("assistant_tool_calls.extra", extra)
+            for i, call in enumerate(calls):
+                _require_object_text(f"tool_calls[{i}].extra", call.extra)
+        case ToolResults(results=results):
+            answered: set[str] = set()
+            for i, result in enumerate(results):
+                _require_object_text(f"results[{i}].extra", result.extra)
+                if result.tool_call_id in answered:
+                    raise InvalidMessage(f"results[{i}] answers tool call "
+                                         f"{result.tool_call_id!r} again: one result per call")
+                answered.add(result.tool_call_id)
+
+
+def _require_object_text(where: str, extra: str) -> None:
+    if extra and not extra.startswith("{"):
+        raise InvalidMessage(f"{where} must be the JSON text of an object or empty, got "
+                             f"{extra[:40]!r}")
 
 
 def classify_appended(message: ConversationMessage | ChatMessage) -> ConversationMessage:

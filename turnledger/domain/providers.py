@@ -154,10 +154,22 @@ def _rest(obj: Json, *interpreted: str) -> str:
     )
 
 
+_STRUCTURAL: Final = frozenset({"content", "tool_calls", "tool_call_id", "call_id",
+                                 "tool_use_id"})
+"""The fields that say what a message says and which calls it makes or answers. An importer
+keeps one in ``extra`` only when it held null (`_rest`). (Not ``role``: OpenAI's
+``developer`` is a system message whose extra keeps its role.)"""
+
+
 def _with(base: Json, extra: str) -> Json:
-    """``base`` updated with the fields kept in ``extra`` (which win)."""
+    """``base`` updated with the fields kept in ``extra`` (which win), except a structural
+    field ``base`` writes (`_STRUCTURAL`), which only a kept null replaces: an ``extra`` built
+    by hand with a ``content`` or a ``tool_call_id`` must not replace what the message says
+    or the call it answers."""
     if extra:
-        base.update(extra_fields(extra))
+        for key, value in extra_fields(extra).items():
+            if value is None or key not in base or key not in _STRUCTURAL:
+                base[key] = value
     return base
 
 
@@ -363,7 +375,9 @@ def _openai_call(where: _Where, raw: object, path: str) -> ToolCall:
 
 def _openai_assistant(where: _Where, raw: Json) -> ConversationMessage:
     raw_calls = raw.get("tool_calls")
-    if not isinstance(raw_calls, list) or not raw_calls:
+    if raw_calls is not None and not isinstance(raw_calls, list):  # calls kept as text: lost
+        raise where.error(f"tool_calls must be a list, got {_type_name(raw_calls)}")
+    if not raw_calls:
         return _openai_message(where, raw)
     calls = [_openai_call(where, c, f"tool_calls[{k}]") for k, c in enumerate(raw_calls)]
     content = raw.get("content")
@@ -515,7 +529,14 @@ def _anthropic_block(where: _Where, block: Json, path: str) -> ContentBlock | To
                              extra=_rest(block, "type", "thinking", "signature"))
     if kind == "redacted_thinking" and isinstance(text_of("data"), str):
         return RedactedThinkingBlock(block["data"], extra=_rest(block, "type", "data"))
-    if kind == "tool_use" and _is_call(block):
+    if kind == "tool_use":
+        # A call the runtime must answer: kept opaque, it would vanish from the requests and
+        # leave its result an orphan. Refused, naming what is wrong.
+        where.text(block, path, "id", empty=False)
+        where.text(block, path, "name", empty=False)
+        if "input" not in block:
+            raise where.error(f"{path}.input missing")
+        where.obj(block["input"], f"{path}.input")
         return where.build(path, ToolCall, block["id"], block["name"],
                            _arguments_of(block["input"]),
                            extra=_rest(block, "type", "id", "name", "input"))

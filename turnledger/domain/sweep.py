@@ -31,6 +31,7 @@ from typing import Generic, TypeAlias, TypeVar
 
 import attrs
 
+from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
@@ -297,6 +298,10 @@ def sweep_conversation_orphans(
                     out.rewrite(index, Chat(flat.history[0]))
                 else:
                     out.keep(item)
+            case _:  # a ChatMessage (sweep_orphans takes those), a dict, None...
+                raise InvalidMessage(
+                    f"history[{index}] must be a Chat, AssistantToolCalls or ToolResults, got "
+                    f"{type(item).__name__} (sweep_orphans sweeps ChatMessage lists)")
     return out.result()
 
 

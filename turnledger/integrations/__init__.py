@@ -27,15 +27,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 from uuid import NAMESPACE_URL, UUID, uuid5
 
+import attrs
+
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import AppendRefused, ConcurrencyConflict, SessionNotFound
+from turnledger.domain.errors import (
+    AppendRefused,
+    ConcurrencyConflict,
+    InvalidMessage,
+    SessionNotFound,
+)
 from turnledger.domain.messages import (
+    AssistantToolCalls,
     Chat,
     ChatMessage,
     ConversationMessage,
@@ -46,6 +55,8 @@ from turnledger.domain.messages import (
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
+
+log = logging.getLogger("turnledger.integrations")
 
 __all__ = [
     "CONFLICT_BUDGET_SECONDS",
@@ -75,16 +86,25 @@ CONFLICT_BUDGET_SECONDS = RETRY_BUDGET_SECONDS
 """How long an integration's call keeps deciding again after conflicts, by default (30 s)."""
 
 
-def session_uuid(name: str) -> UUID:
+def session_uuid(name: str | UUID) -> UUID:
     """The turnledger session id of a framework's session or thread name.
 
-    A UUID text is taken as it is; any other name maps to the same UUID every time (UUID5), so
-    a conversation called ``"user-42"`` is found again by another process.
+    A UUID text (or a `UUID`) is taken as it is; any other name maps to the same UUID every
+    time (UUID5), so a conversation called ``"user-42"`` is found again by another process.
+    Anything but a non-empty str is refused (`TypeError`, `ValueError`): ``None``, ``5`` and
+    ``"5"`` would otherwise name one shared conversation, mixing the users that pass them.
     """
+    if isinstance(name, UUID):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"a session name must be a str, got {type(name).__name__} {name!r}: "
+                        "give each conversation its own name")
+    if not name.strip():
+        raise ValueError("a session name must not be empty: give each conversation its own name")
     try:
         return UUID(name)
-    except (ValueError, TypeError, AttributeError):
-        return uuid5(_NAMESPACE, str(name))
+    except ValueError:
+        return uuid5(_NAMESPACE, name)
 
 
 async def off_loop(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -158,18 +178,34 @@ def open_session(
     route: Route | None = None,
 ) -> Session:
     """The turnledger session named ``session_id`` (`session_uuid`): restored when the store
-    has it, else started with ``profile``, ``providers`` and ``route``."""
+    has it, else started with ``profile``, ``providers`` and ``route``. A restored session
+    keeps the profile it was started with (its record says how it trims); a different
+    ``profile`` given for it is logged, not applied."""
+    if not isinstance(store, Store):
+        raise TypeError(f"store must be a turnledger Store (open_store(url)), got "
+                        f"{type(store).__name__} {store!r:.60}")
     uuid = session_uuid(session_id)
     for _ in range(2):
         try:
-            return store.restore(uuid)
+            return _restored(store.restore(uuid), profile)
         except SessionNotFound:
             pass
         try:
             return store.start_session(profile, providers, route, session_id=uuid)
         except ConcurrencyConflict:
             continue  # another process started it first: restore theirs
-    return store.restore(uuid)
+    return _restored(store.restore(uuid), profile)
+
+
+def _restored(session: Session, profile: RuntimeProfile | None) -> Session:
+    """``session``, with a warning when the ``profile`` asked for is not the one it keeps."""
+    kept = session.profile
+    if profile is not None and profile != kept and (
+        profile.pricing is not None or attrs.evolve(profile, pricing=kept.pricing) != kept
+    ):  # a profile that left its pricing unset takes the recorded one (issue 21)
+        log.warning("session %s keeps the profile it was started with; the profile given "
+                    "(%r) is not applied to it", session.id, profile)
+    return session
 
 
 def fit_window(
@@ -199,11 +235,17 @@ Piece = tuple[ConversationMessage, int]
 def conversation_of(
     history: Sequence[ChatMessage | ConversationMessage],
 ) -> list[ConversationMessage]:
-    """The structured messages of a window (provider messages) or of a history."""
+    """The structured messages of a window (provider messages) or of a history (one kind or
+    the other: `InvalidMessage` naming the first item that is not of it)."""
     chats = [m for m in history if isinstance(m, ChatMessage)]
     if len(chats) == len(history):
         return from_chat_messages(chats)
-    return [m for m in history if not isinstance(m, ChatMessage)]
+    for i, item in enumerate(history):
+        if not isinstance(item, Chat | AssistantToolCalls | ToolResults):
+            kind = ("a ChatMessage among ConversationMessages: give one kind" if isinstance(
+                item, ChatMessage) else f"not a message: {type(item).__name__}")
+            raise InvalidMessage(f"history[{i}] is {kind}")
+    return list(cast("Sequence[ConversationMessage]", history))
 
 
 def user_side(message: ConversationMessage) -> bool:
@@ -442,6 +484,11 @@ class SessionsByName:
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
+        if not isinstance(store, Store):
+            raise TypeError(f"store must be a turnledger Store (open_store(url)), got "
+                            f"{type(store).__name__} {store!r:.60}")
+        if session_id is not None:
+            session_uuid(session_id)  # refused now, not at the first call
         self.store = store
         self.session_id = session_id
         self.summarizer = as_summarizer(summarizer)

@@ -52,6 +52,7 @@ from turnledger.integrations import (
     off_loop,
     open_session,
     retrying,
+    session_uuid,
 )
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
@@ -249,10 +250,11 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         building it does no I/O."""
         if not isinstance(store, Store):
             raise TypeError(f"store must be a turnledger Store, got {type(store).__name__}")
+        session_uuid(session_id)  # a name that is no str is refused now, not at first use
         frozen = tuple(providers)
 
         def open_it() -> Session:
-            return open_session(store, str(session_id), profile=profile, providers=frozen,
+            return open_session(store, session_id, profile=profile, providers=frozen,
                                 route=route)
 
         return cls(open_it, conflict_budget_seconds=conflict_budget_seconds,
@@ -338,6 +340,15 @@ def _last_recorded_id(session: Session, recorded: int) -> str | None:
         if back >= version:
             return None
         back *= 4
+
+
+def _state_messages(state: Mapping[str, Any]) -> Any:
+    """The ``messages`` of a graph state; `TypeError` naming the keys it has instead."""
+    if "messages" not in state:
+        keys = ", ".join(map(str, state)) or "none"
+        raise TypeError(f"a graph state holds its messages under 'messages'; this one has "
+                        f"{keys}")
+    return state["messages"]
 
 
 class TurnledgerTrimmer(SessionsByName):
@@ -535,7 +546,7 @@ class TurnledgerTrimmer(SessionsByName):
         """A graph state (``{"messages": [...]}``) → ``{"llm_input_messages": window}``; a
         message list → the window."""
         if isinstance(value, Mapping):
-            return {"llm_input_messages": self.window(value["messages"], config)}
+            return {"llm_input_messages": self.window(_state_messages(value), config)}
         return self.window(list(value), config)
 
     async def ainvoke(self, value: Any, config: RunnableConfig | None = None) -> Any:
@@ -553,7 +564,7 @@ class TurnledgerTrimmer(SessionsByName):
         the loop ends, not only from the next model call on (issue 22)."""
 
         def post(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            self.record(state["messages"], config)
+            self.record(_state_messages(state), config)
             return {}
 
         async def apost(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:

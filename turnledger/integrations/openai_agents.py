@@ -69,6 +69,7 @@ from turnledger.integrations import (
     off_loop,
     open_session,
     retrying,
+    session_uuid,
 )
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction
@@ -244,6 +245,7 @@ class TurnledgerSession(SessionsByName):
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
+        session_uuid(session_id)  # its name first: TurnledgerSession(store, name) is refused
         super().__init__(store, profile=profile, providers=providers, route=route,
                          session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
                          summarizer=summarizer)

@@ -428,6 +428,11 @@ class Analytics:
     """
 
     def __init__(self, backend: EventStoreBackend) -> None:
+        given: object = backend  # checked at run time, whatever the annotation says
+        if not isinstance(given, EventStoreBackend):
+            hint = " (a Store's is store.backend)" if hasattr(given, "backend") else ""
+            raise TypeError(f"Analytics takes an EventStoreBackend{hint}, got "
+                            f"{type(given).__name__}")
         self.backend = backend
         self._lock = threading.RLock()
         self._db: _Database | None = None

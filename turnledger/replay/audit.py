@@ -131,6 +131,12 @@ class VerifyReport:
         return dumps(self.to_jsonable())
 
 
+def _require_backend(backend: object, what: str) -> None:
+    if not isinstance(backend, EventStoreBackend):
+        hint = " (a Store's is store.backend)" if hasattr(backend, "backend") else ""
+        raise TypeError(f"{what} takes an EventStoreBackend{hint}, got {type(backend).__name__}")
+
+
 def verify(
     backend: EventStoreBackend,
     session_ids: Iterable[UUID | str] | None = None,
@@ -148,6 +154,9 @@ def verify(
     Raises `SessionNotFound` for a given id that is not a UUID or has no records,
     `StoreUnavailable` when the database fails.
     """
+    _require_backend(backend, "verify")
+    if isinstance(session_ids, str | bytes | UUID):
+        raise TypeError("session_ids must be a list of session ids, got one: pass [session_id]")
     began = time.perf_counter()
     path = backend.database.file_path  # a file can be salvaged row by row (SQLite)
     error: BaseException

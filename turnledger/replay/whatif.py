@@ -391,6 +391,12 @@ def what_if(
     return replay_what_if(events, profile, summarizer=summarizer).report
 
 
+def _require_profile(profile: object) -> None:
+    if not isinstance(profile, RuntimeProfile):
+        raise TypeError(f"the what-if profile must be a RuntimeProfile, got "
+                        f"{type(profile).__name__} (attrs.evolve(recorded_profile, ...) makes one)")
+
+
 @attrs.frozen
 class WhatIfRun:
     """A what-if replay with the two event streams it compared (the HTML report draws both).
@@ -412,6 +418,7 @@ def replay_what_if(
     summarizer: Summarizer | SummaryFunction | None = None,
 ) -> WhatIfRun:
     """`what_if`, keeping both sides' events; raises like `what_if`."""
+    _require_profile(profile)
     passed = as_summarizer(summarizer)
     if not events or not isinstance(events[0], SessionStarted):
         raise ReplayError("a what-if replay needs a session's events from its SessionStarted")

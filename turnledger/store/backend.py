@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
-from turnledger.domain.errors import ConcurrencyConflict
+from turnledger.domain.errors import ConcurrencyConflict, SessionExists
 from turnledger.store.backends import BACKENDS, drop_memory_store
 from turnledger.store.backends.port import InvalidStoreURL, StoreUnavailable, redact_url
 from turnledger.store.codec import EventCodec, default_codec
@@ -105,6 +105,8 @@ def retry_on_conflict(
     while True:
         try:
             return fn()
+        except SessionExists:
+            raise  # not a race: the id is taken for good
         except ConcurrencyConflict:
             if attempts is not None and attempt >= attempts:
                 raise

@@ -45,6 +45,7 @@ from turnledger.domain.errors import (
     ContextWindowExceeded,
     InvalidMessage,
     InvalidProfile,
+    SessionExists,
     SessionNotFound,
     UnansweredToolCalls,
 )
@@ -61,7 +62,12 @@ from turnledger.domain.events import (
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
 from turnledger.store import DEFAULT_STORE_URL, run_before_erasure
-from turnledger.store.backend import EventStoreBackend, open_backend, retry_on_conflict
+from turnledger.store.backend import (
+    EventStoreBackend,
+    InvalidStoreURL,
+    open_backend,
+    retry_on_conflict,
+)
 from turnledger.store.keys import NotEncrypted, parse_key
 from turnledger.store.pipeline import (
     SNAPSHOT_INTERVAL,
@@ -166,6 +172,29 @@ class SessionView:
     def chat_tokens(self) -> int:
         """The estimated tokens of the chat view (R20)."""
         return self.tokens
+
+
+def _start_options(
+    profile: RuntimeProfile | None, providers: Sequence[ProviderProfile], route: Route | None
+) -> tuple[RuntimeProfile, tuple[ProviderProfile, ...], Route]:
+    """A new session's profile, providers and route, checked (`InvalidProfile` naming what is
+    wrong); the route defaults to the first provider's model, else ``default/default``."""
+    profile = RuntimeProfile() if profile is None else profile
+    if not isinstance(profile, RuntimeProfile):
+        raise InvalidProfile(f"profile must be a RuntimeProfile, got {type(profile).__name__}")
+    if isinstance(providers, ProviderProfile):
+        raise InvalidProfile("providers must be a sequence of ProviderProfile, got one "
+                             "ProviderProfile: pass [provider]")
+    providers = tuple(providers)
+    for i, p in enumerate(providers):
+        if not isinstance(p, ProviderProfile):
+            raise InvalidProfile(f"providers[{i}] must be a ProviderProfile, got "
+                                 f"{type(p).__name__}")
+    if route is None:
+        route = Route(providers[0].name, providers[0].model) if providers else Route(
+            "default", "default"
+        )
+    return profile, providers, route
 
 
 class Session:
@@ -371,6 +400,10 @@ class Session:
         too large a text leaves the plain trim, recorded (`SummaryRefused`). Never raises for
         what the summarizer does.
         """
+        for name, given in (("tools", tools), ("hooks", hooks)):
+            if isinstance(given, str | bytes | Mapping):  # iterating it would count its parts
+                raise InvalidMessage(f"{name} must be a list of {name[:-1]}s, got one "
+                                     f"{type(given).__name__}: pass [{name[:-1]}]")
         schemas = tuple(_schema_text(t) for t in tools)
         hook_texts = tuple(hooks)
         for i, hook in enumerate(hook_texts):
@@ -531,24 +564,16 @@ class Store:
         Raises `InvalidProfile` for a route naming an unknown provider, `ConcurrencyConflict`
         when ``session_id`` already exists.
         """
-        profile = RuntimeProfile() if profile is None else profile
-        if not isinstance(profile, RuntimeProfile):
-            raise InvalidProfile(f"profile must be a RuntimeProfile, got {type(profile).__name__}")
-        providers = tuple(providers)
-        for i, p in enumerate(providers):
-            if not isinstance(p, ProviderProfile):
-                raise InvalidProfile(f"providers[{i}] must be a ProviderProfile")
-        if route is None:
-            route = Route(providers[0].name, providers[0].model) if providers else Route(
-                "default", "default"
-            )
+        profile, providers, route = _start_options(profile, providers, route)
+        if not isinstance(legacy, bool):
+            raise TypeError(f"legacy must be a bool, got {type(legacy).__name__} {legacy!r}")
         uuid = uuid4() if session_id is None else parse_session_id(session_id)
         position = Position()
-        start = StartSession(uuid, profile, providers, route, bool(legacy), _now())
+        start = StartSession(uuid, profile, providers, route, legacy, _now())
         try:
             self._pipeline.save(position, start)
         except ConcurrencyConflict:
-            raise ConcurrencyConflict(f"session {uuid} already exists") from None
+            raise SessionExists(f"session {uuid} already exists") from None
         return Session(self._pipeline, position)
 
     def import_conversation(
@@ -569,12 +594,9 @@ class Store:
         ``as_live=True`` records them as a live runtime would have. ``session_id`` names the
         new session (default: a random one); `ConcurrencyConflict` when it exists already.
         """
-        profile = RuntimeProfile() if profile is None else profile
-        providers = tuple(providers)
-        if route is None:
-            route = Route(providers[0].name, providers[0].model) if providers else Route(
-                "default", "default"
-            )
+        profile, providers, route = _start_options(profile, providers, route)
+        if not isinstance(as_live, bool):
+            raise TypeError(f"as_live must be a bool, got {type(as_live).__name__} {as_live!r}")
         position = Position()
         uuid = uuid4() if session_id is None else parse_session_id(session_id)
         start = StartSession(uuid, profile, providers, route, False, _now())
@@ -583,7 +605,7 @@ class Store:
         except ConcurrencyConflict:
             if session_id is None:
                 raise
-            raise ConcurrencyConflict(f"session {uuid} already exists") from None
+            raise SessionExists(f"session {uuid} already exists") from None
         return Session(self._pipeline, position)
 
     def restore(self, session_id: str | UUID) -> Session:
@@ -733,6 +755,9 @@ class Store:
     ) -> list[tuple[str, datetime]]:
         """(session id, time of its last event) of each session not yet forgotten whose last
         event is older than ``older_than`` (retention: `turnledger purge`)."""
+        if not isinstance(older_than, timedelta):
+            raise TypeError(f"older_than must be a datetime.timedelta, got "
+                            f"{type(older_than).__name__} {older_than!r}")
         limit = (now or _now()) - older_than
         found: list[tuple[str, datetime]] = []
         for uuid in self.backend.session_ids():
@@ -820,6 +845,9 @@ def open_store(
         key = os.environ.get(KEY_VARIABLE) or None
     if audit_key is None:
         audit_key = os.environ.get(AUDIT_KEY_VARIABLE) or None
+    if url is not None and (not isinstance(url, str) or not url.strip()):
+        raise InvalidStoreURL(f"a store URL is a non-empty str (None: {DEFAULT_STORE_URL}), got "
+                              f"{type(url).__name__} {url!r}")
     backend = open_backend(
         url or DEFAULT_STORE_URL,
         key=None if key is None else parse_key(key, "key"),
