@@ -209,3 +209,21 @@ def test_e11_wrong_arguments_name_themselves_instead_of_failing_inside(store: An
         store.idle_sessions("90d")
     with pytest.raises(TypeError, match="holds its messages under 'messages'; this one has foo"):
         TurnledgerTrimmer(store, session_id="t").invoke({"foo": 1})
+
+
+def test_e11_the_agents_sdk_session_takes_a_list_and_an_int_limit(store: Any) -> None:
+    """``add_items(item)`` (one dict) recorded its keys as items (refused: "item must be an
+    object, got str"); ``get_items("2")`` failed in a comparison."""
+    need("agents")
+    import asyncio
+
+    from turnledger.integrations.openai_agents import TurnledgerSession
+
+    session = TurnledgerSession("user-1", store)
+    item = {"role": "user", "content": "hi"}
+    with pytest.raises(TypeError, match=r"add_items takes a list of items, got one dict"):
+        asyncio.run(session.add_items(item))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="limit must be an int or None, got str '2'"):
+        asyncio.run(session.get_items("2"))  # type: ignore[arg-type]
+    asyncio.run(session.add_items([item]))
+    assert [item] == asyncio.run(session.get_items(1))

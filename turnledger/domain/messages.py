@@ -237,7 +237,9 @@ class ChatMessage:
 
 @attrs.frozen
 class ToolCall:
-    """One tool call requested by the assistant; ``arguments`` is JSON text."""
+    """One tool call requested by the assistant; ``arguments`` is its arguments as the model
+    wrote them: JSON text as a rule, kept as it came when it is not (a model may write broken
+    JSON, and the record keeps what it said; Anthropic gets such text under ``_raw``)."""
 
     id: str
     name: str

@@ -395,7 +395,7 @@ class TurnledgerTrimmer(SessionsByName):
         """The session of the thread of ``config`` (or of ``session_id``); opened once."""
         name = self.session_id or ((config or {}).get("configurable") or {}).get("thread_id")
         if not name:
-            raise TurnledgerError("TurnledgerTrimmer needs a session_id or a thread_id in "
+            raise TurnledgerError(f"{type(self).__name__} needs a session_id or a thread_id in "
                                   "config['configurable']")
         session = self._session_named(str(name))
         with self._lock:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
@@ -288,6 +288,9 @@ class TurnledgerSession(SessionsByName):
         """What the model should see (module doc); the newest ``limit`` items of it
         (None: ``session_settings.limit``)."""
         self._check_open()
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__} "
+                            f"{limit!r}")
         if limit is None:
             limit = self.session_settings.limit
         return await _settled(self.items, limit)
@@ -295,6 +298,9 @@ class TurnledgerSession(SessionsByName):
     async def add_items(self, items: list[Any]) -> None:
         """Record ``items`` in one transaction; `InvalidMessage` records none of them."""
         self._check_open()  # before the empty-list fast path, as SQLiteSession does
+        if isinstance(items, Mapping | str | bytes):  # iterating it would record its keys
+            raise TypeError(f"add_items takes a list of items, got one {type(items).__name__}: "
+                            "pass [item]")
         if items:
             await _settled(self.add, items)
 
