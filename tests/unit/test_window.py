@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -12,6 +13,7 @@ from tests.strategies import chat_histories, conversation_histories
 from turnledger.domain import messages as msg
 from turnledger.domain.budget import Route, RuntimeProfile
 from turnledger.domain.decider import AppendMessage, Batch, SessionState, StartSession, run
+from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.estimate import estimate_history_tokens
 from turnledger.domain.events import MessageAppended, TrimReason, View
 from turnledger.domain.messages import ChatMessage, ConversationMessage, to_chat_messages
@@ -93,3 +95,41 @@ def test_e3_a_batch_numbers_its_events_from_the_state_version() -> None:
     ]
     assert isinstance(batch.events[0], MessageAppended)
     assert 3 == state.version
+
+
+@given(conversation_histories(), conversation_histories())
+def test_e4_a_cloned_state_is_equal_and_shares_nothing_a_decision_changes(
+    before: list[ConversationMessage], after: list[ConversationMessage]
+) -> None:
+    """`SessionState.clone` (ADR-0094): the clone equals the state; deciding on it (appends
+    with their turn-limit trims) leaves the state equal to what it was; and every field of
+    the index is a kind the clone copies or may share (a new mutable kind would be shared)."""
+    import attrs
+
+    from turnledger.domain.window import Region, Rows
+
+    state = SessionState()
+    profile = RuntimeProfile(max_history_messages=2)
+    run(state, StartSession(SESSION, profile, (), Route("p", "m"), False, NOW))
+    for message in before:
+        _append(state, message)
+    copy = state.clone()
+    assert copy == state
+    kept = state.clone()
+    for message in after:
+        _append(copy, message)
+    assert kept == state
+    assert kept.chat_view() == state.chat_view()
+    index = state.index
+    for field in attrs.fields(type(index)):
+        value = getattr(index, field.name)
+        assert isinstance(value, list | int | Region | Rows), (field.name, type(value))
+        if isinstance(value, list):
+            assert value is not getattr(copy.index, field.name), field.name
+
+
+def _append(state: SessionState, message: ConversationMessage) -> None:
+    """Append ``message`` as a session would; one a session refuses (a breadcrumb the
+    strategy drew) changes nothing and is passed over."""
+    with contextlib.suppress(InvalidMessage):
+        run(state, AppendMessage(message, NOW))
