@@ -227,3 +227,16 @@ def test_e11_the_agents_sdk_session_takes_a_list_and_an_int_limit(store: Any) ->
         asyncio.run(session.get_items("2"))  # type: ignore[arg-type]
     asyncio.run(session.add_items([item]))
     assert [item] == asyncio.run(session.get_items(1))
+
+
+def test_e11_a_langgraph_thread_id_may_be_an_int(store: Any) -> None:
+    """LangGraph keeps a thread id as text (``42`` and ``"42"`` are one thread): the trimmer's
+    ``session_id`` may be an int, naming the session of its text; ``None`` as a name of a
+    session is still refused where a name is needed."""
+    need("langchain_core")
+    from turnledger.integrations.langchain import TurnledgerTrimmer
+
+    by_int = TurnledgerTrimmer(store, session_id=42).session_for()
+    assert by_int.id == TurnledgerTrimmer(store, session_id="42").session_for().id
+    with pytest.raises(TypeError, match="session name must be a str, got float"):
+        TurnledgerTrimmer(store, session_id=4.2)  # type: ignore[arg-type]

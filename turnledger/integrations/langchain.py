@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage, TurnledgerError
@@ -372,12 +372,15 @@ class TurnledgerTrimmer(SessionsByName):
         profile: RuntimeProfile | None = None,
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
-        session_id: str | None = None,
+        session_id: str | int | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
+        # As a LangGraph thread id: 42 and "42" are one thread (a checkpointer keeps it as
+        # text); anything else is checked as a session name (`session_uuid`).
+        named = str(session_id) if type(session_id) is int else cast("str | None", session_id)
         super().__init__(store, profile=profile, providers=providers, route=route,
-                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
+                         session_id=named, conflict_budget_seconds=conflict_budget_seconds,
                          summarizer=summarizer)
         # One writer at a time per session in this object: what is new is judged and recorded
         # under it, so calls at once (a step's parallel tool calls) record a message once.

@@ -116,7 +116,7 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         profile: RuntimeProfile | None = None,
         providers: Sequence[ProviderProfile] = (),
         route: Route | None = None,
-        session_id: str | None = None,
+        session_id: str | int | None = None,
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
         state_window: bool = False,
