@@ -231,12 +231,15 @@ def test_e11_the_agents_sdk_session_takes_a_list_and_an_int_limit(store: Any) ->
 
 def test_e11_a_langgraph_thread_id_may_be_an_int(store: Any) -> None:
     """LangGraph keeps a thread id as text (``42`` and ``"42"`` are one thread): the trimmer's
-    ``session_id`` may be an int, naming the session of its text; ``None`` as a name of a
-    session is still refused where a name is needed."""
+    ``session_id`` (and a chat history's, from a config) may be an int, naming the session of
+    its text; other names that are no str are still refused."""
     need("langchain_core")
-    from turnledger.integrations.langchain import TurnledgerTrimmer
+    from turnledger.integrations.langchain import TurnledgerChatMessageHistory, TurnledgerTrimmer
 
     by_int = TurnledgerTrimmer(store, session_id=42).session_for()
     assert by_int.id == TurnledgerTrimmer(store, session_id="42").session_for().id
+    assert by_int.id == TurnledgerChatMessageHistory.lazy(store, 42).session.id
+    with pytest.raises(TypeError, match="session name must be a str, got NoneType"):
+        TurnledgerChatMessageHistory.lazy(store, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="session name must be a str, got float"):
         TurnledgerTrimmer(store, session_id=4.2)  # type: ignore[arg-type]

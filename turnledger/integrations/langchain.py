@@ -237,7 +237,7 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
     def lazy(
         cls,
         store: Store,
-        session_id: str,
+        session_id: str | int,
         *,
         profile: RuntimeProfile | None = None,
         providers: Sequence[ProviderProfile] = (),
@@ -250,12 +250,14 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         building it does no I/O."""
         if not isinstance(store, Store):
             raise TypeError(f"store must be a turnledger Store, got {type(store).__name__}")
-        session_uuid(session_id)  # a name that is no str is refused now, not at first use
+        # A config's session id given as a number names the session of its text; any other
+        # name that is no str is refused now, not at first use.
+        name = str(session_id) if type(session_id) is int else cast("str", session_id)
+        session_uuid(name)
         frozen = tuple(providers)
 
         def open_it() -> Session:
-            return open_session(store, session_id, profile=profile, providers=frozen,
-                                route=route)
+            return open_session(store, name, profile=profile, providers=frozen, route=route)
 
         return cls(open_it, conflict_budget_seconds=conflict_budget_seconds,
                    summarizer=summarizer)
