@@ -176,7 +176,7 @@ def _open_for_reading(args: argparse.Namespace, **options: Any) -> Any:
             raise error from None
         args.read_only = True
         return store
-    args.read_only = bool(getattr(store.backend.database, "read_only", False))  # mode=ro given
+    args.read_only = _read_only(store)  # mode=ro given
     return store
 
 
@@ -191,11 +191,16 @@ def _open_existing(args: argparse.Namespace, command: str, **options: Any) -> An
     _require_store_file(args.store, f"{command} changes an existing store and never creates "
                                     "one")
     store = open_store(args.store, **keys, **options)
-    if getattr(store.backend.database, "read_only", False):
+    if _read_only(store):
         store.close()
         raise UsageError(f"{command} writes to the store, which is opened read-only "
                          "(mode=ro); open it without mode=ro")
     return store
+
+
+def _read_only(store: Any) -> bool:
+    """Whether ``store`` was opened read-only (SQLite's ``mode=ro``)."""
+    return bool(getattr(store.backend.database, "read_only", False))
 
 
 def _sqlite_file(url: str) -> str | None:

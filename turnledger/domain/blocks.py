@@ -41,6 +41,7 @@ __all__ = [
     "canonical_flat_object",
     "canonical_json",
     "canonical_text",
+    "check_object_text",
     "extra_fields",
     "extra_text",
 ]
@@ -142,8 +143,14 @@ def _check_str(owner: str, **fields: object) -> None:
 
 def _check_extra(owner: str, extra: object) -> None:
     _check_str(owner, extra=extra)
-    if extra and not str(extra).startswith("{"):
-        raise InvalidMessage(f"{owner}.extra must be the JSON text of an object or empty")
+    check_object_text(f"{owner}.extra", str(extra))
+
+
+def check_object_text(field: str, text: str) -> None:
+    """`InvalidMessage` naming ``field`` unless ``text`` (already JSON, `canonical_text`) is an
+    object's or empty: what every ``extra`` holds, merged into an object by the writers."""
+    if text and not text.startswith("{"):
+        raise InvalidMessage(f"{field} must be the JSON text of an object or empty")
 
 
 @attrs.frozen

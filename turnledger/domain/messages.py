@@ -20,6 +20,7 @@ from turnledger.domain.blocks import (
     TextBlock,
     block_text,
     canonical_text,
+    check_object_text,
 )
 from turnledger.domain.errors import InvalidMessage
 
@@ -144,8 +145,7 @@ class ChatMessage:
 
     def _check_structure(self) -> None:
         _require_str("extra", self.extra)
-        if self.extra and not self.extra.startswith("{"):
-            raise InvalidMessage("extra must be the JSON text of an object or empty")
+        check_object_text("extra", self.extra)
         if self.envelope is not None and not isinstance(self.envelope, bool):
             raise InvalidMessage("envelope must be a bool or None")
         if self.blocks:
@@ -664,23 +664,17 @@ def check_appended(item: ConversationMessage) -> None:
     dropped from requests without a word). Raises `InvalidMessage` naming the field."""
     match item:
         case AssistantToolCalls(tool_calls=calls, extra=extra):
-            _require_object_text("assistant_tool_calls.extra", extra)
+            check_object_text("assistant_tool_calls.extra", extra)
             for i, call in enumerate(calls):
-                _require_object_text(f"tool_calls[{i}].extra", call.extra)
+                check_object_text(f"tool_calls[{i}].extra", call.extra)
         case ToolResults(results=results):
             answered: set[str] = set()
             for i, result in enumerate(results):
-                _require_object_text(f"results[{i}].extra", result.extra)
+                check_object_text(f"results[{i}].extra", result.extra)
                 if result.tool_call_id in answered:
                     raise InvalidMessage(f"results[{i}] answers tool call "
                                          f"{result.tool_call_id!r} again: one result per call")
                 answered.add(result.tool_call_id)
-
-
-def _require_object_text(where: str, extra: str) -> None:
-    if extra and not extra.startswith("{"):
-        raise InvalidMessage(f"{where} must be the JSON text of an object or empty, got "
-                             f"{extra[:40]!r}")
 
 
 def classify_appended(message: ConversationMessage | ChatMessage) -> ConversationMessage:

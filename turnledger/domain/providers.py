@@ -161,25 +161,18 @@ keeps one in ``extra`` only when it held null (`_rest`). (Not ``role``: OpenAI's
 ``developer`` is a system message whose extra keeps its role.)"""
 
 
-def _with(base: Json, extra: str) -> Json:
-    """``base`` updated with the fields kept in ``extra`` (which win), except a structural
-    field ``base`` writes (`_STRUCTURAL`), which only a kept null replaces: an ``extra`` built
-    by hand with a ``content`` or a ``tool_call_id`` must not replace what the message says
-    or the call it answers."""
+def _with(base: Json, extra: str, *, nulls: bool = True) -> Json:
+    """``base`` updated with the fields kept in ``extra`` (which win), except over a field
+    ``base`` writes: a structural one (`_STRUCTURAL`) only a kept null replaces (an ``extra``
+    built by hand with a ``content`` or a ``tool_call_id`` must not replace what the message
+    says or the call it answers), and with ``nulls`` False no null does: a writer for messages
+    another format may have recorded (OpenAI's ``"content": null`` beside tool calls is kept
+    for OpenAI's exact form; in an Anthropic message it would erase the ``tool_use`` blocks)."""
     if extra:
         for key, value in extra_fields(extra).items():
-            if value is None or key not in base or key not in _STRUCTURAL:
-                base[key] = value
-    return base
-
-
-def _with_written(base: Json, extra: str) -> Json:
-    """`_with` for a message another format may have recorded: a null kept in ``extra`` never
-    replaces a field ``base`` writes. OpenAI's ``"content": null`` beside tool calls is kept
-    for OpenAI's exact form; in an Anthropic message it would erase the ``tool_use`` blocks."""
-    if extra:
-        fields = extra_fields(extra).items()
-        base.update((k, v) for k, v in fields if v is not None or k not in base)
+            if key in base and (key in _STRUCTURAL if value is not None else not nulls):
+                continue
+            base[key] = value
     return base
 
 
@@ -788,8 +781,9 @@ class _AnthropicWriter:
             blocks = item.blocks or (
                 *((TextBlock(item.text),) if item.text else ()), *item.tool_calls
             )
-            self.messages.append(_with_written(
-                {"role": "assistant", "content": [block_json(b) for b in blocks]}, item.extra
+            self.messages.append(_with(
+                {"role": "assistant", "content": [block_json(b) for b in blocks]}, item.extra,
+                nulls=False,
             ))
             return
         chat = item.message if isinstance(item, Chat) else message
@@ -797,7 +791,8 @@ class _AnthropicWriter:
             results.extend(block_json(b) for b in chat.blocks)  # one message, as imported
             return
         content = _anthropic_content(chat.content, chat.blocks or marker_blocks(chat))
-        self.messages.append(_with_written({"role": chat.role, "content": content}, chat.extra))
+        self.messages.append(_with({"role": chat.role, "content": content}, chat.extra,
+                                   nulls=False))
 
     def result(self) -> Json:
         out: Json = {}

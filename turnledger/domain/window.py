@@ -224,6 +224,23 @@ class Cut:
     tokens_after: int
 
 
+_Own = TypeVar("_Own")
+
+
+def _with_own_lists(value: _Own) -> _Own:
+    """A copy of an attrs instance whose list fields are lists of its own (a `Region` field is
+    copied likewise); every other field, and what the lists hold, is shared: immutable."""
+    copied = object.__new__(type(value))
+    for field in attrs.fields(type(value)):  # type: ignore[arg-type]
+        own = getattr(value, field.name)
+        if type(own) is list:
+            own = own.copy()
+        elif type(own) is Region:
+            own = _with_own_lists(own)
+        object.__setattr__(copied, field.name, own)
+    return copied
+
+
 @attrs.define
 class Region(Generic[T]):
     """The part ``[lo, base)`` of a log a session summarises instead of holding (ADR-0030).
@@ -244,8 +261,7 @@ class Region(Generic[T]):
 
     def clone(self) -> Region[T]:
         """A region with lists of its own (their values are immutable, shared)."""
-        return Region(self.turns.copy(), self.tokens.copy(), self.real.copy(),
-                      self.systems.copy(), self.suspects.copy())
+        return _with_own_lists(self)
 
 
 @attrs.define(eq=False)
@@ -331,15 +347,7 @@ class WindowIndex(Generic[T]):
         copied (the items and sums in them are immutable values, shared), its region too. No
         item is rebuilt or estimated again: O(its lists), each copied in one C call. What a
         decision that may be thrown away works on (`SessionState.clone`)."""
-        copied = object.__new__(type(self))
-        for field in attrs.fields(type(self)):
-            value = getattr(self, field.name)
-            if type(value) is list:
-                value = value.copy()
-            elif type(value) is Region:
-                value = value.clone()
-            object.__setattr__(copied, field.name, value)
-        return copied
+        return _with_own_lists(self)
 
     @classmethod
     def of(cls, rows: Rows[T], history: Iterable[T]) -> WindowIndex[T]:

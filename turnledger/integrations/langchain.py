@@ -250,10 +250,8 @@ class TurnledgerChatMessageHistory(BaseChatMessageHistory):
         building it does no I/O."""
         if not isinstance(store, Store):
             raise TypeError(f"store must be a turnledger Store, got {type(store).__name__}")
-        # A config's session id given as a number names the session of its text; any other
-        # name that is no str is refused now, not at first use.
-        name = str(session_id) if type(session_id) is int else cast("str", session_id)
-        session_uuid(name)
+        name = _thread_name(session_id)
+        session_uuid(name)  # a name that is no str is refused now, not at first use
         frozen = tuple(providers)
 
         def open_it() -> Session:
@@ -344,6 +342,12 @@ def _last_recorded_id(session: Session, recorded: int) -> str | None:
         back *= 4
 
 
+def _thread_name(session_id: str | int) -> str:
+    """A session id as LangGraph keeps a thread id: an int as its text (``42`` and ``"42"``
+    are one thread); anything else as given, checked as a session name (`session_uuid`)."""
+    return str(session_id) if type(session_id) is int else cast("str", session_id)
+
+
 def _state_messages(state: Mapping[str, Any]) -> Any:
     """The ``messages`` of a graph state; `TypeError` naming the keys it has instead."""
     if "messages" not in state:
@@ -378,9 +382,7 @@ class TurnledgerTrimmer(SessionsByName):
         conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
         summarizer: Summarizer | SummaryFunction | None = None,
     ) -> None:
-        # As a LangGraph thread id: 42 and "42" are one thread (a checkpointer keeps it as
-        # text); anything else is checked as a session name (`session_uuid`).
-        named = str(session_id) if type(session_id) is int else cast("str | None", session_id)
+        named = None if session_id is None else _thread_name(session_id)
         super().__init__(store, profile=profile, providers=providers, route=route,
                          session_id=named, conflict_budget_seconds=conflict_budget_seconds,
                          summarizer=summarizer)

@@ -114,7 +114,7 @@ from turnledger.domain.events import (
     TurnsSummarized,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
-from turnledger.store.backend import EventStoreBackend, StoreUnavailable
+from turnledger.store.backend import EventStoreBackend, StoreUnavailable, require_backend
 from turnledger.store.backends.port import LogCursor, SqlConnection, SqlDialect, database_errors
 from turnledger.store.codec import describe_error
 
@@ -428,11 +428,7 @@ class Analytics:
     """
 
     def __init__(self, backend: EventStoreBackend) -> None:
-        given: object = backend  # checked at run time, whatever the annotation says
-        if not isinstance(given, EventStoreBackend):
-            hint = " (a Store's is store.backend)" if hasattr(given, "backend") else ""
-            raise TypeError(f"Analytics takes an EventStoreBackend{hint}, got "
-                            f"{type(given).__name__}")
+        require_backend(backend, "Analytics")
         self.backend = backend
         self._lock = threading.RLock()
         self._db: _Database | None = None

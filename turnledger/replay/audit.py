@@ -79,7 +79,7 @@ from turnledger.domain.sweep import SweepResult, pairs_among_themselves, sweep_o
 from turnledger.domain.turns import is_system_item
 from turnledger.domain.window import chat_messages_of
 from turnledger.replay.timeline import FoldedState, audit_request, dumps
-from turnledger.store.backend import EventStoreBackend
+from turnledger.store.backend import EventStoreBackend, require_backend
 from turnledger.store.codec import describe_error
 from turnledger.store.mapper import paused_gc, verify_chain
 from turnledger.store.salvage import STORE_WIDE, is_damage, salvage_sqlite
@@ -131,12 +131,6 @@ class VerifyReport:
         return dumps(self.to_jsonable())
 
 
-def _require_backend(backend: object, what: str) -> None:
-    if not isinstance(backend, EventStoreBackend):
-        hint = " (a Store's is store.backend)" if hasattr(backend, "backend") else ""
-        raise TypeError(f"{what} takes an EventStoreBackend{hint}, got {type(backend).__name__}")
-
-
 def verify(
     backend: EventStoreBackend,
     session_ids: Iterable[UUID | str] | None = None,
@@ -154,7 +148,7 @@ def verify(
     Raises `SessionNotFound` for a given id that is not a UUID or has no records,
     `StoreUnavailable` when the database fails.
     """
-    _require_backend(backend, "verify")
+    require_backend(backend, "verify")
     if isinstance(session_ids, str | bytes | UUID):
         raise TypeError("session_ids must be a list of session ids, got one: pass [session_id]")
     began = time.perf_counter()

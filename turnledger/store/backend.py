@@ -62,6 +62,7 @@ __all__ = [
     "StoreUnavailable",
     "drop_memory_store",
     "open_backend",
+    "require_backend",
     "retry_on_conflict",
 ]
 
@@ -200,3 +201,11 @@ def open_backend(
             recorders.close()
         raise
     return EventStoreBackend(database, recorders, mapper, protection)
+
+
+def require_backend(value: object, what: str) -> None:
+    """`TypeError` unless ``value`` is an `EventStoreBackend`, saying where a `Store`'s is
+    (``store.backend``) when it was given one; ``what`` names the taker."""
+    if not isinstance(value, EventStoreBackend):
+        hint = " (a Store's is store.backend)" if hasattr(value, "backend") else ""
+        raise TypeError(f"{what} takes an EventStoreBackend{hint}, got {type(value).__name__}")

@@ -395,15 +395,11 @@ class Pipeline:
     def decide(
         self, position: Position, command: Command, summarize: Summarize | None = None
     ) -> Batch:
-        """Apply ``command`` to the position's state in memory only; the batch it produced.
-        ``summarize``: the runtime's summarizer, asked between two decisions (`run`)."""
-        before = position.state.version
-        try:
-            return run(position.state, command, summarize)
-        except BaseException:
-            if position.state.version != before:
-                self._reload_after(position)  # a later step failed after an earlier one applied
-            raise
+        """Apply ``command`` to the position's state in memory only; the batch it produced
+        (`Store.read_state`: a position of its own, dropped when this raises; `save` decides
+        on a clone instead). ``summarize``: the runtime's summarizer, asked between two
+        decisions (`run`)."""
+        return run(position.state, command, summarize)
 
     def _record(
         self, position: Position, command: Command, batch: Batch, kept: SessionState
