@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final, TypeAlias
 
@@ -37,10 +39,12 @@ __all__ = [
     "ServerToolUse",
     "TextBlock",
     "ThinkingBlock",
+    "block_json_texts",
     "block_text",
     "canonical_flat_object",
     "canonical_json",
     "canonical_text",
+    "check_finite_json",
     "check_object_text",
     "extra_fields",
     "extra_text",
@@ -58,10 +62,36 @@ def canonical_json(value: object) -> str:
     """``value`` as canonical JSON text: sorted keys, compact, non-ASCII kept.
 
     Equal JSON values give equal texts, so values holding it compare and hash by content.
+    Raises `InvalidMessage` naming the place of what is no JSON value (``bytes``, a set, an
+    object, ...), where ``json`` raised a bare `TypeError` (issue 33).
     """
-    return _CanonicalText(
-        json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    )
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as error:  # ValueError: a circular reference
+        raise InvalidMessage(f"not a JSON value: {_not_json(value) or error}") from None
+    return _CanonicalText(text)
+
+
+def _not_json(value: object, path: str = "") -> str | None:
+    """Where ``value`` holds what `canonical_json` cannot write (``"meta is bytes"``); None
+    when it finds no such leaf (a circular reference, keys of mixed types)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                return f"a key of {path or 'the value'} is {type(key).__name__}"
+            found = _not_json(inner, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for i, inner in enumerate(value):
+            found = _not_json(inner, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, str | int | float | bool) or value is None:
+        return None
+    return f"{path or 'the value'} is {type(value).__name__}"
 
 
 def canonical_flat_object(fields: list[tuple[str, str]]) -> str:
@@ -151,6 +181,86 @@ def check_object_text(field: str, text: str) -> None:
     object's or empty: what every ``extra`` holds, merged into an object by the writers."""
     if text and not text.startswith("{"):
         raise InvalidMessage(f"{field} must be the JSON text of an object or empty")
+
+
+class _NonFinite(ValueError):
+    """What `check_finite_json`'s parser raises at a NaN or an infinity."""
+
+
+_MAY_NOT_BE_FINITE: Final = re.compile(r"NaN|Infinity|[eE]\+?\d{3}|\d{309}")
+"""What a JSON text holding NaN or an infinity contains: the words, or a number too large for
+a float (an exponent of three digits, or 309 digits before the point); a text without any
+needs no parse."""
+
+
+def _refuse_constant(token: str) -> Any:
+    raise _NonFinite(token)
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # ``1e999``: json reads it as an infinity
+        raise _NonFinite(token)
+    return value
+
+
+def check_finite_json(field: str, text: str, *, canonical: bool = True) -> None:
+    """`InvalidMessage` naming ``field`` and the place inside it when the JSON text ``text``
+    holds NaN or an infinity (DECISIONS 28): Python's ``json`` reads and writes them, no
+    provider's parser takes them, so every later request of the session would fail.
+
+    Run when a message is appended (`messages.check_appended`), never when a record is
+    decoded: records stored before stay readable. ``canonical``: ``text`` is `canonical_text`
+    (an infinity is then written ``Infinity``, so texts without the words need no parse);
+    False for tool-call arguments, kept as the model wrote them. A text that is no JSON at
+    all passes (malformed arguments are what the model said, ADR-0096)."""
+    if not text or (
+        "NaN" not in text and "Infinity" not in text
+        if canonical else _MAY_NOT_BE_FINITE.search(text) is None
+    ):
+        return
+    try:
+        json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NonFinite as found:
+        where = _non_finite(json.loads(text))
+        at = f" at {where}" if where else ""
+        raise InvalidMessage(f"{field} holds {found}{at}: NaN and infinities are not JSON "
+                             "values (no provider reads them)") from None
+    except (ValueError, RecursionError):
+        return
+
+
+def _non_finite(value: object, path: str = "") -> str | None:
+    """The place of the first NaN or infinity in a parsed JSON value ("" for the value)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        items: Any = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for place, inner in items:
+        found = _non_finite(inner, place)
+        if found is not None:
+            return found
+    return None
+
+
+def block_json_texts(owner: str, block: ContentBlock) -> list[tuple[str, str]]:
+    """(field, JSON text) of every JSON field of ``block`` (its ``extra``, an opaque block's
+    JSON, a document's source, a server tool's input or content), fields named under
+    ``owner``: what `check_finite_json` reads of a block."""
+    match block:
+        case OpaqueBlock(json=raw):
+            return [(f"{owner}.json", raw)]
+        case DocumentBlock(source=source, extra=extra):
+            return [(f"{owner}.source", source), (f"{owner}.extra", extra)]
+        case ServerToolUse(input=value, extra=extra):
+            return [(f"{owner}.input", value), (f"{owner}.extra", extra)]
+        case ServerToolResult(content=content, extra=extra):
+            return [(f"{owner}.content", content), (f"{owner}.extra", extra)]
+    return [(f"{owner}.extra", block.extra)]
 
 
 @attrs.frozen

@@ -707,6 +707,7 @@ def _decide_append(state: SessionState, command: AppendMessage, batch: Batch) ->
     check_appended(item)
     if isinstance(item, Chat) and item.message.synthetic:
         raise InvalidMessage("the breadcrumb is inserted by turnledger, not appended")
+    _check_call_ids(state, item)
     limit = state.profile.max_tool_result_chars if command.truncate else 0
     bounded = truncate_conversation_message(item, limit) if limit else item
     batch.add(
@@ -715,6 +716,32 @@ def _decide_append(state: SessionState, command: AppendMessage, batch: Batch) ->
         message=bounded,
         original_chars=_longest_tool_text(item) if bounded != item else None,
     )
+
+
+def _check_call_ids(state: SessionState, item: ConversationMessage) -> None:
+    """DECISIONS 26: a call whose id is that of a call of the newest turn still unanswered is
+    refused, naming the id. Both were kept while the session lived, and a restored one swept
+    the older (a result answers the newest call of its id, R36), so a restarted worker sent
+    another history than the model saw. O(the newest turn), for an append that calls tools."""
+    match item:
+        case AssistantToolCalls(tool_calls=calls):
+            ids = [call.id for call in calls]
+        case Chat(message=message) if message.role == "assistant" and message.envelope:
+            ids = _calls_of(message)
+        case _:
+            return
+    if not ids:
+        return
+    turn = state.newest_turn_chat()
+    if not any(call in ids for message in turn for call in _calls_of(message)):
+        return  # no id of the turn is called again: nothing to pair
+    unanswered = set(unanswered_tool_calls(turn))
+    for i, call_id in enumerate(ids):
+        if call_id in unanswered:
+            raise InvalidMessage(
+                f"tool_calls[{i}].id {call_id!r} is the id of a call of this turn that no "
+                "result answers yet: answer that call first, or give this one another id"
+            )
 
 
 def _trim(

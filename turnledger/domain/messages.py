@@ -18,8 +18,10 @@ from turnledger.domain.blocks import (
     ContentBlock,
     ImageBlock,
     TextBlock,
+    block_json_texts,
     block_text,
     canonical_text,
+    check_finite_json,
     check_object_text,
 )
 from turnledger.domain.errors import InvalidMessage
@@ -660,21 +662,70 @@ def check_appended(item: ConversationMessage) -> None:
     stay as they were, so that records written before these still decode): every ``extra`` of
     a call, a result or a batch of calls the JSON text of an object, or empty (a provider
     writer merges it into an object: ``"[1]"`` would fail every later request of the session),
-    and a batch of results answering each call once (a second result for the same call was
-    dropped from requests without a word). Raises `InvalidMessage` naming the field."""
+    a batch of results answering each call once (a second result for the same call was
+    dropped from requests without a word), no NaN or infinity in any JSON value (DECISIONS 28:
+    extras, blocks, tool-call arguments) and no id twice among the calls of an envelope
+    (DECISIONS 26; `AssistantToolCalls` refuses it when built). Raises `InvalidMessage` naming
+    the field."""
     match item:
-        case AssistantToolCalls(tool_calls=calls, extra=extra):
+        case Chat(message=message):
+            _check_finite_message(message)
+        case AssistantToolCalls(tool_calls=calls, extra=extra, blocks=blocks):
             check_object_text("assistant_tool_calls.extra", extra)
+            check_finite_json("assistant_tool_calls.extra", extra)
             for i, call in enumerate(calls):
                 check_object_text(f"tool_calls[{i}].extra", call.extra)
+            _check_finite_calls(calls)
+            _check_finite_blocks("blocks", [b for b in blocks if not isinstance(b, ToolCall)])
         case ToolResults(results=results):
             answered: set[str] = set()
             for i, result in enumerate(results):
                 check_object_text(f"results[{i}].extra", result.extra)
+                check_finite_json(f"results[{i}].extra", result.extra)
+                _check_finite_blocks(f"results[{i}].blocks", result.blocks)
                 if result.tool_call_id in answered:
                     raise InvalidMessage(f"results[{i}] answers tool call "
                                          f"{result.tool_call_id!r} again: one result per call")
                 answered.add(result.tool_call_id)
+
+
+def _check_finite_message(message: ChatMessage) -> None:
+    check_finite_json("extra", message.extra)
+    _check_finite_blocks("blocks", message.blocks)
+    if message.role == "assistant" and message.envelope is not False and message.item is None:
+        _check_envelope_ids(message.content)
+        parsed = chat_tool_calls(message)
+        if parsed:
+            _check_finite_calls(parsed[1])
+
+
+def _check_finite_calls(calls: Sequence[ToolCall]) -> None:
+    for i, call in enumerate(calls):
+        check_finite_json(f"tool_calls[{i}].arguments", call.arguments, canonical=False)
+        check_finite_json(f"tool_calls[{i}].extra", call.extra)
+
+
+def _check_finite_blocks(owner: str, blocks: Sequence[ContentBlock]) -> None:
+    for i, block in enumerate(blocks):
+        for field, text in block_json_texts(f"{owner}[{i}]", block):
+            check_finite_json(field, text)
+
+
+def _check_envelope_ids(content: str) -> None:
+    """An assistant envelope naming one call id twice read as text, its calls lost
+    (`parse_assistant_envelope`); refused when appended (DECISIONS 26)."""
+    obj = _loads_object(content) if "tool_calls" in content else None
+    calls = obj.get("tool_calls") if obj is not None else None
+    if not isinstance(calls, list):
+        return
+    seen: dict[str, int] = {}
+    for i, call in enumerate(calls):
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if isinstance(call_id, str) and call_id:
+            if call_id in seen:
+                raise InvalidMessage(f"tool_calls[{i}] has the id {call_id!r} of "
+                                     f"tool_calls[{seen[call_id]}]: one id per call")
+            seen[call_id] = i
 
 
 def classify_appended(message: ConversationMessage | ChatMessage) -> ConversationMessage:
