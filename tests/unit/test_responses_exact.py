@@ -25,6 +25,7 @@ from tests.properties import examples
 from turnledger.domain.blocks import canonical_json
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.events import MessageAppended
+from turnledger.domain.messages import check_appended
 from turnledger.domain.providers import (
     exact_openai_responses_item,
     from_openai_responses_item,
@@ -188,12 +189,14 @@ items = st.one_of(exact_items(), near_misses(), near_misses(), others())
 
 
 def checked(raw: list[Any]) -> list[Any]:
-    """``from_responses_items`` before ADR-0059: every item converted, exported and compared."""
+    """``from_responses_items`` before ADR-0059: every item converted, exported and compared
+    (and, since issue 33, held to what an append checks, with the item's index)."""
     out = []
     for i, value in enumerate(raw):
         item = plain(value)
         try:
             converted = from_openai_responses_item(item)
+            check_appended(converted)
         except InvalidMessage as error:
             raise InvalidMessage(f"items[{i}]: {error}") from None
         if to_openai_responses((converted,)) != [item]:

@@ -55,6 +55,7 @@ from turnledger.domain.messages import (
     SUMMARY_PREFIX,
     ChatMessage,
     ConversationMessage,
+    check_appended,
     is_breadcrumb,
 )
 from turnledger.domain.providers import (
@@ -156,16 +157,31 @@ def from_responses_items(items: Iterable[object]) -> list[ConversationMessage]:
     for i, raw in enumerate(items):
         item = raw if type(raw) is dict else plain(raw)
         converted = exact_openai_responses_item(item)
-        messages.append(_checked(i, item) if converted is None else converted)
+        if converted is None:
+            messages.append(_checked(i, item))
+        else:
+            _appendable(i, converted)  # e.g. arguments of NaN, which the exact path keeps
+            messages.append(converted)
     return messages
 
 
+def _appendable(index: int, message: ConversationMessage) -> None:
+    """What the append will check (`check_appended`), said here with the item's index."""
+    try:
+        check_appended(message)
+    except InvalidMessage as error:
+        raise InvalidMessage(f"items[{index}]: {error}") from None
+
+
 def _checked(index: int, item: Any) -> ConversationMessage:
-    """``item`` converted, or `InvalidMessage` when it does not come back exactly."""
+    """``item`` converted, or `InvalidMessage` when it does not come back exactly or holds
+    what no message may (a value that is no JSON, NaN, an infinity: issue 33, DECISIONS 28),
+    named with the item's index."""
     try:
         converted = from_openai_responses_item(item)
     except InvalidMessage as error:
         raise InvalidMessage(f"items[{index}]: {error}") from None
+    _appendable(index, converted)
     if to_openai_responses((converted,)) != [item]:
         raise InvalidMessage(
             f"items[{index}] (type {item.get('type', 'message')!r}) would not be returned "
