@@ -9,7 +9,8 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   as `ImageBlock`), its ``function_response`` parts as one `ToolResults`. Every field
   turnledger does not interpret is kept beside it under ``"google_adk"``; "equal" is
   google-genai's own JSON form. ADK strips the client-side call ids before the model sees the
-  contents, so a call without an id gets a recorded one (``adk-…``, given back as no id) and a
+  contents, so a call without an id gets a recorded one (``adk-…``, the same for the same
+  contents and record, DECISIONS 26; given back as no id) and a
   response without an id answers the oldest unanswered call of its name. A part kind or a role
   with no turnledger form is refused by name (`InvalidMessage`), never dropped.
 - **Callbacks**: `TurnledgerCallback`, an ADK ``before_model_callback``
@@ -145,18 +146,35 @@ def _kind(part: Json, where: str) -> str:
 # --- genai -> turnledger ----------------------------------------------------------------------
 
 
-class _Calls:
-    """The unanswered calls of a conversation, oldest first: what an id-less response answers."""
+_ID_SPACE = uuid.UUID("5f0c6f4e-2f38-5b8e-9d3a-6a1d2f0c9b71")
+"""The uuid5 namespace of the ids turnledger gives id-less calls and responses."""
 
-    def __init__(self, pending: Iterable[ToolCall] = ()) -> None:
+
+class _Calls:
+    """The unanswered calls of a conversation, oldest first: what an id-less response answers.
+
+    A call without an id gets one (``adk-`` and 32 hex digits, as ADK's own), made from
+    ``seed``, the content's and the part's index, the call and the ids still unanswered: the
+    same contents converted again get the same ids (DECISIONS 26), and an id-less call made
+    again while the first is unanswered gets another id (turnledger refuses a call whose id a
+    call of the turn still awaits, DECISIONS 26)."""
+
+    def __init__(self, pending: Iterable[ToolCall] = (), seed: str = "") -> None:
         self.pending = list(pending)
+        self.seed = seed
+        self.where = ""  # the content and part being converted: part of a made id
+
+    def _made_id(self, kind: str, value: Json) -> str:
+        pending = [c.id for c in self.pending]
+        name = canonical_json([self.seed, self.where, kind, value, pending])
+        return f"adk-{uuid.uuid5(_ID_SPACE, name).hex}"
 
     def call(self, call: Json) -> ToolCall:
         rest = dict(call)
         call_id = rest.pop("id", None)
         fields: Json = {"call": rest}
         if call_id is None:
-            call_id, fields[_SYNTHETIC] = f"adk-{uuid.uuid4().hex}", True
+            call_id, fields[_SYNTHETIC] = self._made_id("call", rest), True
         name, args = rest.pop("name", ""), rest.pop("args", None)
         fields["args"] = args is not None
         made = ToolCall(call_id, name, "{}" if args is None else compact_json(args),
@@ -171,7 +189,7 @@ class _Calls:
         fields: Json = {"response": rest, "value": value is not None}
         if call_id is None:
             match = next((c for c in self.pending if c.name == name), None)
-            call_id = match.id if match else f"adk-{uuid.uuid4().hex}"
+            call_id = match.id if match else self._made_id("response", response)
             fields[_SYNTHETIC] = True
         self.pending = [c for c in self.pending if c.id != call_id]
         content = "{}" if value is None else compact_json(value)
@@ -201,6 +219,7 @@ def _from_model(parts: list[Json], calls: _Calls, where: str) -> ConversationMes
         if kind == "function_response":
             raise InvalidMessage(f"{where}.parts[{i}]: a function_response in a model content")
         if kind == "function_call":
+            calls.where = f"{where}.parts[{i}]"
             rest = dict(part)
             call = calls.call(rest.pop("function_call"))
             if rest:  # e.g. the thought_signature a Gemini model gives its call
@@ -241,6 +260,7 @@ def _from_user(parts: list[Json], calls: _Calls, where: str) -> list[Conversatio
             raise InvalidMessage(f"{where}.parts[{i}]: a function_call in a user content")
         if kind == "function_response":
             flush_blocks()
+            calls.where = f"{where}.parts[{i}]"
             rest = dict(part)
             result = calls.answer(rest.pop("function_response"))
             fields = _fields(result.extra) | ({"part": rest} if rest else {})
@@ -272,16 +292,19 @@ def _convert(raw: Json, calls: _Calls, where: str) -> list[ConversationMessage]:
 
 
 def from_genai(
-    contents: Iterable[types.Content], *, unanswered: Iterable[ToolCall] = ()
+    contents: Iterable[types.Content], *, unanswered: Iterable[ToolCall] = (), seed: str = ""
 ) -> list[ConversationMessage]:
     """The turnledger messages of genai contents (module doc), each checked to come back.
 
     ``unanswered``: the calls recorded before these contents that still await a response
-    (what an id-less ``function_response`` answers). Raises `InvalidMessage` naming the content
-    (and part) when one is not a ``Content``, holds a part or role with no turnledger form, or
-    would not come back with the same JSON; nothing is converted with a loss.
+    (what an id-less ``function_response`` answers). ``seed``: what makes the ids of id-less
+    calls differ from those of other conversions of the same contents (the callback passes
+    the session and its next log position); the same arguments give the same ids. Raises
+    `InvalidMessage` naming the content (and part) when one is not a ``Content``, holds a part
+    or role with no turnledger form, or would not come back with the same JSON; nothing is
+    converted with a loss.
     """
-    return _from_genai(contents, unanswered)[0]
+    return _from_genai(contents, unanswered, seed)[0]
 
 
 _Built = tuple[tuple[Piece, ...], types.Content]
@@ -289,12 +312,12 @@ _Built = tuple[tuple[Piece, ...], types.Content]
 
 
 def _from_genai(
-    contents: Iterable[types.Content], unanswered: Iterable[ToolCall] = ()
+    contents: Iterable[types.Content], unanswered: Iterable[ToolCall] = (), seed: str = ""
 ) -> tuple[list[ConversationMessage], list[_Built]]:
     """`from_genai`, with the contents its check validated (`BuiltOnce.seed`). Each content
     is checked as a window groups its messages (`grouped`): a window's provider messages
     carry these very items, so no round trip through provider messages is needed."""
-    calls = _Calls(unanswered)
+    calls = _Calls(unanswered, seed)
     out: list[ConversationMessage] = []
     checked: list[_Built] = []
     for i, content in enumerate(contents):
@@ -461,9 +484,25 @@ def _has_calls(content: types.Content) -> bool:
 
 
 def _unanswered(window: Sequence[ChatMessage]) -> list[ToolCall]:
-    answered = {m.item.tool_call_id for m in window if isinstance(m.item, ToolResult)}
-    return [c for m in window if isinstance(m.item, AssistantToolCalls)
-            for c in m.item.tool_calls if c.id not in answered]
+    """The calls of ``window`` no later result answers, oldest first; a result answers the
+    newest earlier call of its id still unanswered (R36): an id answered once may be called
+    again."""
+    pending: list[ToolCall] = []
+    for m in window:
+        if isinstance(m.item, AssistantToolCalls):
+            pending.extend(m.item.tool_calls)
+        elif isinstance(m.item, ToolResult):
+            answered = m.item.tool_call_id
+            for k in range(len(pending) - 1, -1, -1):
+                if pending[k].id == answered:
+                    del pending[k]
+                    break
+    return pending
+
+
+def _seed(session: Session) -> str:
+    """What makes the ids of id-less calls converted for ``session`` now its own (`_Calls`)."""
+    return f"{session.id}/{session.next_position}"
 
 
 def _after_last(contents: Sequence[types.Content], target: Json) -> int | None:
@@ -655,7 +694,8 @@ class TurnledgerCallback(SessionsByName):
         seen = self._seen.get(name)
         recorded = to_genai(session.conversation_view()) if seen is None else []
         start = _new_contents(contents, seen, recorded, invocation, user_content)
-        new, checked = _from_genai(contents[start:], _unanswered(session.chat_view()))
+        new, checked = _from_genai(contents[start:], _unanswered(session.chat_view()),
+                                   _seed(session))
         self._built.seed(checked)  # the window's contents of them, validated by the check
         # The step's new contents and the window's trims: one transaction.
         window = self._window(session, new, decided)
@@ -685,7 +725,8 @@ class TurnledgerCallback(SessionsByName):
         session = self.session_for(name)
 
         def write() -> None:
-            new, checked = _from_genai([content], _unanswered(session.chat_view()))
+            new, checked = _from_genai([content], _unanswered(session.chat_view()),
+                                       _seed(session))
             session.extend(new)
             self._built.seed(checked)
 
