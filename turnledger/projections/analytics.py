@@ -82,6 +82,7 @@ Example: trims per reason and tokens dropped per route::
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -122,8 +123,10 @@ __all__ = [
     "ROUTE_STATS_COLUMNS",
     "SESSION_STATS_COLUMNS",
     "Analytics",
+    "Statistics",
     "count_before_erasure",
     "listed_sessions",
+    "statistics",
 ]
 
 log = logging.getLogger("turnledger.analytics")
@@ -419,12 +422,14 @@ class _Lost(Exception):
 class Analytics:
     """The analytics read models of a store (E7): fold the notification log into SQL tables.
 
-    Creating one creates the tables when they are missing (nothing is read yet); call
-    `catch_up` or `follow` to apply events. Safe to share between threads; several followers
-    (threads or processes) may run at once and each event is still applied once. Close it (or
-    use it as a context manager); closing does not close the backend.
+    Creating one creates the tables when they are missing (no event is read yet; tables that
+    are all there are only read, so opening them waits for no writer); call `catch_up` or
+    `follow` to apply events. Safe to share between threads; several followers (threads or
+    processes) may run at once and each event is still applied once. Close it (or use it as
+    a context manager); closing does not close the backend.
 
-    Raises `StoreUnavailable` when the database fails.
+    Raises `StoreUnavailable` when the database fails; a wait for a lock (a writer holding
+    it) ends once, after the store URL's ``lock_timeout``, with a message naming it.
     """
 
     def __init__(self, backend: EventStoreBackend) -> None:
@@ -433,7 +438,11 @@ class Analytics:
         self._lock = threading.RLock()
         self._db: _Database | None = None
         self._closed = False
-        self._ensure_tables()
+        try:
+            self._ensure_tables()
+        except BaseException:
+            self.close()
+            raise
 
     # -- lifecycle --
 
@@ -562,18 +571,24 @@ class Analytics:
                 try:
                     # The store's own SQL database, whichever backend it is (the backend
                     # knows how to reach it; this projection never sees its settings).
-                    self._db = _Database(self.backend.connect_sql())
+                    self._db = _Database(self._connect())
                 except database_errors() as error:
                     raise StoreUnavailable(
-                        f"analytics: cannot connect to {self.backend.url}: {describe_error(error)}"
+                        f"analytics: cannot connect to {self.backend.url}: "
+                        f"{_explain(self.backend, error)}"
                     ) from error
             db = self._db
             try:
                 yield db
             except db.errors as error:
                 raise StoreUnavailable(
-                    f"analytics: cannot {action} in {self.backend.url}: {describe_error(error)}"
+                    f"analytics: cannot {action} in {self.backend.url}: "
+                    f"{_explain(self.backend, error)}"
                 ) from error
+
+    def _connect(self) -> SqlConnection:
+        """A new connection to the database the tables live in: the store's own."""
+        return self.backend.connect_sql()
 
     def _drop_connection(self) -> None:
         with self._lock:
@@ -584,10 +599,16 @@ class Analytics:
 
     def _ensure_tables(self) -> None:
         """Create the missing tables, and add the counter columns a table made by an older
-        version lacks (their counts kept; the new counters start at 0). Another process
-        adding the same columns at once may fail this transaction (a duplicate column, or a
-        deadlock on PostgreSQL, where each holds the table its check read): it is tried again,
-        and then sees the columns the winner added."""
+        version lacks (their counts kept; the new counters start at 0).
+
+        Tables that are all there are only read: no write transaction, so an open never
+        waits for a writer (SQLite's write lock, issue 33). Another process adding the same
+        columns at once may fail the creating transaction (a duplicate column, or a deadlock
+        on PostgreSQL, where each holds the table its check read): it is tried again, and
+        then sees the columns the winner added. A wait that ran into the URL's limit is not
+        tried again: one wait, one limit (ADR-0021)."""
+        if self._tables_ready():
+            return
         for attempt in (1, 2, 3):
             try:
                 with self._database("create the analytics tables") as db, db.transaction():
@@ -597,10 +618,24 @@ class Analytics:
                         db.run(db.sql.init_tracking, (name,))
                     _add_missing_columns(db)
                 return
-            except StoreUnavailable:
-                if attempt == 3 or self._closed:
+            except StoreUnavailable as error:
+                if attempt == 3 or self._closed or _ran_into_a_limit(self.backend, error):
                     raise
                 log.debug("analytics: the tables changed while they were checked; again")
+
+    def _tables_ready(self) -> bool:
+        """Whether every table, counter column and tracking row is there, read without a
+        transaction (a reader waits for no writer: SQLite's WAL, PostgreSQL's MVCC)."""
+        with self._database("read the analytics tables") as db:
+            try:
+                tracked = dict(db.rows(db.sql.cursor, (TRACKING_NAME, HORIZON_NAME)))
+                have = {table: _columns(db, table) for table in TABLES}
+            except db.errors as error:  # a missing table: create it
+                log.debug("analytics: tables to create: %s", describe_error(error))
+                return False
+        return len(tracked) == 2 and all(
+            column in have[table] for table in _COUNTED_TABLES for column in COUNTER_COLUMNS
+        )
 
     @staticmethod
     def _position(db: _Database) -> int:
@@ -791,15 +826,21 @@ def _add_missing_columns(db: _Database) -> None:
     which is exact for a store written by a release (none recorded a compaction before the
     columns existed). Run in the caller's transaction."""
     for table in _COUNTED_TABLES:
-        cursor = db.connection.execute(f"SELECT * FROM {table} WHERE 1 = 0")
-        try:
-            have = {str(column[0]).lower() for column in cursor.description or ()}
-            cursor.fetchall()
-        finally:
-            cursor.close()
+        have = _columns(db, table)
         for column in COUNTER_COLUMNS:
             if column not in have:
                 db.run(f"ALTER TABLE {table} ADD COLUMN {column} {_INT}")
+
+
+def _columns(db: _Database, table: str) -> set[str]:
+    """The column names of ``table`` (lower case); raises a database error when it is missing."""
+    cursor = db.connection.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+    try:
+        have = {str(column[0]).lower() for column in cursor.description or ()}
+        cursor.fetchall()
+    finally:
+        cursor.close()
+    return have
 
 
 def _list_row(values: Sequence[Any]) -> _ListRow:
@@ -871,6 +912,113 @@ def _normalise(row: dict[str, Any]) -> dict[str, Any]:
     if "legacy" in row:
         row["legacy"] = bool(row["legacy"])
     return row
+
+
+def _explain(backend: EventStoreBackend, error: BaseException) -> str:
+    """One line for a database error; one that ran into a limit of the store's URL names it
+    and the URL option that raises it (ADR-0021)."""
+    limit = backend.database.limits.exceeded(error)
+    text = backend.database.describe_failure(error)
+    if limit is None:
+        return text
+    option = limit.partition("=")[0]
+    return f"{text} (the store is busy: raise {option}= in the store URL to wait longer)"
+
+
+def _ran_into_a_limit(backend: EventStoreBackend, error: BaseException) -> bool:
+    return backend.database.limits.exceeded(error) is not None
+
+
+class _Committed(Analytics):
+    """The store's analytics as committed, copied into a private in-memory database and
+    brought up to date there: nothing is written to the store, and nothing waits for its
+    writers (a read sees what is committed). What `statistics` answers when the store's own
+    tables cannot be written now."""
+
+    def __init__(self, backend: EventStoreBackend) -> None:
+        super().__init__(backend)
+        tables = _read_committed(backend)
+        with self._database("copy the analytics tables") as db, db.transaction():
+            for table, (columns, rows) in tables.items():
+                marks = ", ".join(db.sql.dialect.placeholder for _ in columns)
+                db.run(f"DELETE FROM {table}")
+                db.run_many(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+
+    def _connect(self) -> SqlConnection:
+        from turnledger.store.backends.sqlite import SQLITE_DIALECT
+
+        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        return SqlConnection(memory, SQLITE_DIALECT)
+
+
+_COPIED: Final = {
+    "tl_tracking": ("name", "position"),
+    "tl_session_route": ("session_id", "provider", "model"),
+    "tl_session_stats": SESSION_STATS_COLUMNS,
+    "tl_session_list": SESSION_LIST_COLUMNS,
+    "tl_route_stats": ROUTE_STATS_COLUMNS,
+}
+
+
+def _read_committed(
+    backend: EventStoreBackend,
+) -> dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
+    """Every row of the store's analytics tables as one batch committed them, read without a
+    transaction: the tracking cursor is read before and after the rows, and a batch that
+    committed in between (it moves the cursor with its rows) makes the read start again.
+    Empty when the tables cannot be read (missing, made before a counter column, or
+    changing all the time): the events are then all folded."""
+    try:
+        with closing(_Database(backend.connect_sql())) as db:
+            for _ in range(3):
+                before = _read_cursor(db)
+                tables = {
+                    table: (columns, db.rows(f"SELECT {', '.join(columns)} FROM {table}"))
+                    for table, columns in _COPIED.items()
+                }
+                if _read_cursor(db) == before:
+                    return tables
+    except database_errors() as error:
+        log.debug("analytics: no tables to copy from %s: %s", backend.url, describe_error(error))
+    return {}
+
+
+@attrs.frozen
+class Statistics:
+    """What ``turnledger stats`` prints: the rows of `Analytics.session_stats`,
+    `Analytics.route_stats` and `Analytics.totals`."""
+
+    sessions: list[dict[str, Any]]
+    routes: list[dict[str, Any]]
+    totals: dict[str, int]
+    not_updated: str | None = None
+    """Why the store's tables were not brought up to date (None: they were). The rows were
+    then counted from what is committed, in memory, and the tables lag until a later
+    catch-up succeeds."""
+
+
+def statistics(backend: EventStoreBackend, progress: Progress | None = None) -> Statistics:
+    """Bring the store's analytics tables up to date and read them.
+
+    When a writer holds the lock the catch-up needs past the store URL's limit
+    (``lock_timeout``), the statistics are counted from what is committed instead — the
+    tables as they are, plus the events they lack, folded in memory — without waiting
+    again: one wait, bounded by the URL (ADR-0021). Raises `StoreUnavailable` for any other
+    database failure, `CorruptRecord` for an event that cannot be decoded.
+    """
+    try:
+        with Analytics(backend) as analytics:
+            analytics.catch_up(progress=progress)
+            return Statistics(analytics.session_stats(), analytics.route_stats(),
+                              analytics.totals())
+    except StoreUnavailable as error:
+        if not _ran_into_a_limit(backend, error):
+            raise
+        reason = str(error)
+    with _Committed(backend) as committed:
+        committed.catch_up(progress=progress)
+        return Statistics(committed.session_stats(), committed.route_stats(),
+                          committed.totals(), reason)
 
 
 def count_before_erasure(backend: EventStoreBackend) -> None:
