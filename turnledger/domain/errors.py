@@ -33,11 +33,13 @@ __all__ = [
     "KeyRequired",
     "NotEncrypted",
     "ReplayError",
+    "SessionActive",
     "SessionClosed",
     "SessionExists",
     "SessionForgottenError",
     "SessionNotFound",
     "SnapshotMismatch",
+    "StoreChanged",
     "StoreUnavailable",
     "TranscriptError",
     "TurnledgerError",
@@ -225,6 +227,21 @@ class AuditKeyRequired(TurnledgerError):
 class UnkeyedChain(TurnledgerError):
     """An audit key was given for a store whose chain is unkeyed; `turnledger rechain` moves
     it to a keyed chain (ADR-0047)."""
+
+
+class SessionActive(TurnledgerError):
+    """A forget judged on a session's idleness found it written since (`Store.forget`'s
+    ``if_version``/``if_idle_for``, `turnledger purge`): nothing was erased (ADR-0098)."""
+
+    def __init__(self, message: str, *, session_id: str = "") -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class StoreChanged(TurnledgerError):
+    """An operator changed the store since this process opened it (`rekey`, `rechain`):
+    the append or the new session was refused in its own transaction, nothing was stored.
+    Open the store again with its current key and audit key (ADR-0098)."""
 
 
 class AlreadyKeyed(TurnledgerError):

@@ -200,7 +200,9 @@ def open_backend(
         if recorders.close is not None:
             recorders.close()
         raise
-    return EventStoreBackend(database, recorders, mapper, protection)
+    store = EventStoreBackend(database, recorders, mapper, protection)
+    store.fence.expect(protection.expected_settings())
+    return store
 
 
 def require_backend(value: object, what: str) -> None:

@@ -24,6 +24,7 @@ from turnledger.domain.errors import ConcurrencyConflict, TurnledgerError
 from turnledger.domain.events import SessionStarted
 from turnledger.store.backends.port import (
     Database,
+    Fence,
     Recorders,
     StoreUnavailable,
     database_errors,
@@ -63,6 +64,9 @@ class BackendCore:
         self.protection = protection if protection is not None else Protection()
         """Keys table, keyring and chain of the store (`turnledger.store.crypto`)."""
         self._tracking_recorder = recorders.tracking
+        self.fence = Fence()
+        """The store-wide settings every append checks in its own transaction (ADR-0098);
+        `open_backend` sets them once the keys are known."""
         self._thin_insert = recorders.insert
         self._insert_with_keys = recorders.insert_with_keys
         self._closer = recorders.close

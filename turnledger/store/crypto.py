@@ -275,6 +275,21 @@ class Protection:
         if self.keys is not None:
             self.keys.close()
 
+    def expected_settings(self) -> list[tuple[str, str | None, bool]]:
+        """The settings an append of this store must find in its own transaction (the
+        `Fence`, ADR-0098): the chain it writes, and no key when it writes in clear. An
+        encrypted store's appends need no check of the key: a session's data key stays the
+        same across a rekey; a new session's key is checked where it is stored
+        (`KeyTable.add`)."""
+        # An unkeyed chain may have no row yet: a new store is unkeyed until a first writer
+        # opened with an audit key claims it (ADR-0047).
+        expected: list[tuple[str, str | None, bool]] = [
+            ("chain", self.chain, self.chain == UNKEYED_CHAIN)
+        ]
+        if self.keyring is None:
+            expected.append(("encryption", None, False))
+        return expected
+
 
 def protect(
     database: Database,
@@ -304,6 +319,10 @@ def protect(
         protection.unkeyed_despite_audit_key = (
             audit_key is not None and protection.chain == UNKEYED_CHAIN
         )
+        if "chain" not in settings and not getattr(database, "read_only", False):
+            # Every append checks the settings table in its own transaction (ADR-0098): it
+            # must be there. Recorded once, so later opens find the row and create nothing.
+            table.claim_setting("chain", protection.chain)
         chain_key = None if protection.chain == UNKEYED_CHAIN else audit_key
         mapper: TurnledgerMapper
         if keyring is None:
@@ -372,6 +391,11 @@ def _chain(
     wanted = keyed_chain_setting(audit_key)
     if "chain" not in settings and empty():
         stored = table.claim_setting("chain", wanted)
+    elif stored == UNKEYED_CHAIN and not allow_unkeyed and empty():
+        # An empty store holds no chain yet: the first open with an audit key keys it (a
+        # writer opened without one is then refused at its first append, ADR-0098).
+        table.replace_setting("chain", wanted)
+        stored = wanted
     if stored == UNKEYED_CHAIN:
         if allow_unkeyed:
             return stored

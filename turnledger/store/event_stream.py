@@ -102,14 +102,14 @@ class EventStreams(BackendCore):
     def _insert(self, stored: Sequence[StoredEvent], keys: Sequence[SqlStatement]) -> None:
         """Insert the records of one append, with ``keys`` in the same transaction."""
         if keys and self._insert_with_keys is not None:
-            self._insert_with_keys(stored, keys)
+            self._insert_with_keys(stored, keys, self.fence)
         elif keys:  # the keys live in a database of their own: its transaction around it
             table = self.protection.keys
             if table is None:
                 raise InvalidAppend(f"{self.url} has no keys table to write to")
             table.write(keys, then=lambda: self._insert(stored, ()))
-        elif self._thin_insert is not None:  # the backend's own (ADR-0056)
-            self._thin_insert(stored)
+        elif self._thin_insert is not None:  # the backend's own (ADR-0056), fenced (ADR-0098)
+            self._thin_insert(stored, self.fence)
         else:
             self.recorder.insert_events(stored)
 

@@ -44,6 +44,7 @@ from turnledger.domain.errors import (
     InvalidKey,
     KeyRequired,
     NotEncrypted,
+    StoreChanged,
     UnkeyedChain,
     WrongKey,
 )
@@ -234,7 +235,8 @@ class KeyTable:
                 self.close()
                 raise StoreUnavailable(f"cannot {action} in {self._where}: {error}") from error
 
-    def _ensure_tables(self) -> None:
+    def ensure_tables(self) -> None:
+        """Create ``tl_keys`` and ``tl_settings`` where they are missing (once per object)."""
         if self._created:
             return
         with self._lock:
@@ -281,7 +283,7 @@ class KeyTable:
 
     def claim_setting(self, name: str, value: str) -> str:
         """Set ``name`` to ``value`` unless it is set; the value it has afterwards."""
-        self._ensure_tables()
+        self.ensure_tables()
         with self._cursor("write a setting", write=True) as (cursor, mark):
             cursor.execute(
                 f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark}) "
@@ -293,7 +295,7 @@ class KeyTable:
 
     def replace_setting(self, name: str, value: str) -> None:
         """Set ``name`` to ``value`` whatever it was."""
-        self._ensure_tables()
+        self.ensure_tables()
         with self._cursor("write a setting", write=True) as (cursor, mark):
             for statement, parameters in _setting_statements(mark, name, value):
                 cursor.execute(statement, parameters)
@@ -325,16 +327,31 @@ class KeyTable:
         return KeyRow(session_id, str(found[0]), wrapped, found[2])
 
     def add(self, session_id: UUID, master_id: str, wrapped: bytes) -> KeyRow:
-        """Store a session's wrapped data key unless it has one; the row it has afterwards."""
-        self._ensure_tables()
+        """Store a session's wrapped data key unless it has one; the row it has afterwards.
+
+        Stored only while the store's key is still ``master_id``, checked in the insert's own
+        transaction: a `rewrap` holds the keys table until it commits, so a key wrapped
+        under a master key that was just rotated away is never stored (ADR-0098). Raises
+        `StoreChanged` then.
+        """
+        self.ensure_tables()
         with self._cursor("store a data key", write=True) as (cursor, mark):
             cursor.execute(
                 "INSERT INTO tl_keys (session_id, key_id, wrapped, created_at) "
-                f"VALUES ({mark}, {mark}, {mark}, {mark}) ON CONFLICT (session_id) DO NOTHING",
-                (str(session_id), master_id, wrapped, _now()),
+                f"SELECT {mark}, {mark}, {mark}, {mark} WHERE EXISTS (SELECT 1 FROM "
+                f"tl_settings WHERE name = {mark} AND value = {mark}) "
+                "ON CONFLICT (session_id) DO NOTHING",
+                (str(session_id), master_id, wrapped, _now(), "encryption", master_id),
             )
         row = self.get(session_id)
-        assert row is not None, "a row just inserted or found"
+        if row is None:
+            current = self.settings().get("encryption", "none")
+            raise StoreChanged(
+                f"the store was re-keyed since this process opened it (its key has id "
+                f"{current}, this process holds {master_id}): session {session_id} was not "
+                "started, nothing was stored; open the store again with its current key "
+                "(ADR-0098)"
+            )
         return row
 
     def destroy_statements(self, session_id: UUID, master_id: str) -> list[SqlStatement]:
@@ -343,7 +360,7 @@ class KeyTable:
         (`EventStoreBackend.append`'s ``keys``, ADR-0066). SQLite overwrites the freed bytes
         in that transaction (``secure_delete``); `erase` then clears what older versions of
         the pages left in the files."""
-        self._ensure_tables()
+        self.ensure_tables()
         dialect = self._dialect()
         mark, now = dialect.placeholder, _now()
         # First what makes the UPDATE overwrite what it frees (SQLite's secure_delete).
@@ -408,9 +425,13 @@ class KeyTable:
         Raises `WrongKey` when a data key does not open under ``old`` (nothing is changed).
         Returns the number of data keys re-wrapped.
         """
-        self._ensure_tables()
+        self.ensure_tables()
         old_id, new_id = key_id(old, "master"), key_id(new, "master")
         with self._cursor("re-wrap the data keys", write=True) as (cursor, mark):
+            # The only writer of the keys table until it commits, after those under way: a
+            # session started meanwhile is re-wrapped too, or waits and finds the new key.
+            if self._dialect().exclusive:
+                cursor.execute(self._dialect().exclusive.format(table="tl_keys"))
             cursor.execute(
                 "SELECT session_id, key_id, wrapped FROM tl_keys WHERE wrapped IS NOT NULL"
             )

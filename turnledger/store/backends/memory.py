@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import sys
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Self
 from uuid import UUID
 
@@ -27,6 +28,7 @@ from eventsourcing.popo import (
 from eventsourcing.utils import Environment
 
 from turnledger.store.backends.port import (
+    SETTINGS_TABLE,
     Database,
     Recorders,
     SqlConnection,
@@ -186,6 +188,31 @@ class MemoryDatabase(Database):
             run_transaction(sql, keys, then=rewrite)
         finally:
             sql.connection.close()
+
+    def rewrite_all(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
+        keys: Sequence[SqlStatement],
+    ) -> int:
+        """Every record given to ``rewrite``, inside a transaction of the keys database
+        (the recorders have none; a memory store has one process)."""
+        assert isinstance(events, MemoryEventRecorder), "the recorder this database opened"
+        records = [
+            StoredEvent(_uuid(n.originator_id), n.originator_version, n.topic, n.state)
+            for n in events.select_notifications(start=1, limit=sys.maxsize)
+        ]
+        sql = self.key_sql()
+        try:
+            cursor = sql.connection.cursor()
+            cursor.execute(f"SELECT name, value FROM {SETTINGS_TABLE}")
+            settings = {str(name): str(value) for name, value in cursor.fetchall()}
+        finally:
+            sql.connection.close()
+        rewritten = rewrite(records, settings)
+        self.rewrite_states(events, snapshots, rewritten, keys)
+        return len(rewritten)
 
     def key_sql(self) -> SqlConnection:
         """The store's own in-memory keys database (shared by every backend of a name)."""

@@ -18,6 +18,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -50,7 +51,14 @@ from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 from psycopg.types.composite import CompositeInfo, register_composite
 from psycopg.types.numeric import Int8
 
-from turnledger.store.backends.port import Limits, SqlStatement, about_to_commit
+from turnledger.domain.errors import StoreChanged
+from turnledger.store.backends.port import (
+    SETTINGS_TABLE,
+    Fence,
+    Limits,
+    SqlStatement,
+    about_to_commit,
+)
 
 __all__ = [
     "ThinInsert",
@@ -373,8 +381,6 @@ class Catalog(NamedTuple):
     """Whether the schema has the store's settings table (`turnledger.store.keys`)."""
 
 
-SETTINGS_TABLE = "tl_settings"
-
 
 def catalog(
     connection: psycopg.Connection[Any], schema: str, recorders: Sequence[Any]
@@ -452,6 +458,58 @@ def add_horizon(cursor: Any, recorder: PostgresApplicationRecorder) -> None:
         "CREATE INDEX IF NOT EXISTS {index} ON {table} ({column}, notification_id)",
     ):
         cursor.execute(SQL(statement).format(**names))
+    add_recorded_at(cursor, recorder)
+
+
+RECORDED_COLUMN = "recorded_at"
+"""The events table's column of the server's time of the writing transaction (ADR-0098)."""
+
+
+def add_recorded_at(cursor: Any, recorder: PostgresApplicationRecorder) -> None:
+    """Give the events table its ``recorded_at`` column (``now()`` of the writing
+    transaction, by the server's clock), in the caller's transaction. Rows that exist keep
+    NULL: nobody knows when they were written. Adding a column without a default rewrites
+    no row; the default applies to the rows inserted afterwards (no insert names it)."""
+    names = {
+        "table": Identifier(recorder.datastore.schema, recorder.events_table_name),
+        "column": Identifier(RECORDED_COLUMN),
+    }
+    for statement in (
+        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} timestamptz",
+        "ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT now()",
+    ):
+        cursor.execute(SQL(statement).format(**names))
+
+
+def write_times(
+    recorder: PostgresApplicationRecorder,
+) -> tuple[datetime, dict[UUID, datetime]]:
+    """`Database.write_times` on PostgreSQL: the server's clock now and each session's
+    newest ``recorded_at``; the column is added first where it is missing (a store made
+    before ADR-0098; a moment's table lock, no row rewritten)."""
+    table = Identifier(recorder.datastore.schema, recorder.events_table_name)
+    column = Identifier(RECORDED_COLUMN)
+    with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
+        found = curs.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attname = %s AND NOT attisdropped)",
+            (table.as_string(conn), RECORDED_COLUMN),
+        ).fetchone()
+        if not (found and found[0]):
+            with conn.transaction():
+                add_recorded_at(curs, recorder)
+        curs.execute(SQL(
+            "SELECT now(), originator_id, max({column}) FROM {table} "
+            "WHERE {column} IS NOT NULL GROUP BY originator_id"
+        ).format(column=column, table=table))
+        rows = curs.fetchall()
+        if not rows:
+            now_row = curs.execute("SELECT now()").fetchone()
+            assert now_row is not None
+            return now_row[0], {}
+    return rows[0][0], {
+        (i if isinstance(i, UUID) else UUID(str(i))): when for _, i, when in rows
+    }
 
 
 def follow_page(
@@ -756,22 +814,35 @@ class ThinInsert:
     def __init__(self, recorder: PostgresApplicationRecorder) -> None:
         self._datastore = recorder.datastore
         self._table = Identifier(recorder.datastore.schema, recorder.events_table_name)
-        self._statements: dict[int, bytes] = {}
+        self._settings = Identifier(recorder.datastore.schema, SETTINGS_TABLE)
+        self._statements: dict[tuple[int, tuple[tuple[str, str | None, bool], ...]], bytes] = {}
 
-    def _statement(self, rows: int, connection: psycopg.Connection[Any]) -> bytes:
+    def _statement(
+        self, rows: int, connection: psycopg.Connection[Any], fence: Fence
+    ) -> tuple[bytes, tuple[str, ...]]:
+        """The statement for ``rows`` records and the fence's parameters. With a fence the
+        rows are inserted only where its settings hold, read in the statement's snapshot,
+        taken after the table lock an operator's change holds (ADR-0098)."""
         key = rows if rows <= _VALUES_ROWS else 0
-        statement = self._statements.get(key)
+        condition, parameters = fence.condition("%s", self._settings.as_string(connection))
+        statement = self._statements.get((key, fence.expected))
         if statement is None:
             head = SQL("INSERT INTO {} (originator_id, originator_version, topic, state) ")
-            body: Composable = (
-                SQL("VALUES ") + SQL(", ").join([SQL("(%b, %b, %b, %b)")] * rows) if key
+            values: Composable = (
+                SQL("VALUES ") + SQL(", ").join(
+                    [SQL("(%b::uuid, %b::int8, %b::text, %b::bytea)")] * rows
+                ) if key
                 else SQL("SELECT * FROM unnest(%b::uuid[], %b::int8[], %b::text[],"
                          " %b::bytea[])")
             )
-            statement = self._statements[key] = (
-                head.format(self._table) + body
+            if fence.expected:
+                values = SQL("SELECT * FROM (") + values + SQL(") AS v WHERE ") + SQL(
+                    condition  # built from constants and quoted names
+                )
+            statement = self._statements[(key, fence.expected)] = (
+                head.format(self._table) + values
             ).as_bytes(connection)
-        return statement
+        return statement, parameters
 
     @staticmethod
     def _parameters(records: Sequence[StoredEvent]) -> list[Any]:
@@ -784,7 +855,7 @@ class ThinInsert:
         return [[r.originator_id for r in records], [r.originator_version for r in records],
                 [r.topic for r in records], [r.state for r in records]]
 
-    def __call__(self, records: Sequence[StoredEvent]) -> None:
+    def __call__(self, records: Sequence[StoredEvent], fence: Fence) -> None:
         if not records:
             return
         pool = self._datastore.pool
@@ -796,17 +867,26 @@ class ThinInsert:
                     # One cursor per connection, rows as tuples (the dict rows' names cost
                     # on every statement, and an INSERT returns none).
                     cursor = _cursors[connection] = connection.cursor(row_factory=tuple_row)
-                statement, parameters = self._statement(len(records), connection), \
-                    self._parameters(records)
                 about_to_commit()  # the statement commits on its own
-                cursor.execute(statement, parameters, prepare=True)
+                self._run(cursor, records, fence)
         except psycopg.Error as error:
             raise _library_error(error) from error
 
-    def execute(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent]) -> None:
+    def execute(
+        self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent], fence: Fence
+    ) -> None:
         """The same statement in the caller's transaction."""
-        cursor.execute(self._statement(len(records), cursor.connection),
-                       self._parameters(records), prepare=True)
+        self._run(cursor, records, fence)
+
+    def _run(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent],
+             fence: Fence) -> None:
+        statement, fenced = self._statement(len(records), cursor.connection, fence)
+        cursor.execute(statement, [*self._parameters(records), *fenced], prepare=True)
+        if fence.expected and cursor.rowcount < len(records):
+            raise StoreChanged(fence.describe(
+                cursor.connection.cursor(row_factory=tuple_row),
+                self._settings.as_string(cursor.connection),
+            ))
 
 
 _cursors: weakref.WeakKeyDictionary[psycopg.Connection[Any], psycopg.Cursor[Any]] = (
@@ -837,12 +917,24 @@ def thin_insert(recorder: PostgresApplicationRecorder) -> ThinInsert | None:
     return ThinInsert(recorder)
 
 
+def insert_locked(
+    recorder: PostgresApplicationRecorder,
+    schema: str,
+    records: Sequence[StoredEvent],
+    fence: Fence,
+) -> None:
+    """`Recorders.insert` under ``log_order=lock``: the library's insert (its table lock and
+    NOTIFY) in a transaction that checks ``fence`` (ADR-0098)."""
+    insert_with_keys(recorder, None, schema, records, (), fence)
+
+
 def insert_with_keys(
     recorder: PostgresApplicationRecorder,
     thin: ThinInsert | None,
     schema: str,
     records: Sequence[StoredEvent],
     keys: Sequence[SqlStatement],
+    fence: Fence,
 ) -> None:
     """Insert ``records`` (the `ThinInsert` statement; under ``log_order=lock`` the library's
     table lock, notify and insert) and run ``keys`` (statements on the keys tables of
@@ -851,10 +943,13 @@ def insert_with_keys(
     ``IntegrityError`` for a taken (session, version))."""
     with recorder.datastore.transaction(commit=True) as cursor:
         if thin is None:
-            # The library's own insert of its recorder, inside this transaction (9.x).
+            # The library's own insert of its recorder, inside this transaction (9.x): its
+            # table lock first, so the check below sees what an operator's change committed.
             recorder._insert_stored_events(cursor, records)  # noqa: SLF001
+            fence.check(cursor.connection.cursor(row_factory=tuple_row), "%s",
+                        Identifier(schema, SETTINGS_TABLE).as_string(cursor.connection))
         else:
-            thin.execute(cursor, records)
+            thin.execute(cursor, records, fence)
         # The keys statements name their tables as the store's SQL connection does.
         cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
         for statement, parameters in keys:

@@ -36,6 +36,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -54,13 +55,19 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import Environment
 
-from turnledger.domain.errors import InvalidStoreURL, StoreUnavailable, TurnledgerError
+from turnledger.domain.errors import (
+    InvalidStoreURL,
+    StoreChanged,
+    StoreUnavailable,
+    TurnledgerError,
+)
 from turnledger.domain.overflow import exception_chain
 from turnledger.store.codec import describe_error
 
 __all__ = [
     "Database",
     "Erasure",
+    "Fence",
     "InvalidStoreURL",
     "Limits",
     "LogCursor",
@@ -213,10 +220,99 @@ class SqlDialect:
     one that destroys a data key (SQLite's ``secure_delete``; none where `erase` does it)."""
     erase: Erasure
     """How the old bytes of updated or deleted rows are cleared from the files."""
+    exclusive: str = ""
+    """Makes the transaction just begun the only writer of ``{table}`` until it ends, and
+    waits for the writers under way (PostgreSQL's ``LOCK TABLE ... IN SHARE ROW EXCLUSIVE
+    MODE``; nothing where `begin` already takes the database's write lock). A writer that
+    waited for it sees, in its next statement, what that transaction committed: store-wide
+    changes (`rekey`, `rechain`) run under it (ADR-0098)."""
 
 
 SqlStatement = tuple[str, tuple[object, ...]]
 """One SQL statement and its parameters, written with its dialect's placeholder."""
+
+SETTINGS_TABLE: Final = "tl_settings"
+"""The store's settings table (`turnledger.store.keys`): which key and which chain."""
+
+
+@attrs.define
+class Fence:
+    """The store-wide settings a writer opened under, checked by every append IN its own
+    transaction (ADR-0098): an operator's `rekey` or `rechain` commits between two appends
+    of a running writer, and that writer must never commit records under the settings it
+    opened with once they changed. Set by the event store once its keys are known
+    (`expect`); a backend's insert asks `condition` for SQL that is true while they hold.
+
+    ``expected``: ``(name, value, or_unset)`` of ``tl_settings`` rows: the row must hold
+    ``value`` (or be missing too, when ``or_unset``); a value of None means "no such row" (a
+    store opened without a key must find no ``encryption`` row).
+    """
+
+    expected: tuple[tuple[str, str | None, bool], ...] = ()
+
+    def expect(self, expected: Iterable[tuple[str, str | None, bool]]) -> None:
+        self.expected = tuple(expected)
+
+    def condition(self, mark: str, table: str = SETTINGS_TABLE) -> tuple[str, tuple[str, ...]]:
+        """SQL that is true while every expected setting holds, and its parameters (``1=1``
+        when nothing is expected). ``mark``: the dialect's placeholder; ``table``: the
+        settings table as the statement must name it."""
+        if not self.expected:
+            return "1=1", ()
+        parts: list[str] = []
+        parameters: list[str] = []
+        for name, value, or_unset in self.expected:
+            if value is None:
+                parts.append(f"NOT EXISTS (SELECT 1 FROM {table} WHERE name = {mark})")
+                parameters.append(name)
+            elif or_unset:
+                parts.append(
+                    f"NOT EXISTS (SELECT 1 FROM {table} WHERE name = {mark} AND value <> {mark})"
+                )
+                parameters += (name, value)
+            else:
+                parts.append(
+                    f"EXISTS (SELECT 1 FROM {table} WHERE name = {mark} AND value = {mark})"
+                )
+                parameters += (name, value)
+        return " AND ".join(parts), tuple(parameters)
+
+    def check(self, cursor: Any, mark: str, table: str = SETTINGS_TABLE) -> None:
+        """Run the check in the caller's transaction on ``cursor`` (a DB-API cursor);
+        `StoreChanged` when a setting changed (the caller rolls back)."""
+        if not self.expected:
+            return
+        condition, parameters = self.condition(mark, table)
+        cursor.execute(f"SELECT {condition}", parameters)
+        row = cursor.fetchone()
+        if not (row and row[0]):
+            raise StoreChanged(self.describe(cursor, table))
+
+    def describe(self, cursor: Any, table: str = SETTINGS_TABLE) -> str:
+        """What changed, read on ``cursor`` (one line for `StoreChanged`)."""
+        try:
+            cursor.execute(f"SELECT name, value FROM {table}")
+            now = {str(name): str(value) for name, value in cursor.fetchall()}
+        except Exception:
+            now = {}
+        return changed_settings(self.expected, now)
+
+
+def changed_settings(
+    expected: Iterable[tuple[str, str | None, bool]], now: dict[str, str]
+) -> str:
+    """The message of a `StoreChanged`: which setting went from what to what."""
+    changes = [
+        f"{name} {value or 'unset'} -> {now.get(name) or 'unset'}"
+        for name, value, or_unset in expected
+        if now.get(name) != value and not (or_unset and name not in now)
+    ]
+    what = "; ".join(changes) or "its settings"
+    return (
+        f"the store changed since this process opened it ({what}): an operator re-keyed or "
+        "re-chained it; nothing of this append was stored. Open the store again with its "
+        "current key and audit key (ADR-0098)"
+    )
 
 
 @attrs.frozen
@@ -239,17 +335,21 @@ class Recorders:
     compressor: Compressor | None
     cipher: Cipher | None
     close: Callable[[], None] | None = None
-    insert: Callable[[Sequence[StoredEvent]], None] | None = None
+    insert: Callable[[Sequence[StoredEvent], Fence], None] | None = None
     """Inserts the records of one append in one transaction, raising what the library's
-    ``events.insert_events`` raises (its ``IntegrityError`` for a taken (session, version));
-    None: that method is used. A backend may give a thinner one of its own (ADR-0056)."""
-    insert_with_keys: Callable[[Sequence[StoredEvent], Sequence[SqlStatement]], None] | None = None
+    ``events.insert_events`` raises (its ``IntegrityError`` for a taken (session, version)),
+    and `StoreChanged` when the `Fence`'s settings no longer hold in that transaction
+    (ADR-0098); None: the library's method is used, unfenced (memory: one process). A
+    backend may give a thinner one of its own (ADR-0056)."""
+    insert_with_keys: Callable[
+        [Sequence[StoredEvent], Sequence[SqlStatement], Fence], None
+    ] | None = None
     """Inserts the records of one append AND runs the statements on the store's keys tables
     (written for `Database.key_sql`'s database and dialect) in ONE transaction, raising what
-    ``insert`` raises: a data key is destroyed together with the record that says so
-    (`Store.forget`, ADR-0066). None: the keys live in a database of their own (memory); the
-    event store then runs the statements in a transaction of that database around the insert
-    (`KeyTable.write`)."""
+    ``insert`` raises (the fence checked as there): a data key is destroyed together with the
+    record that says so (`Store.forget`, ADR-0066). None: the keys live in a database of their
+    own (memory); the event store then runs the statements in a transaction of that database
+    around the insert (`KeyTable.write`)."""
     settings: Callable[[], dict[str, str]] | None = None
     """The rows of the store's settings table (``{}`` without one), which opening the store
     checks the keys against, read by the backend on a connection it holds (ADR-0089); None:
@@ -450,6 +550,33 @@ class Database(abc.ABC):
         chain (`turnledger.store.rechain`). Topics, versions and the order stay. Raises what
         the library or the driver raises."""
 
+    def write_times(
+        self, recorder: ApplicationRecorder
+    ) -> tuple[datetime, dict[UUID, datetime]] | None:
+        """The database's own clock now, and for each session the time of its newest record
+        by that clock, where the database keeps one (PostgreSQL: the server's time of the
+        writing transaction, ADR-0098); sessions written before it kept it are missing.
+        None: no clock but the writers' (SQLite: the writers share the machine's clock;
+        memory). Retention judges idleness by it (`Store.idle_sessions`)."""
+        return None
+
+    def rewrite_all(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
+        keys: Sequence[SqlStatement],
+    ) -> int:
+        """Rewrite every stored event while no writer can append (ADR-0098): in ONE
+        transaction that holds the database's write lock (SQLite's ``BEGIN IMMEDIATE``,
+        PostgreSQL's `SqlDialect.exclusive` on both tables, after the writers under way), read
+        every record and the settings, give each record ``rewrite(records, settings)``
+        returns its new ``state`` (found by session and version), delete every snapshot and
+        run ``keys``; the number of records rewritten. A writer waits for it (up to its
+        lock timeout) and then finds the new settings (`Fence`). `turnledger.store.rechain`
+        uses it. Raises what the driver raises (or ``rewrite``)."""
+        return rewrite_locked(self, events, snapshots, rewrite, keys, lambda i: i)
+
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:
         """A new connection to the SQL database the store lives in, for a projection's tables.
@@ -490,6 +617,65 @@ def rewrite_in_place(
         run_transaction(sql, [*statements, *keys])
     finally:
         sql.connection.close()
+
+
+def rewrite_locked(
+    database: Database,
+    events: ApplicationRecorder,
+    snapshots: AggregateRecorder,
+    rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
+    keys: Sequence[SqlStatement],
+    stored_id: Callable[[object], object],
+) -> int:
+    """`Database.rewrite_all` for a SQL backend whose tables `connect_sql` reaches by name.
+    ``stored_id`` gives a session id in the form the backend's column holds."""
+    sql = database.connect_sql()
+    dialect, mark = sql.dialect, sql.dialect.placeholder
+    table = getattr(events, "events_table_name", "stored_events")
+    snapshot_table = getattr(snapshots, "events_table_name", "stored_snapshots")
+    cursor = sql.connection.cursor()
+    try:
+        cursor.execute(dialect.begin)
+        try:
+            if dialect.exclusive:
+                for name in (table, snapshot_table, SETTINGS_TABLE):
+                    cursor.execute(dialect.exclusive.format(table=name))
+            cursor.execute(f"SELECT name, value FROM {SETTINGS_TABLE}")
+            settings = {str(name): str(value) for name, value in cursor.fetchall()}
+            cursor.execute(
+                f"SELECT originator_id, originator_version, topic, state FROM {table} "
+                "ORDER BY originator_id, originator_version"
+            )
+            records = [
+                StoredEvent(_uuid(i), int(v), str(t), bytes(state))
+                for i, v, t, state in cursor.fetchall()
+            ]
+            rewritten = rewrite(records, settings)
+            cursor.executemany(
+                f"UPDATE {table} SET state = {mark} WHERE originator_id = {mark} AND "
+                f"originator_version = {mark}",
+                [(r.state, stored_id(r.originator_id), r.originator_version)
+                 for r in rewritten],
+            )
+            cursor.execute(f"DELETE FROM {snapshot_table}")
+            for statement, parameters in keys:
+                cursor.execute(statement, parameters)
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
+    finally:
+        sql.connection.close()
+    return len(rewritten)
+
+
+def scratch_sql() -> SqlConnection:
+    """A new private in-memory SQL database (SQLite's), for tables a reader builds without
+    writing the store (`turnledger.projections.analytics`'s committed copy)."""
+    from turnledger.store.backends.sqlite import SQLITE_DIALECT
+
+    memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    return SqlConnection(memory, SQLITE_DIALECT)
 
 
 def run_transaction(

@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Final, Self
 from uuid import UUID
 
@@ -60,6 +61,7 @@ from turnledger.store.backends.port import (
     open_library_recorders,
     redact_url,
     rewrite_in_place,
+    rewrite_locked,
     url_number,
     url_options,
     url_seconds,
@@ -74,6 +76,7 @@ POSTGRES_DIALECT: Final = SqlDialect(
     blob="BYTEA",
     secure_delete=(),  # the dead row versions go with the VACUUM of erase
     erase=Erasure(action="vacuum the keys table", statement="VACUUM {table}"),
+    exclusive="LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE",
 )
 
 _OPTIONS: Final = (
@@ -291,8 +294,12 @@ class PostgresDatabase(Database):
         assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
         pg_recorders.set_log_order(events, lock=self.log_order == "lock")
         thin = pg_recorders.thin_insert(events)
+        # Under log_order=lock the library's insert, in a transaction that checks the fence.
+        insert = thin if thin is not None else functools.partial(
+            pg_recorders.insert_locked, events, self.schema
+        )
         return attrs.evolve(
-            recorders, insert=thin, settings=self._settings(events, settings_read),
+            recorders, insert=insert, settings=self._settings(events, settings_read),
             insert_with_keys=functools.partial(
                 pg_recorders.insert_with_keys, events, thin, self.schema
             ),
@@ -579,6 +586,16 @@ class PostgresDatabase(Database):
 
         return pg_recorders.follows_after(_application(recorder), after)
 
+    def write_times(
+        self, recorder: ApplicationRecorder
+    ) -> tuple[datetime, dict[UUID, datetime]] | None:
+        """The server's ``now()`` and each session's newest ``recorded_at`` (the server's
+        time of the writing transaction, a column default: no writer's clock). A store made
+        before ADR-0098 gets the column here, once (rows written before have none)."""
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.write_times(_application(recorder))
+
     def settle_horizon(
         self, recorder: ApplicationRecorder, after: tuple[int, int], timeout: float
     ) -> bool:
@@ -654,13 +671,31 @@ class PostgresDatabase(Database):
             lambda i: i if isinstance(i, UUID) else UUID(str(i)),
         )
 
+    def rewrite_all(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
+        keys: Sequence[SqlStatement],
+    ) -> int:
+        return rewrite_locked(
+            self, events, snapshots, rewrite, keys,
+            lambda i: i if isinstance(i, UUID) else UUID(str(i)),
+        )
+
     def connect_sql(self) -> SqlConnection:
         import psycopg
         from psycopg.sql import SQL, Identifier
 
+        from turnledger.store.backends import pg_recorders
+
         if self.pooler:
             return self._pooler_sql()
-        connection: Any = psycopg.connect(self.login.conninfo(), autocommit=True)
+        # The URL's lock and statement timeouts bound every wait on it too (ADR-0021): the
+        # analytics' catch-up behind a writer, a rechain's table lock.
+        connection: Any = psycopg.connect(
+            self.login.conninfo(pg_recorders.connection_options(self.limits)), autocommit=True
+        )
         try:
             connection.execute(SQL("SET search_path TO {}").format(Identifier(self.schema)))
         except BaseException:

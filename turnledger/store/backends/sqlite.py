@@ -38,6 +38,7 @@ from eventsourcing.persistence import (
 from turnledger.store.backends.port import (
     Database,
     Erasure,
+    Fence,
     InvalidStoreURL,
     Limits,
     Recorders,
@@ -49,6 +50,7 @@ from turnledger.store.backends.port import (
     open_library_recorders,
     redact_url,
     rewrite_in_place,
+    rewrite_locked,
     url_options,
     url_seconds,
 )
@@ -205,7 +207,8 @@ class SQLiteDatabase(Database):
                     library_close()
 
         return attrs.evolve(
-            recorders, insert=appender.insert, insert_with_keys=appender.insert, close=close
+            recorders, insert=appender.insert_fenced, insert_with_keys=appender.insert,
+            close=close,
         )
 
     def _prepare_file(self) -> None:
@@ -390,6 +393,17 @@ class SQLiteDatabase(Database):
         finally:
             connection.close()
 
+    def rewrite_all(
+        self,
+        events: ApplicationRecorder,
+        snapshots: AggregateRecorder,
+        rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
+        keys: Sequence[SqlStatement],
+    ) -> int:
+        return rewrite_locked(
+            self, events, snapshots, rewrite, keys, lambda i: _uuid(cast(UUID | str, i)).hex
+        )
+
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
             memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -530,6 +544,10 @@ class _Appender:
 
     ``keys``: statements on the keys tables, which live in the same file, run in the same
     transaction after the insert (`Recorders.insert_with_keys`, ADR-0066).
+
+    ``fence``: the settings checked first in that transaction, under the write lock: an
+    operator's rekey or rechain holds the same lock, so an append either commits before it
+    or finds its change and raises `StoreChanged` (ADR-0098).
     """
 
     def __init__(self, uri: str, statement: str, *, timeout: float, pragma: str) -> None:
@@ -553,8 +571,11 @@ class _Appender:
             raise
         return connection
 
+    def insert_fenced(self, records: Sequence[StoredEvent], fence: Fence) -> None:
+        self.insert(records, (), fence)
+
     def insert(
-        self, records: Sequence[StoredEvent], keys: Sequence[SqlStatement] = ()
+        self, records: Sequence[StoredEvent], keys: Sequence[SqlStatement], fence: Fence
     ) -> None:
         rows = [
             (r.originator_id.hex if isinstance(r.originator_id, UUID) else r.originator_id,
@@ -569,6 +590,7 @@ class _Appender:
                 connection = self._connection = self._connect()
             try:
                 connection.execute("BEGIN IMMEDIATE")
+                fence.check(connection.cursor(), "?")
                 connection.executemany(self._statement, rows)
                 for statement, parameters in keys:
                     connection.execute(statement, parameters)
