@@ -2,7 +2,9 @@
 
 Exit codes: 0 success, 1 a check failed (verify found violations, a stored record is corrupt),
 2 bad usage or bad input (one-line reason on stderr; a rejected import line is bad input, the
-other lines are still imported: README.md, Exit codes).
+other lines are still imported: README.md, Exit codes), 3 the store is unavailable (it cannot
+be reached, or a wait ran into a limit of its URL such as ``lock_timeout``: trying again later
+may succeed).
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
 from uuid import UUID
 
-from turnledger.domain.errors import CorruptRecord, TurnledgerError, bounded
+from turnledger.domain.errors import (
+    CorruptRecord,
+    SessionActive,
+    StoreUnavailable,
+    TurnledgerError,
+    bounded,
+)
 from turnledger.replay.formats import AUTO, FORMATS
 from turnledger.store import DEFAULT_STORE_URL
 
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 T = TypeVar("T")
 RULES_DOC = "docs/behaviour.md"
 """Where the rule ids the output cites (R1-R40, E1-E12) are explained, one anchor per id."""
@@ -670,7 +678,8 @@ def cmd_keygen(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
     with _open_existing(args, "forget") as store:
-        changed = store.forget(args.session, reason=args.reason)
+        changed = store.forget(args.session, reason=args.reason,
+                               if_idle_for=args.if_idle_since)
     if changed:
         print(f"forgot session {args.session}: its data key was destroyed, its content can no "
               "longer be read; its chain, event count and analytics counters remain", file=out)
@@ -697,22 +706,30 @@ def cmd_purge(args: argparse.Namespace, out: TextIO) -> int:
                   file=out)
             if args.yes:
                 store.forget(session_id, reason="finishing an interrupted forget")
-        idle = store.idle_sessions(args.older_than)
+        idle = store.idle(args.older_than)
         verb = "forgetting" if args.yes else "would forget"
-        for session_id, last in idle:
-            print(f"{verb} {session_id} (last event {last.isoformat(timespec='seconds')})",
-                  file=out)
+        active: list[str] = []
+        for found in idle:
+            clock = "" if found.clock == "database" else ", by its writer's clock"
+            print(f"{verb} {found.session_id} (last written "
+                  f"{found.last_written.isoformat(timespec='seconds')}{clock})", file=out)
             if args.yes:
-                store.forget(session_id, reason=f"retention: idle longer than {age}")
+                try:  # only at the version judged idle, checked where its key is destroyed
+                    store.forget(found.session_id, reason=f"retention: idle longer than {age}",
+                                 if_version=found.version)
+                except SessionActive:
+                    active.append(found.session_id)
+                    print(f"kept {found.session_id}: written during the purge", file=out)
         if args.yes:  # also when nothing was left: a purge killed before its last step
             store.erase_destroyed_keys()
-    count = len(unfinished) + len(idle)
-    if not count:
+    count = len(unfinished) + len(idle) - len(active)
+    if not count and not active:
         print(f"no session is idle longer than {age}", file=out)
     elif not args.yes:
         print(f"{_count(count, 'session')}; run again with --yes to forget them", file=out)
     else:
-        print(f"forgot {_count(count, 'session')}", file=out)
+        kept = f"; kept {_count(len(active), 'session')} written meanwhile" if active else ""
+        print(f"forgot {_count(count, 'session')}{kept}", file=out)
     return EXIT_OK
 
 
@@ -778,22 +795,24 @@ def cmd_rechain(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _statistics(backend: Any) -> tuple[Any, Any, Any]:
-    from turnledger.projections.analytics import Analytics
+def _statistics(backend: Any) -> Any:
+    from turnledger.projections.analytics import statistics
 
     progress = _Progress("catching up")
-    analytics = Analytics(backend)
-    try:
-        analytics.catch_up(progress=progress)
-        progress.close()
-        return analytics.session_stats(), analytics.route_stats(), analytics.totals()
-    finally:
-        analytics.close()
+    found = statistics(backend, progress)
+    progress.close()
+    return found
 
 
 def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
-    (sessions, routes, totals), damaged = _salvaging(args, _statistics)
+    found, damaged = _salvaging(args, _statistics)
+    sessions, routes, totals = found.sessions, found.routes, found.totals
     status = EXIT_CHECK_FAILED if damaged else EXIT_OK
+    if found.not_updated:
+        print(f"turnledger: the analytics tables were not updated "
+              f"({_safe(_one_line(found.not_updated), args.store)}); these statistics were "
+              "counted from what is committed, and the tables lag until `stats` or "
+              "`projections run` can write", file=sys.stderr)
     if args.read_only:
         print("turnledger: the store is read-only: statistics computed from its events; "
               "its analytics tables were neither read nor updated", file=sys.stderr)
@@ -1084,7 +1103,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="turnledger",
         description="Event-sourced conversation history for LLM agent runtimes.",
-        epilog=f"Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input. {_IDS_HELP}",
+        epilog=f"Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input, 3 the store "
+        f"is unavailable (unreachable, or busy past a limit of its URL). {_IDS_HELP}",
     )
     parser.add_argument(
         "--store",
@@ -1272,7 +1292,10 @@ def _add_summarizer(p: argparse.ArgumentParser) -> None:
 def _add_analytics_commands(sub: _Subparsers) -> None:
     p = sub.add_parser("stats", help="the analytics projections",
                        description="Bring the analytics tables up to date, then print per-session "
-                       "and per-route statistics and totals.")
+                       "and per-route statistics and totals. When another process holds the "
+                       "store's write lock past the URL's lock_timeout, the tables are left as "
+                       "they are and the statistics are counted from what is committed (said on "
+                       "stderr; exit 0).")
     _add_json(p)
     p.set_defaults(func=cmd_stats)
 
@@ -1282,7 +1305,9 @@ def _add_analytics_commands(sub: _Subparsers) -> None:
     psub.required = True
     run = psub.add_parser("run", help="bring the analytics tables up to date",
                           description="Apply the events not yet counted to the analytics "
-                          "tables; with --follow, keep applying new events until stopped.")
+                          "tables; with --follow, keep applying new events until stopped. "
+                          "Waits for another process's write lock at most the URL's "
+                          "lock_timeout, then exits 3 (store unavailable).")
     run.add_argument("--follow", action="store_true", help="keep following new events")
     run.add_argument("--interval", type=float, default=0.5, help="poll interval in seconds")
     run.set_defaults(func=cmd_projections_run)
@@ -1304,11 +1329,18 @@ def _add_privacy_commands(sub: _Subparsers) -> None:
     p.add_argument("session", help="session id or a unique prefix of one (`turnledger "
                    "sessions` lists them)")
     p.add_argument("--reason", default="", help="why (recorded in the SessionForgotten event)")
+    p.add_argument("--if-idle-since", type=_age, metavar="AGE", default=None,
+                   help="forget it only if nobody wrote it for AGE (e.g. 90d), judged as "
+                   "purge judges and checked where its key is destroyed: a session written "
+                   "meanwhile is kept (exit 1)")
     p.set_defaults(func=cmd_forget)
 
     p = sub.add_parser("purge", help="forget the sessions idle longer than an age",
-                       description="List the sessions whose last event is older than the "
-                       "given age; with --yes, forget them (retention).")
+                       description="List the sessions nobody wrote for the given age "
+                       "(PostgreSQL: by the server's clock; SQLite: by the machine's); with "
+                       "--yes, forget them (retention). A session written after it was listed "
+                       "is kept: each forget checks, where it destroys the key, that the "
+                       "session is still at the version judged idle.")
     p.add_argument("--older-than", required=True, type=_age, metavar="AGE",
                    help="an age such as 90d, 12h, 2w, 30m")
     p.add_argument("--yes", action="store_true", help="forget them (default: only list)")
@@ -1393,10 +1425,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"turnledger: corrupt store: {_safe(_one_line(error), args.store)}",
               file=sys.stderr)
         return EXIT_CHECK_FAILED
+    except SessionActive as error:  # forget --if-idle-since: the idleness check failed
+        print(f"turnledger: {_one_line(error)}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     except (UsageError, TurnledgerError) as error:
         # No message names the store's password, whoever wrote it (a driver, the library).
         print(f"turnledger: error: {_safe(_one_line(error), args.store)}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_UNAVAILABLE if isinstance(error, StoreUnavailable) else EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
     except KeyboardInterrupt:

@@ -30,12 +30,6 @@ start-up (about a second on two shared cores) to tell one wait from three."""
 EXIT_UNAVAILABLE = 3
 HELD_TIMEOUT = 10.0
 """Seconds a command behind the held lock may take before the test gives up on it."""
-PG_UNBOUNDED = pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL: Database.connect_sql (store/backends/postgres.py, outside issue 33 "
-    "point 5) opens the analytics connection without the URL's lock_timeout, so the wait "
-    "for the tracking row has no limit",
-)
 
 HOLDER = """
 import sys
@@ -97,8 +91,6 @@ def test_i33_p5_projections_run_behind_a_writer_waits_once_and_exits_unavailable
 ) -> None:
     """projections run with events to apply, behind a writer holding the lock, gives up after
     one lock_timeout (within 2x), names the limit and how to raise it, and exits 3."""
-    if store.kind == "postgresql":
-        request.applymarker(PG_UNBOUNDED)
     cli = _bounded_in(store, tmp_path)
     _, baseline = _store_with_unapplied_events(cli)
     with _writer_holding_the_lock(store):
@@ -130,8 +122,6 @@ def test_i33_p5_stats_behind_a_writer_answers_from_what_is_committed(
 ) -> None:
     """stats behind a writer holding the lock answers within 2x lock_timeout, exit 0, with
     every committed event counted, and says the tables were not updated (naming the limit)."""
-    if store.kind == "postgresql":
-        request.applymarker(PG_UNBOUNDED)
     cli = _bounded_in(store, tmp_path)
     counts, baseline = _store_with_unapplied_events(cli)
     with _writer_holding_the_lock(store):

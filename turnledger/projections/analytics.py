@@ -82,7 +82,6 @@ Example: trims per reason and tokens dropped per route::
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -116,7 +115,13 @@ from turnledger.domain.events import (
 )
 from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable, require_backend
-from turnledger.store.backends.port import LogCursor, SqlConnection, SqlDialect, database_errors
+from turnledger.store.backends.port import (
+    LogCursor,
+    SqlConnection,
+    SqlDialect,
+    database_errors,
+    scratch_sql,
+)
 from turnledger.store.codec import describe_error
 
 __all__ = [
@@ -945,10 +950,7 @@ class _Committed(Analytics):
                 db.run_many(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
 
     def _connect(self) -> SqlConnection:
-        from turnledger.store.backends.sqlite import SQLITE_DIALECT
-
-        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        return SqlConnection(memory, SQLITE_DIALECT)
+        return scratch_sql()
 
 
 _COPIED: Final = {

@@ -45,6 +45,7 @@ from turnledger.domain.errors import (
     ContextWindowExceeded,
     InvalidMessage,
     InvalidProfile,
+    SessionActive,
     SessionExists,
     SessionNotFound,
     UnansweredToolCalls,
@@ -93,6 +94,21 @@ Subscriber = Callable[[DomainEvent], None]
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+FUTURE_TOLERANCE = timedelta(minutes=5)
+"""How far after now a writer's clock may date an event before retention distrusts it."""
+
+
+@attrs.frozen
+class IdleSession:
+    """A session retention may forget (`Store.idle`): its id, when it was last written, the
+    version it was judged at, and whose clock said when (``database`` or ``writer``)."""
+
+    session_id: str
+    last_written: datetime
+    version: int
+    clock: str
 
 
 def summarised_items(
@@ -661,7 +677,14 @@ class Store:
         """Whether the store is encrypted at rest (opened with its key)."""
         return self.backend.protection.keyring is not None
 
-    def forget(self, session_id: str | UUID, reason: str = "") -> bool:
+    def forget(
+        self,
+        session_id: str | UUID,
+        reason: str = "",
+        *,
+        if_version: int | None = None,
+        if_idle_for: timedelta | None = None,
+    ) -> bool:
         """Erase a session's content: destroy its data key, record `SessionForgotten` (ADR-0046).
 
         The analytics tables are brought up to date first, so the session's counters stay.
@@ -670,6 +693,14 @@ class Store:
         the key are then cleared from the files (`erase_destroyed_keys`). Afterwards nobody
         can read its messages (reads raise `SessionForgottenError`); its id, event count and
         hash chain remain, and `verify` still checks the chain. Other sessions are untouched.
+
+        ``if_version``: forget only while the session's last version is this one — checked
+        by that transaction itself (its `SessionForgotten` takes the next version, which an
+        append of a running writer would have taken first), so a session written after it
+        was judged is never erased (ADR-0098). ``if_idle_for``: judge it here, as
+        `idle_sessions` does (by the database's clock where it has one), then forget it
+        under ``if_version``. Either raises `SessionActive` when the session was written
+        since (nothing is erased).
 
         Returns False when it was already forgotten (only the clearing of old bytes is done
         again, in case the forget that recorded it was killed before it). A session whose key
@@ -692,17 +723,49 @@ class Store:
         if keyring.is_forgotten(uuid) and self._ends_forgotten(uuid, version):
             keyring.erase()
             return False
+        if if_idle_for is not None:
+            judged = {i.session_id: i for i in self.idle(if_idle_for, sessions=[uuid])}
+            if str(uuid) not in judged:
+                raise SessionActive(
+                    f"session {uuid} is not idle for {if_idle_for}: not forgotten",
+                    session_id=str(uuid),
+                )
+            found = judged[str(uuid)].version
+            if_version = found if if_version is None else if_version
+            if found != if_version:
+                raise SessionActive(f"session {uuid} is at version {found}, not {if_version}: "
+                                    "it was written since; not forgotten", session_id=str(uuid))
+        if if_version is not None and version != if_version:
+            raise SessionActive(
+                f"session {uuid} is at version {version}, not {if_version}: it was written "
+                "since it was judged; not forgotten", session_id=str(uuid),
+            )
         self._count_before_forgetting()
-        retry_on_conflict(lambda: self._record_forgotten(uuid, str(reason)))
+        if if_version is None:
+            retry_on_conflict(lambda: self._record_forgotten(uuid, str(reason)))
+        else:
+            try:
+                self._record_forgotten(uuid, str(reason), if_version=if_version)
+            except ConcurrencyConflict:
+                raise SessionActive(
+                    f"session {uuid} was written after version {if_version} while it was "
+                    "being forgotten: not forgotten", session_id=str(uuid),
+                ) from None
         keyring.destroyed(uuid)
         keyring.erase()
         return True
 
-    def _record_forgotten(self, session_id: UUID, reason: str) -> None:
-        """Destroy the data key and record `SessionForgotten`, in one transaction."""
+    def _record_forgotten(
+        self, session_id: UUID, reason: str, *, if_version: int | None = None
+    ) -> None:
+        """Destroy the data key and record `SessionForgotten`, in one transaction; with
+        ``if_version``, that transaction fails on the (session, version) key when any other
+        record was appended after it (`ConcurrencyConflict`)."""
         keyring = self.backend.protection.keyring
         assert keyring is not None, "forget checked that the store is encrypted"
         head, chain = self.backend.head(session_id)
+        if if_version is not None and head != if_version:
+            raise ConcurrencyConflict(f"session {session_id} is at version {head}")
         destroy = keyring.destruction(session_id)
         if self._ends_forgotten(session_id, head):  # recorded, but the key was kept
             keyring.table.write(destroy)
@@ -753,14 +816,42 @@ class Store:
     def idle_sessions(
         self, older_than: timedelta, *, now: datetime | None = None
     ) -> list[tuple[str, datetime]]:
-        """(session id, time of its last event) of each session not yet forgotten whose last
-        event is older than ``older_than`` (retention: `turnledger purge`)."""
+        """(session id, time of its last record) of each session not yet forgotten that
+        nobody wrote for ``older_than`` (retention: `turnledger purge`); `idle` says how
+        each was judged and at which version."""
+        return [(i.session_id, i.last_written) for i in self.idle(older_than, now=now)]
+
+    def idle(
+        self,
+        older_than: timedelta,
+        *,
+        now: datetime | None = None,
+        sessions: Iterable[UUID] | None = None,
+    ) -> list[IdleSession]:
+        """The sessions (of ``sessions``, default all) not yet forgotten that nobody wrote
+        for ``older_than``, each with the version it was judged at (`forget`'s
+        ``if_version``).
+
+        The clock is one no writer's skew can move where the database has one (ADR-0098):
+        on PostgreSQL the server's, both for now and for when each record was written (a
+        column the server fills); a session last written before the store kept that column
+        is judged by its events' own time. On SQLite and memory the writers share the
+        machine and its clock, and the events' time is trusted — except one later than now
+        plus `FUTURE_TOLERANCE`: such a session is never judged idle (logged), since a clock
+        ahead says nothing of when it really wrote.
+        """
         if not isinstance(older_than, timedelta):
             raise TypeError(f"older_than must be a datetime.timedelta, got "
                             f"{type(older_than).__name__} {older_than!r}")
-        limit = (now or _now()) - older_than
-        found: list[tuple[str, datetime]] = []
-        for uuid in self.backend.session_ids():
+        clock = self.backend.database.write_times(self.backend.recorder)
+        written: dict[UUID, datetime] = {}
+        if clock is not None:
+            database_now, written = clock
+            now = now or database_now
+        now = now or _now()
+        limit = now - older_than
+        found: list[IdleSession] = []
+        for uuid in self.backend.session_ids() if sessions is None else sessions:
             if self.backend.mapper.is_forgotten(uuid):
                 continue
             version, _ = self.backend.head(uuid)
@@ -770,8 +861,18 @@ class Store:
             event = self.backend.mapper.to_domain_event(last[-1])
             if isinstance(event, SessionForgotten):
                 continue
-            if event.timestamp < limit:
-                found.append((str(uuid), event.timestamp))
+            when, clock_name = written.get(uuid), "database"
+            if when is None:
+                when, clock_name = event.timestamp, "writer"
+                if when > now + FUTURE_TOLERANCE:
+                    log.warning(
+                        "session %s: its last event is dated %s, after now (%s) by more than "
+                        "%s: a writer's clock is ahead; not judged idle", uuid,
+                        when.isoformat(), now.isoformat(), FUTURE_TOLERANCE,
+                    )
+                    continue
+            if when < limit:
+                found.append(IdleSession(str(uuid), when, version, clock_name))
         return found
 
     def rekey(self, new_key: bytes | str) -> int:
