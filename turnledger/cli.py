@@ -753,8 +753,9 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO) -> int:
         print(f"the store is under the new key (id {new_id}) already: an earlier rekey "
               "finished; nothing to do", file=out)
         return EXIT_OK
+    earlier = [read_key_file(path, "old key") for path in args.old_key_file or ()]
     with store:
-        count = store.rekey(new_key)
+        count = store.rekey(new_key, earlier=earlier)
     print(f"re-wrapped {count:,} data keys under the new key (id {new_id}); no event was "
           "rewritten; open the store with the new key from now on", file=out)
     return EXIT_OK
@@ -1351,6 +1352,10 @@ def _add_privacy_commands(sub: _Subparsers) -> None:
                        "in one transaction; no event is rewritten.")
     p.add_argument("--new-key-file", metavar="FILE",
                    help="the new key (default: $TURNLEDGER_NEW_KEY)")
+    p.add_argument("--old-key-file", metavar="FILE", action="append",
+                   help="an earlier master key some data keys are still wrapped by (verify "
+                   "names their key id: a store re-keyed under running writers before "
+                   "ADR-0098); repeatable")
     p.set_defaults(func=cmd_rekey)
 
     p = sub.add_parser("anchor", help="print head digests to keep outside the store",

@@ -324,3 +324,36 @@ def _days(count: float) -> Any:
     from datetime import timedelta
 
     return timedelta(days=count)
+
+
+def test_i33_p1_verify_reports_mixed_keys_and_rekey_repairs_them(
+    target: Target, tmp_path: Path
+) -> None:
+    """Point 1, a store left with mixed keys by a rekey under writers before ADR-0098: `verify`
+    reports the session whose data key the store's key does not open (`E11-data-key`, exit 1)
+    instead of raising; `rekey` refuses naming the key id it needs, and with that key given
+    (`--old-key-file`) re-wraps it: the store verifies and reads whole again."""
+    first, second, third = new_key_text(), new_key_text(), new_key_text()
+    with tl.open_store(target.url, key=first) as store:
+        kept, stranded = store.start_session(), store.start_session()
+        stranded.append(tl.ChatMessage.user("written by a writer that kept the old key"))
+    mark = target.mark()
+    old_row = target.query(f"SELECT key_id, wrapped FROM tl_keys WHERE session_id = {mark}",
+                           stranded.id)[0]
+    cli(target.url, "rekey", env={"TURNLEDGER_KEY": first, "TURNLEDGER_NEW_KEY": second})
+    target.query(f"UPDATE tl_keys SET key_id = {mark}, wrapped = {mark} "
+                 f"WHERE session_id = {mark}", old_row[0], old_row[1], stranded.id)
+    env = {"TURNLEDGER_KEY": second}
+    found = cli(target.url, "verify", env=env, expect=1)
+    assert "E11-data-key" in found.stdout + found.stderr
+    assert stranded.id in found.stdout + found.stderr
+    refused = cli(target.url, "rekey", env={**env, "TURNLEDGER_NEW_KEY": third}, expect=2)
+    assert str(old_row[0]) in refused.stderr  # the key id it needs
+    old_file = tmp_path / "first.key"
+    old_file.write_text(first)
+    cli(target.url, "rekey", "--old-key-file", str(old_file),
+        env={**env, "TURNLEDGER_NEW_KEY": third})
+    cli(target.url, "verify", env={"TURNLEDGER_KEY": third})
+    with tl.open_store(target.url, key=third) as store:
+        assert "written by a writer that kept the old key" in texts_of(store, stranded.id)
+        assert kept.id in store.sessions()

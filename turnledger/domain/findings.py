@@ -42,6 +42,9 @@ class Rule(enum.StrEnum):
     KEYED_CHAIN = "E2-keyed-chain"
     """An audit key was given but the store keeps an unkeyed chain, or records of a keyed
     store are chained without the key (ADR-0047, ADR-0063)."""
+    DATA_KEY = "E11-data-key"
+    """A session's data key does not open under the store's master key: wrapped by another
+    (a writer that kept an old key through a rekey before ADR-0098), or its row changed."""
 
     @property
     def requirement(self) -> str:

@@ -42,7 +42,7 @@ from eventsourcing.persistence import StoredEvent
 
 from turnledger.domain.compaction import cleared_item
 from turnledger.domain.decider import SessionState, request_digest, summary_tokens
-from turnledger.domain.errors import CorruptRecord, SessionNotFound, bounded
+from turnledger.domain.errors import CorruptRecord, SessionNotFound, WrongKey, bounded
 from turnledger.domain.events import (
     BreadcrumbInserted,
     DomainEvent,
@@ -280,6 +280,9 @@ def _audit_session(
     try:
         with paused_gc():  # the fold keeps what it builds: collecting would free nothing
             audit.run()
+    except WrongKey as error:  # mixed keys: a finding, never a crash of the audit
+        audit.report(1, Rule.DATA_KEY, f"{error}; `turnledger rekey --old-key-file` with the "
+                                       "key that wrapped it re-wraps it under the store's key")
     except Exception as error:
         if not salvaged:
             raise

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 from uuid import UUID
 
@@ -101,8 +101,9 @@ class Keyring:
             data_key_found = unwrap(self.master, session_id, row.wrapped)
             if data_key_found is None or row.key_id != self.master_id:
                 raise WrongKey(
-                    f"session {session_id}: its data key is not wrapped by this key (the "
-                    "store was re-keyed since it was opened, or the keys table was changed)"
+                    f"session {session_id}: its data key is wrapped by the key with id "
+                    f"{row.key_id}, not by this key (id {self.master_id}): the store was "
+                    "re-keyed since it was opened, or the keys table was changed"
                 )
             cipher = data_cipher(data_key_found)
             self._ciphers[session_id] = cipher
@@ -150,10 +151,11 @@ class Keyring:
         """Clear the old bytes of destroyed data keys from the files (`KeyTable.erase`)."""
         self.table.erase()
 
-    def rekey(self, new_master: bytes) -> int:
-        """Re-wrap every data key under ``new_master`` (one transaction); how many."""
+    def rekey(self, new_master: bytes, earlier: Sequence[bytes] = ()) -> int:
+        """Re-wrap every data key under ``new_master`` (one transaction); how many.
+        ``earlier``: older master keys some data keys may still be wrapped by."""
         with self._lock:
-            count = self.table.rewrap(self.master, new_master)
+            count = self.table.rewrap(self.master, new_master, earlier)
             self.master, self.master_id = new_master, key_id(new_master, "master")
             return count
 

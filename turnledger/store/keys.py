@@ -419,14 +419,19 @@ class KeyTable:
             if answer is not None and answer[0]:
                 log.warning("%s: %s", self._where, erasure.held)
 
-    def rewrap(self, old: bytes, new: bytes) -> int:
-        """Re-wrap every data key under ``new`` and record its id, in one transaction.
+    def rewrap(self, old: bytes, new: bytes, earlier: Sequence[bytes] = ()) -> int:
+        """Re-wrap every data key under ``new`` and record its id, in one transaction that
+        no session start interleaves with (ADR-0098).
 
-        Raises `WrongKey` when a data key does not open under ``old`` (nothing is changed).
-        Returns the number of data keys re-wrapped.
+        ``earlier``: older master keys, for data keys a writer wrapped under a key the store
+        had left (a store re-keyed under running writers before ADR-0098): each row opens
+        under the key its ``key_id`` names. Raises `WrongKey` naming the session and the key
+        id it needs when a data key opens under none of them (nothing is changed). Returns
+        the number of data keys re-wrapped.
         """
         self.ensure_tables()
-        old_id, new_id = key_id(old, "master"), key_id(new, "master")
+        keys = {key_id(k, "master"): k for k in (*earlier, old)}
+        new_id = key_id(new, "master")
         with self._cursor("re-wrap the data keys", write=True) as (cursor, mark):
             # The only writer of the keys table until it commits, after those under way: a
             # session started meanwhile is re-wrapped too, or waits and finds the new key.
@@ -438,11 +443,15 @@ class KeyTable:
             rows = cursor.fetchall()
             for session_text, wrapped_by, wrapped in rows:
                 session_id = UUID(str(session_text))
-                data_key = unwrap(old, session_id, bytes(wrapped))
-                if data_key is None or wrapped_by != old_id:
+                master = keys.get(str(wrapped_by))
+                data_key = None if master is None else unwrap(master, session_id,
+                                                              bytes(wrapped))
+                if data_key is None:
                     raise WrongKey(
-                        f"the data key of session {session_id} does not open under the current "
-                        "key; nothing was re-wrapped"
+                        f"the data key of session {session_id} is wrapped by the key with id "
+                        f"{wrapped_by}, which was not given (the store's key has id "
+                        f"{key_id(old, 'master')}); nothing was re-wrapped: give that key "
+                        "too (--old-key-file)"
                     )
                 cursor.execute(
                     f"UPDATE tl_keys SET key_id = {mark}, wrapped = {mark} "

@@ -875,14 +875,19 @@ class Store:
                 found.append(IdleSession(str(uuid), when, version, clock_name))
         return found
 
-    def rekey(self, new_key: bytes | str) -> int:
+    def rekey(self, new_key: bytes | str, *, earlier: Sequence[bytes | str] = ()) -> int:
         """Rotate the master key: re-wrap every data key under ``new_key`` (no event is
         rewritten); the store is then opened with ``new_key``. Returns how many data keys were
-        re-wrapped. Raises `NotEncrypted`, `InvalidKey`."""
+        re-wrapped. One transaction that no session start interleaves with: a writer that
+        kept the old key is refused a new session (`StoreChanged`) and reopens with the new
+        one (ADR-0098). ``earlier``: older master keys that some data keys are still wrapped
+        by (a store re-keyed under running writers before ADR-0098; `verify` names them).
+        Raises `NotEncrypted`, `InvalidKey`, `WrongKey` (a data key under a key not given)."""
         keyring = self.backend.protection.keyring
         if keyring is None:
             raise NotEncrypted(f"{self.backend.url} is not encrypted: there is no key to rotate")
-        return keyring.rekey(parse_key(new_key, "new key"))
+        return keyring.rekey(parse_key(new_key, "new key"),
+                             [parse_key(k, "earlier key") for k in earlier])
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every new `HistoryTrimmed`, after it commits (R33).
