@@ -9,12 +9,14 @@ reopen — as a deployment would restart them. MODE ``new`` starts a new session
 (each needs a new data key); ``existing`` appends to the sessions listed in SESSIONS_FILE
 (one id a line), round robin. After each append returned, the process prints one JSON line to
 OUT_FILE (flushed): ``{"session": ID, "text": TEXT, "at": UNIX_TIME}``; each refusal prints
-``{"refused": ERROR_CLASS}``. It stops when STOP_FILE exists, or after 60 s.
+``{"refused": ERROR_CLASS}``. It stops when STOP_FILE exists, or after 60 s
+(``TL_I33_AGENT_SECONDS``: the longer runs of `benchmarks.admin_under_writers`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,7 +36,7 @@ from turnledger.domain.errors import (
 _REOPEN: tuple[type[Exception], ...] = (
     getattr(errors, "StoreChanged", WrongKey), WrongKey, AuditKeyRequired, UnkeyedChain
 )
-_LIMIT = 60.0
+_LIMIT = float(os.environ.get("TL_I33_AGENT_SECONDS", "60"))
 
 
 def _open(url: str, keys_file: Path, stop: Path) -> tl.Store | None:
