@@ -19,8 +19,10 @@ def _turnledger(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str
     return run_command([sys.executable, "-m", "turnledger", *args], cwd=cwd)
 
 
-def _assert_usage_error(result: subprocess.CompletedProcess[str], *, one_line: bool) -> None:
-    assert 2 == result.returncode, describe(result)
+def _assert_usage_error(
+    result: subprocess.CompletedProcess[str], *, one_line: bool, code: int = 2
+) -> None:
+    assert code == result.returncode, describe(result)
     assert "" == result.stdout
     lines = result.stderr.splitlines()
     assert lines, "no reason on stderr"
@@ -71,13 +73,14 @@ def test_e11_sqlite_path_that_cannot_be_created_is_a_usage_error(
     assert str(path.parent.parent) in result.stderr
 
 
-def test_e11_unreachable_postgresql_is_a_one_line_usage_error(tmp_path: Path) -> None:
-    """A PostgreSQL URL nobody answers on exits 2 with one line, quickly (connect_timeout)."""
+def test_e11_unreachable_postgresql_is_a_one_line_unavailable_error(tmp_path: Path) -> None:
+    """A PostgreSQL URL nobody answers on exits 3 (the store is unavailable: trying again
+    later may succeed, ADR-0097) with one line, quickly (connect_timeout)."""
     url = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
 
     result = _turnledger(tmp_path, "--store", url, "sessions")
 
-    _assert_usage_error(result, one_line=True)
+    _assert_usage_error(result, one_line=True, code=3)
     assert "127.0.0.1" in result.stderr
 
 
