@@ -239,6 +239,26 @@ def _big_store(cli: Cli) -> tuple[Path, list[str]]:
     return path, ids
 
 
+def _first_leaf(path: Path, table: str) -> int:
+    """The number of the first leaf page of ``table``'s b-tree (SQLite's file format: an
+    interior table page, type 5, names its first child in its first cell's first 4 bytes)."""
+    connection = sqlite3.connect(path)
+    try:
+        page = int(connection.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0])
+        page_size = int(connection.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        connection.close()
+    data = path.read_bytes()
+    while True:
+        start = (page - 1) * page_size
+        header = start + (100 if page == 1 else 0)
+        if data[header] != 5:  # a leaf (13) or not a table page: this one
+            return page
+        cell = start + int.from_bytes(data[header + 12:header + 14], "big")
+        page = int.from_bytes(data[cell:cell + 4], "big")
+
+
 def test_e11_a_corrupted_page_is_reported_and_the_rest_is_audited(sqlite_cli: Cli) -> None:
     """A page of stored_events overwritten with zeros: exit 1, a finding, the rest audited.
 
@@ -246,8 +266,9 @@ def test_e11_a_corrupted_page_is_reported_and_the_rest_is_audited(sqlite_cli: Cl
     """
     path, ids = _big_store(sqlite_cli)
     page_size = 4096
-    with path.open("r+b") as file:  # page 5: a leaf of stored_events in this layout
-        file.seek(page_size * 4)
+    leaf = _first_leaf(path, "stored_events")
+    with path.open("r+b") as file:
+        file.seek(page_size * (leaf - 1))
         file.write(bytes(64))
 
     results = _damaged_report(sqlite_cli, "verify --json", "sessions")

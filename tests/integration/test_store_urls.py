@@ -87,7 +87,8 @@ def test_e8_unreachable_postgresql_is_store_unavailable() -> None:
 
 @pytest.mark.postgres
 def test_e8_postgres_schema_is_created_when_missing() -> None:
-    """The backend creates the schema named in its URL, with its tables."""
+    """The backend creates the schema named in its URL, with its tables (the settings table
+    every append checks among them, ADR-0098)."""
     require_postgres()
     import psycopg
 
@@ -105,4 +106,4 @@ def test_e8_postgres_schema_is_created_when_missing() -> None:
         with psycopg.connect(PG_CONNINFO, autocommit=True) as connection:
             connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     assert row is not None
-    assert ["stored_events", "stored_snapshots"] == row[0]
+    assert ["stored_events", "stored_snapshots", "tl_settings"] == row[0]

@@ -109,6 +109,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
@@ -128,7 +129,6 @@ __all__ = [
     "ROUTE_STATS_COLUMNS",
     "SESSION_STATS_COLUMNS",
     "Analytics",
-    "Statistics",
     "count_before_erasure",
     "listed_sessions",
     "statistics",
@@ -735,6 +735,7 @@ class _Batch:
                 | OverflowRecovered()
                 | OverflowUnrecoverable()
                 | OrphansSwept()
+                | ToolCallsRestored()
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()

@@ -321,7 +321,8 @@ def protect(
         protection.unkeyed_despite_audit_key = (
             audit_key is not None and protection.chain == UNKEYED_CHAIN
         )
-        if "chain" not in settings and not getattr(database, "read_only", False):
+        if ("chain" not in settings and database.settings_table_required
+                and not getattr(database, "read_only", False)):
             # Every append checks the settings table in its own transaction (ADR-0098): it
             # must be there. Recorded once, so later opens find the row and create nothing.
             table.claim_setting("chain", protection.chain)

@@ -203,6 +203,7 @@ class KeyTable:
         self._sql: SqlConnection | None = None
         self._lock = threading.RLock()
         self._created = False
+        self._settings_created = False
 
     def close(self) -> None:
         with self._lock:
@@ -235,29 +236,32 @@ class KeyTable:
                 self.close()
                 raise StoreUnavailable(f"cannot {action} in {self._where}: {error}") from error
 
-    def ensure_tables(self) -> None:
-        """Create ``tl_keys`` and ``tl_settings`` where they are missing (once per object)."""
-        if self._created:
+    def ensure_tables(self, *, keys: bool = True) -> None:
+        """Create ``tl_settings`` and (``keys``) ``tl_keys`` where they are missing (once per
+        object). A store written in clear only needs the settings (ADR-0098)."""
+        if self._created or (not keys and self._settings_created):
             return
         with self._lock:
             blob = self._dialect().blob
+            statements = ["CREATE TABLE IF NOT EXISTS tl_settings (name TEXT PRIMARY KEY, "
+                          "value TEXT NOT NULL)"]
+            if keys:
+                statements.append(
+                    "CREATE TABLE IF NOT EXISTS tl_keys (session_id TEXT PRIMARY KEY, "
+                    f"key_id TEXT NOT NULL, wrapped {blob}, created_at TEXT NOT NULL, "
+                    "forgotten_at TEXT)"
+                )
             for attempt in range(3):
                 try:
                     with self._cursor("create the keys table", write=True) as (cursor, _):
-                        cursor.execute(
-                            "CREATE TABLE IF NOT EXISTS tl_keys (session_id TEXT PRIMARY KEY, "
-                            f"key_id TEXT NOT NULL, wrapped {blob}, created_at TEXT NOT NULL, "
-                            "forgotten_at TEXT)"
-                        )
-                        cursor.execute(
-                            "CREATE TABLE IF NOT EXISTS tl_settings (name TEXT PRIMARY KEY, "
-                            "value TEXT NOT NULL)"
-                        )
+                        for statement in statements:
+                            cursor.execute(statement)
                     break
                 except StoreUnavailable:  # two processes creating at once (PostgreSQL)
                     if attempt == 2:
                         raise
-            self._created = True
+            self._settings_created = True
+            self._created = keys
 
     def _dialect(self) -> SqlDialect:
         with self._lock:
@@ -283,7 +287,7 @@ class KeyTable:
 
     def claim_setting(self, name: str, value: str) -> str:
         """Set ``name`` to ``value`` unless it is set; the value it has afterwards."""
-        self.ensure_tables()
+        self.ensure_tables(keys=name != "chain")
         with self._cursor("write a setting", write=True) as (cursor, mark):
             cursor.execute(
                 f"INSERT INTO tl_settings (name, value) VALUES ({mark}, {mark}) "
@@ -295,7 +299,7 @@ class KeyTable:
 
     def replace_setting(self, name: str, value: str) -> None:
         """Set ``name`` to ``value`` whatever it was."""
-        self.ensure_tables()
+        self.ensure_tables(keys=name != "chain")
         with self._cursor("write a setting", write=True) as (cursor, mark):
             for statement, parameters in _setting_statements(mark, name, value):
                 cursor.execute(statement, parameters)

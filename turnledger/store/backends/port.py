@@ -288,6 +288,12 @@ class Fence:
         if not (row and row[0]):
             raise StoreChanged(self.describe(cursor, table))
 
+    def check_without_table(self) -> None:
+        """The check where the settings table does not exist (a SQLite store never keyed
+        nor encrypted): it holds as long as no setting needs a row; else `StoreChanged`."""
+        if any(value is not None and not or_unset for _, value, or_unset in self.expected):
+            raise StoreChanged(changed_settings(self.expected, {}))
+
     def describe(self, cursor: Any, table: str = SETTINGS_TABLE) -> str:
         """What changed, read on ``cursor`` (one line for `StoreChanged`)."""
         try:
@@ -373,6 +379,11 @@ class Recorders:
 
 class Database(abc.ABC):
     """One kind of database behind the event store (the port every backend implements)."""
+
+    settings_table_required: bool = True
+    """Whether an append's fence needs the settings table to exist (ADR-0098): a writable
+    open of a store without a ``chain`` setting records it. False where the fence reads a
+    missing table as an empty one (SQLite: a plain store's schema stays as it was)."""
 
     def __init__(self, url: str) -> None:
         self.url = redact_url(url)

@@ -89,6 +89,8 @@ _SYNCHRONOUS: Final = ("full", "normal")
 class SQLiteDatabase(Database):
     """One SQLite file, named by an absolute path."""
 
+    settings_table_required = False  # the fence reads a missing table as an empty one
+
     def __init__(
         self,
         url: str,
@@ -590,7 +592,12 @@ class _Appender:
                 connection = self._connection = self._connect()
             try:
                 connection.execute("BEGIN IMMEDIATE")
-                fence.check(connection.cursor(), "?")
+                try:
+                    fence.check(connection.cursor(), "?")
+                except sqlite3.OperationalError as error:
+                    if "no such table" not in str(error):
+                        raise
+                    fence.check_without_table()  # never keyed, never encrypted
                 connection.executemany(self._statement, rows)
                 for statement, parameters in keys:
                     connection.execute(statement, parameters)
