@@ -34,11 +34,12 @@ def main(argv: list[str]) -> int:
         insert(self, curs, records, **kwargs)
         pause()
 
-    def delayed_thin(self: ThinInsert, records: Any) -> None:
-        # The append's own statement (ADR-0089) in a transaction that commits late: its
-        # notification ids are drawn at the INSERT, its rows become visible at the COMMIT.
+    def delayed_thin(self: ThinInsert, records: Any, fence: Any) -> None:
+        # The append's own statement (ADR-0089, fenced: ADR-0098) in a transaction that
+        # commits late: its notification ids are drawn at the INSERT, its rows become
+        # visible at the COMMIT.
         with self._datastore.transaction(commit=True) as cursor:
-            self.execute(cursor, records)
+            self.execute(cursor, records, fence)
             pause()
 
     PostgresAggregateRecorder._insert_stored_events = delayed  # type: ignore[method-assign]  # noqa: SLF001
