@@ -711,6 +711,9 @@ class Store:
         session), `SessionNotFound`.
         """
         uuid = parse_session_id(session_id)
+        if if_version is not None and (type(if_version) is not int or if_version < 1):
+            raise TypeError(f"if_version must be a version (an int >= 1), got "
+                            f"{type(if_version).__name__} {if_version!r}")
         version, _ = self.backend.head(uuid)
         if version == 0:
             raise SessionNotFound(f"no session {uuid} in this store")
