@@ -43,6 +43,7 @@ from turnledger.domain.events import (
     SessionStarted,
     SummaryRefusal,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
@@ -243,6 +244,15 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
         removed=small_counts,
         rewritten=st.lists(
             st.tuples(small_counts, conversation_messages), max_size=2
+        ).map(tuple),
+        restorable=st.lists(small_counts, max_size=3).map(tuple),
+    ),
+    ToolCallsRestored: _event(
+        ToolCallsRestored,
+        result_position=small_counts,
+        tool_call_ids=st.lists(names, min_size=1, max_size=3).map(tuple),
+        restored=st.lists(
+            st.tuples(small_counts, conversation_messages), min_size=1, max_size=2
         ).map(tuple),
     ),
     MessagePopped: _event(MessagePopped, position=counts, message=conversation_messages),

@@ -72,6 +72,7 @@ from turnledger.domain.events import (
     SessionStarted,
     SummaryRefusal,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
@@ -99,9 +100,11 @@ from turnledger.domain.pricing import DEFAULT_PRICING, Pricing, openai_tool_toke
 from turnledger.domain.providers import block_json
 from turnledger.domain.state import DigestPrefix, SessionState, Summary, summary_message
 from turnledger.domain.sweep import (
+    answered_ids,
+    called_ids,
     pairs_among_themselves,
     sweep_conversation_orphans,
-    sweep_orphans,
+    unanswered_calls,
 )
 from turnledger.domain.trimming import (
     turns_to_drop_for_budget,
@@ -366,6 +369,14 @@ class SweepOrphans:
     view: View = attrs.field(default=View.CONVERSATION, kw_only=True)
 
 
+@attrs.frozen
+class RestoreSweptCalls:
+    """Bring back the calls a sweep took from the newest turn that the tool result just
+    appended answers (E5): a step of an append of a tool result."""
+
+    now: datetime
+
+
 Command = (
     StartSession
     | ImportConversation
@@ -381,6 +392,7 @@ Command = (
     | PopMessage
     | ClearHistory
     | ClearToolResults
+    | RestoreSweptCalls
 )
 
 
@@ -530,21 +542,13 @@ def unanswered_tool_calls(messages: Sequence[ChatMessage]) -> tuple[str, ...]:
     """Ids of the tool calls of the newest turn that no later result answers, in call order.
 
     The newest turn runs from the last real user message (the whole history when there is
-    none); pairing is the orphan sweep's (R36), so these are exactly the calls it would remove.
+    none); pairing is the orphan sweep's (R36), so these are exactly the calls it would remove
+    for want of a result (`unanswered_calls`).
     """
     first = next(  # the newest real user message, found from the end: O(that turn)
         (i for i in range(len(messages) - 1, -1, -1) if is_real_user_message(messages[i])), 0
     )
-    turn = list(messages[first:])
-    swept = sweep_orphans(turn)
-    rewritten = dict(swept.rewritten)
-    lost: list[str] = []
-    for index in sorted({*swept.removed_indices, *rewritten}):
-        calls = _calls_of(turn[index])
-        if calls:
-            kept = set(_calls_of(rewritten[index])) if index in rewritten else set()
-            lost.extend(call for call in calls if call not in kept)
-    return tuple(dict.fromkeys(lost))
+    return unanswered_calls(messages[first:])
 
 
 def _calls_of(message: ChatMessage) -> list[str]:
@@ -566,7 +570,7 @@ def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple
 
 # --- evolve ---------------------------------------------------------------------------------
 
-def evolve(
+def evolve(  # noqa: C901  # one flat case per event type
     state: SessionState,
     event: Event,
     older: Mapping[int, ConversationMessage | None] | None = None,
@@ -603,7 +607,9 @@ def evolve(
             # A swept item stays in the log; in the index it becomes a gap (None).
             changes: dict[int, ConversationMessage | None] = dict.fromkeys(positions)
             changes.update(rewritten)
-            state.sweep(changes)
+            state.sweep(changes, event.restorable)
+        case ToolCallsRestored(restored=restored):
+            state.bring_back(restored)
         case MessagePopped(position=position):
             state.pop(position, older)
         case HistoryCleared(next_position=position):
@@ -1133,13 +1139,59 @@ def _decide_sweep(state: SessionState, command: SweepOrphans, batch: Batch) -> N
     if not result.removed_indices and not result.rewritten:
         return
     positions = [p for p, _ in present]
+    removed = tuple(positions[i] for i in result.removed_indices)
+    rewritten = tuple((positions[i], item) for i, item in result.rewritten)
+    newest = state.newest_turn_start()
     batch.add(
         OrphansSwept,
-        positions=tuple(positions[i] for i in result.removed_indices),
+        positions=removed,
         orphan_tool_call_ids=tuple(result.orphan_tool_call_ids),
         removed=result.removed,
-        rewritten=tuple((positions[i], item) for i, item in result.rewritten),
+        rewritten=rewritten,
+        # E5: what it takes from the newest turn, a result may bring back.
+        restorable=tuple(sorted(p for p in {*removed, *(p for p, _ in rewritten)}
+                                if p >= newest)),
     )
+
+
+def _decide_restore(state: SessionState, batch: Batch) -> None:
+    """E5: the tool result just appended brings back the calls a sweep took from
+    the newest turn that it answers, with what must come back with them (a signed step comes
+    back whole, with the results the sweep took along, R36). The newest turn is swept again
+    with the log's items in place of the swept ones: what that sweep keeps of them is shown
+    again. O(the newest turn); O(1) when no sweep took anything from it."""
+    if not state.restorable:
+        return  # the append of every result in a session no restore swept
+    position = state.next_position - 1
+    answers = set(answered_ids(state.index.held(position)))
+    logged = dict(state.restorable)
+    if not any(answers.intersection(called_ids(item)) for item in logged.values()):
+        return
+    turn = [
+        (p, item)
+        for p in range(state.newest_turn_start(), state.next_position)
+        if (item := logged.get(p, state.index.held(p))) is not None
+    ]
+    swept = sweep_conversation_orphans([item for _, item in turn])
+    forms: dict[int, ConversationMessage | None] = dict.fromkeys(
+        turn[i][0] for i in swept.removed_indices)
+    forms.update((turn[i][0], item) for i, item in swept.rewritten)
+    if position in forms and forms[position] is None:
+        return  # the result answers none of the calls a sweep took: it stays an orphan
+    restored: list[tuple[int, ConversationMessage]] = []
+    brought: list[str] = []
+    for p, item in logged.items():
+        form, shown = forms.get(p, item), state.index.held(p)
+        if form is None or form == shown:
+            continue
+        before = {*called_ids(shown), *answered_ids(shown)}
+        if not before <= {*called_ids(form), *answered_ids(form)}:
+            continue  # a restoration only ever adds to what the views show
+        restored.append((p, form))
+        brought.extend(call for call in called_ids(form) if call not in before)
+    if answers.intersection(brought):
+        batch.add(ToolCallsRestored, result_position=position, tool_call_ids=tuple(brought),
+                  restored=tuple(restored))
 
 
 def _decide_clear_tool_results(state: SessionState, batch: Batch) -> None:
@@ -1227,6 +1279,8 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:  # noq
             _decide_clear(state, batch)
         case ClearToolResults():
             _decide_clear_tool_results(state, batch)
+        case RestoreSweptCalls():
+            _decide_restore(state, batch)
         case ImportConversation() | Extend() | FitWindow():
             raise TypeError(f"{type(command).__name__} is run as its steps (`run`), not decided "
                             "alone")
@@ -1286,8 +1340,11 @@ def _steps(command: Command) -> list[Command]:
                 SweepOrphans(now, view=View.CHAT),
             ]
         case AppendMessage():
-            if is_turn_start_item(as_conversation_message(command.message)):
+            item = as_conversation_message(command.message)
+            if is_turn_start_item(item):
                 return [command, EnforceTurnLimit(TrimTrigger.APPEND, command.now)]  # R27a
+            if _is_tool_result(item):  # E5: it may bring back a swept call
+                return [command, RestoreSweptCalls(command.now)]
         case PrepareRequest():
             return [
                 EnforceTurnLimit(TrimTrigger.PREPARE, command.now),  # R27a
@@ -1297,6 +1354,12 @@ def _steps(command: Command) -> list[Command]:
                 command,
             ]
     return [command]
+
+
+def _is_tool_result(item: ConversationMessage) -> bool:
+    return isinstance(item, ToolResults) or (
+        isinstance(item, Chat) and item.message.role == "tool"
+    )
 
 
 def run(state: SessionState, command: Command, summarize: Summarize | None = None) -> Batch:

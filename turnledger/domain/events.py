@@ -48,6 +48,7 @@ __all__ = [
     "SessionStarted",
     "SummaryRefusal",
     "SummaryRefused",
+    "ToolCallsRestored",
     "ToolResultsCleared",
     "TrimDecided",
     "TrimReason",
@@ -316,14 +317,20 @@ class OrphansSwept(DomainEvent):
     chat window before a request was rendered (R36).
 
     The removed messages stay in the log; ``positions`` are their log positions.
+
+    ``restorable``: the log positions of the newest turn among them (removed or rewritten):
+    while that turn is the newest, a tool result that answers a call the sweep took from
+    them brings it back (`ToolCallsRestored`, E5). Version 3 added it; a sweep
+    recorded before brought nothing back.
     """
 
     positions: tuple[int, ...]
     orphan_tool_call_ids: tuple[str, ...]
     removed: int
     rewritten: tuple[tuple[int, ConversationMessage], ...] = ()
+    restorable: tuple[int, ...] = ()
 
-    class_version: ClassVar[int] = 2
+    class_version: ClassVar[int] = 3
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -331,6 +338,29 @@ class OrphansSwept(DomainEvent):
         for pair in state.get("rewritten") or ():
             if isinstance(pair, list | tuple) and len(pair) == 2:
                 _record_seed_structure(pair[1])
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        """A sweep recorded before swept calls could be brought back (E5) marked nothing
+        restorable."""
+        state.setdefault("restorable", [])
+
+
+@attrs.frozen
+class ToolCallsRestored(DomainEvent):
+    """A tool result brought back calls a sweep had taken from the newest turn (E5).
+
+    Recorded right after the `MessageAppended` of the result at ``result_position``, while the
+    turn the sweep (`OrphansSwept`, usually a restore's) took them from is still the newest:
+    the views show again, at their log positions, the items of ``restored`` (as the views now
+    show them: each the log's item, or the log's item with the calls still unanswered left
+    out). ``tool_call_ids`` names the calls brought back. A signed step comes back whole, with
+    the results the sweep took along with it (R36). The log kept everything all along.
+    """
+
+    result_position: int
+    tool_call_ids: tuple[str, ...]
+    restored: tuple[tuple[int, ConversationMessage], ...]
 
 
 @attrs.frozen
@@ -460,6 +490,7 @@ Event: TypeAlias = (
     | OverflowRecovered
     | OverflowUnrecoverable
     | OrphansSwept
+    | ToolCallsRestored
     | MessagePopped
     | HistoryCleared
     | SessionForgotten

@@ -47,6 +47,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
@@ -165,6 +166,11 @@ class SessionState:
     """The summary the chat view shows in place of its breadcrumb (issue 24); None: the
     breadcrumb, if any. Reset by every trim that moves the chat window, set by
     `TurnsSummarized` right after the trim it explains."""
+    restorable: tuple[tuple[int, ConversationMessage], ...] = ()
+    """What sweeps took from the newest turn that a tool result may bring back (E5):
+    ``(position, item)``, the item as the log holds it, for each position an
+    `OrphansSwept` marked restorable and no `ToolCallsRestored` brought back whole; in
+    position order. Emptied when a new turn starts or the history is cleared."""
     digest_prefix: DigestPrefix = attrs.field(
         factory=DigestPrefix, init=False, eq=False, repr=False
     )
@@ -188,6 +194,7 @@ class SessionState:
         lo: int | None = None,
         region: Region[ConversationMessage] | None = None,
         summary: Summary | None = None,
+        restorable: Iterable[tuple[int, ConversationMessage]] = (),
     ) -> SessionState:
         """A state rebuilt from a snapshot: its facts, and its index from the kept
         messages and the summary of the region ``[lo, base)`` (ADR-0030).
@@ -202,7 +209,7 @@ class SessionState:
         resolved = resolve_route(profile, providers, route)
         return cls(
             session_id, version, profile, providers, legacy, resolved, conversation, chat, index,
-            summary,
+            summary, tuple(restorable),
         )
 
     def clone(self) -> SessionState:
@@ -307,9 +314,12 @@ class SessionState:
     # -- changes, applied by `evolve` --
 
     def record(self, item: ConversationMessage) -> None:
-        """Append ``item`` to the log; a leading system message moves both windows past it."""
+        """Append ``item`` to the log; a leading system message moves both windows past it.
+        A new turn leaves what a sweep took from the turn before swept for good (R36)."""
         if self.index.append(item):
             self.conversation = self.chat = Window(self.index.base)
+        if self.restorable and self.index.rows.is_turn_start(item):
+            self.restorable = ()
 
     def trim(self, view: View, first_kept: int) -> None:
         """Start ``view``'s window at ``first_kept``, without a breadcrumb yet (R3, R31).
@@ -376,6 +386,7 @@ class SessionState:
         self.index = WindowIndex(self.index.rows, base=next_position)
         self.conversation = self.chat = Window(next_position)
         self.summary = None
+        self.restorable = ()
 
     def pop(
         self,
@@ -395,6 +406,8 @@ class SessionState:
         log around it without splitting a turn there.
         """
         index = self.index
+        if self.restorable:  # a popped item stays out of the views (E5)
+            self.restorable = tuple((p, i) for p, i in self.restorable if p != position)
         summarised = index.lo <= position < index.base
         if summarised:
             if older is None:
@@ -410,9 +423,40 @@ class SessionState:
         if summarised:
             index.compact_before(self.chat.start)
 
-    def sweep(self, changes: Mapping[int, ConversationMessage | None]) -> None:
-        """Replace swept items (``None``: removed from the views, still in the log, R36)."""
+    def sweep(
+        self, changes: Mapping[int, ConversationMessage | None], restorable: Iterable[int] = ()
+    ) -> None:
+        """Replace swept items (``None``: removed from the views, still in the log, R36).
+
+        ``restorable``: positions of the newest turn among them whose items, as they are
+        before this sweep, a tool result may bring back (E5); an item already
+        taken by an earlier sweep keeps the form that sweep found, the log's."""
+        known = dict(self.restorable)
+        for position in restorable:
+            item = self.index.held(position)
+            if position not in known and item is not None:
+                known[position] = item
+        if len(known) != len(self.restorable):
+            self.restorable = tuple(sorted(known.items(), key=_first))
         self.index.replace(changes)
+
+    def bring_back(self, restored: Iterable[tuple[int, ConversationMessage]]) -> None:
+        """Show ``restored`` items again (`ToolCallsRestored`, E5); a position
+        shown as the log holds it is no longer restorable."""
+        changes = dict(restored)
+        self.index.replace(changes)
+        self.restorable = tuple(
+            (p, item) for p, item in self.restorable if changes.get(p) != item
+        )
+
+    def newest_turn_start(self) -> int:
+        """The log position the newest turn starts at (the chat view's start without a turn)."""
+        starts = self.index.count_turns_from(self.chat.start)
+        return self.index.turn_from(self.chat.start, starts - 1) if starts else self.chat.start
+
+
+def _first(pair: tuple[int, ConversationMessage]) -> int:
+    return pair[0]
 
 
 
@@ -466,5 +510,7 @@ def note_item(
             older.update((p, item) for p, item in event.rewritten if p in span)
         case ToolResultsCleared():
             older.update((p, item) for p, item in event.rewritten if p in span)
+        case ToolCallsRestored():
+            older.update((p, item) for p, item in event.restored if p in span)
         case _:
             assert_never(event)

@@ -13,6 +13,11 @@ result, which providers reject. The sweep removes both:
   a plain assistant message with its text, or is removed when the text is empty or blank. When an
   id is called again before the first call was answered, the older call is superseded: the next
   result answers the newer one.
+* A *signed* step (an assistant message with a thinking block that carries a signature, or a
+  redacted thinking block) is never cut: the provider checks the signature and wants its thinking
+  with the tool_use it preceded. It is kept whole when every call of it is answered and removed
+  whole otherwise, text and answered calls included; the results of those calls then answer
+  nothing and are removed too.
 
 Everything else (system, user, breadcrumb, ``[Tool results]`` carriers, plain assistant text) is
 never touched. On a consistent history the sweep returns the very same message objects, in the
@@ -31,6 +36,7 @@ from typing import Generic, TypeAlias, TypeVar
 
 import attrs
 
+from turnledger.domain.blocks import RedactedThinkingBlock, ThinkingBlock
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.messages import (
     AssistantToolCalls,
@@ -38,13 +44,17 @@ from turnledger.domain.messages import (
     ChatMessage,
     ConversationMessage,
     ToolCall,
+    ToolResult,
     ToolResults,
     assistant_envelope,
     chat_tool_call_id,
     chat_tool_calls,
 )
 
-__all__ = ["SweepResult", "pairs_among_themselves", "sweep_conversation_orphans", "sweep_orphans"]
+__all__ = [
+    "SweepResult", "answered_ids", "called_ids", "pairs_among_themselves",
+    "sweep_conversation_orphans", "sweep_orphans", "unanswered_calls", "with_calls",
+]
 
 M = TypeVar("M")
 
@@ -74,10 +84,25 @@ class SweepResult(Generic[M]):
 
 @attrs.frozen
 class _Calls:
-    """An assistant item that calls tools."""
+    """An assistant item that calls tools; ``whole``: a signed step, kept or removed whole."""
 
     text: str | None
     calls: tuple[ToolCall, ...]
+    whole: bool = False
+
+
+def _is_signed(item: AssistantToolCalls) -> bool:
+    """True for a step whose blocks a provider signed: a thinking block with its signature, or
+    a redacted thinking block (R36: such a step is kept whole or removed whole)."""
+    return any(
+        isinstance(block, RedactedThinkingBlock)
+        or (isinstance(block, ThinkingBlock) and block.signature)
+        for block in item.blocks
+    )
+
+
+def _calls_of(item: AssistantToolCalls) -> _Calls:
+    return _Calls(item.text, item.tool_calls, _is_signed(item))
 
 
 @attrs.frozen
@@ -98,12 +123,32 @@ class _Pairing:
 
 
 def _pair(entries: Iterable[tuple[int, int, _Slot]]) -> _Pairing:
-    """Match results to calls in one pass over ``(item, sub-index, slot)`` in history order."""
+    """Match results to calls over ``(item, sub-index, slot)`` in history order, then remove
+    the signed steps with a call left unanswered whole (their calls answer nothing) and match
+    again, until none is left: removing calls only ever leaves more results unanswered."""
+    entries = list(entries)
+    removed: set[int] = set()
+    while True:
+        pairing = _pair_once(entries, removed)
+        cut = {
+            index for index, _, slot in entries
+            if isinstance(slot, _Calls) and slot.whole and index not in removed
+            and len(pairing.answered.get(index, ())) < len(slot.calls)
+        }
+        if not cut:
+            return pairing
+        removed |= cut
+
+
+def _pair_once(entries: Sequence[tuple[int, int, _Slot]], removed: set[int]) -> _Pairing:
+    """Match results to calls in one pass; the items in ``removed`` call nothing."""
     unanswered: dict[str, int] = {}  # call id -> index of the newest item that made that call
     answered: dict[int, set[str]] = {}
     kept: set[_ResultKey] = set()
     for index, sub, slot in entries:
         if isinstance(slot, _Calls):
+            if index in removed:
+                continue
             # A newer call with the same id supersedes an unanswered older one: a later result
             # answers the call just before it, and the older call stays an orphan.
             unanswered.update((call.id, index) for call in slot.calls)
@@ -120,7 +165,10 @@ def _chat_slot(message: ChatMessage) -> _Slot:
     if message.role == "tool":
         return _Result(chat_tool_call_id(message))
     parsed = chat_tool_calls(message)
-    return None if parsed is None else _Calls(*parsed)
+    if parsed is None:
+        return None
+    item = message.item
+    return _Calls(*parsed, whole=isinstance(item, AssistantToolCalls) and _is_signed(item))
 
 
 def _plain_text(text: str | None) -> str | None:
@@ -179,6 +227,8 @@ def _sweep_chat_item(
         out.orphan_ids.extend(orphans)
         if not orphans:
             out.keep(message)
+        elif slot.whole:  # a signed step goes whole (R36): none of its calls is answered
+            out.drop(index)
         elif isinstance(message.item, AssistantToolCalls):
             _rewrite_item(index, message.item, kept, out)
         elif kept:
@@ -228,8 +278,8 @@ def _conversation_entries(
 ) -> Iterator[tuple[int, int, _Slot]]:
     for index, item in enumerate(history):
         match item:
-            case AssistantToolCalls(text=text, tool_calls=calls):
-                yield index, 0, _Calls(text, calls)
+            case AssistantToolCalls():
+                yield index, 0, _calls_of(item)
             case ToolResults(results=results):
                 for sub, result in enumerate(results):
                     yield index, sub, _Result(result.tool_call_id)
@@ -238,6 +288,25 @@ def _conversation_entries(
                 # ChatMessages in Chat) pairs exactly like its flat form.
                 chat_slots[index] = _chat_slot(message)
                 yield index, 0, chat_slots[index]
+
+
+def _sweep_step(
+    index: int, item: AssistantToolCalls, pairing: _Pairing, out: _Outcome[ConversationMessage]
+) -> None:
+    """Apply the pairing to one structured tool-call step."""
+    slot = _calls_of(item)
+    kept, orphans = _split_calls(slot, pairing.answered.get(index, frozenset()))
+    out.orphan_ids.extend(orphans)
+    if not orphans:
+        out.keep(item)
+    elif slot.whole:  # a signed step goes whole (R36): no call of it is answered
+        out.drop(index)
+    elif kept:
+        out.rewrite(index, item.keeping(frozenset(c.id for c in kept)))
+    elif (plain := item.remainder()) is not None:
+        out.rewrite(index, Chat(plain))
+    else:
+        out.drop(index)
 
 
 def sweep_conversation_orphans(
@@ -257,19 +326,8 @@ def sweep_conversation_orphans(
     out: _Outcome[ConversationMessage] = _Outcome()
     for index, item in enumerate(history):
         match item:
-            case AssistantToolCalls(text=text, tool_calls=calls):
-                kept, orphans = _split_calls(
-                    _Calls(text, calls), pairing.answered.get(index, frozenset())
-                )
-                out.orphan_ids.extend(orphans)
-                if not orphans:
-                    out.keep(item)
-                elif kept:
-                    out.rewrite(index, item.keeping(frozenset(c.id for c in kept)))
-                elif (plain := item.remainder()) is not None:
-                    out.rewrite(index, Chat(plain))
-                else:
-                    out.drop(index)
+            case AssistantToolCalls():
+                _sweep_step(index, item, pairing, out)
             case ToolResults(results=results):
                 kept_results = tuple(
                     result
@@ -303,6 +361,46 @@ def sweep_conversation_orphans(
                     f"history[{index}] must be a Chat, AssistantToolCalls or ToolResults, got "
                     f"{type(item).__name__} (sweep_orphans sweeps ChatMessage lists)")
     return out.result()
+
+
+def unanswered_calls(history: Sequence[ChatMessage]) -> tuple[str, ...]:
+    """Ids of the tool calls of ``history`` that no later result answers, in history order,
+    each once: the calls the sweep removes for want of a result (R36). A signed step removed
+    whole for one of them does not make its answered calls unanswered."""
+    entries = [(index, 0, _chat_slot(message)) for index, message in enumerate(history)]
+    pairing = _pair_once(entries, set())
+    return _dedupe(
+        call.id
+        for index, _, slot in entries
+        if isinstance(slot, _Calls)
+        for call in slot.calls
+        if call.id not in pairing.answered.get(index, ())
+    )
+
+
+def called_ids(item: ConversationMessage | None) -> tuple[str, ...]:
+    """The ids of the tool calls ``item`` makes, in call order (none for None)."""
+    slots = [slot for _, _, slot in _conversation_entries([item] if item else [], {})]
+    return tuple(call.id for slot in slots if isinstance(slot, _Calls) for call in slot.calls)
+
+
+def answered_ids(item: ConversationMessage | None) -> tuple[str, ...]:
+    """The call ids the tool results of ``item`` answer, in order (none for None)."""
+    slots = [slot for _, _, slot in _conversation_entries([item] if item else [], {})]
+    return tuple(
+        slot.call_id for slot in slots if isinstance(slot, _Result) and slot.call_id is not None
+    )
+
+
+def with_calls(item: ConversationMessage, ids: frozenset[str]) -> ConversationMessage | None:
+    """``item`` as the sweep leaves it when only its calls ``ids`` are answered: itself, its
+    step with the other calls left out, its text, or None (R36; a signed step is whole or
+    None). What a restored item must be (E5)."""
+    answers = [ToolResults(tuple(ToolResult(i, "") for i in ids))] if ids else []
+    swept = sweep_conversation_orphans([item, *answers])
+    if 0 in swept.removed_indices:
+        return None
+    return dict(swept.rewritten).get(0, item)
 
 
 def pairs_among_themselves(items: Sequence[ConversationMessage]) -> bool:

@@ -387,6 +387,13 @@ class WindowIndex(Generic[T]):
         """``turns_from(start)[k]`` without copying them; O(log turns)."""
         return self._turn_starts[bisect_left(self._turn_starts, start) + k]
 
+    def held(self, position: int) -> T | None:
+        """The item the views show at the held ``position``; None when it was swept or
+        popped, or is not held (before `base`, or not yet appended). O(1)."""
+        if not self.base <= position < self.next_position:
+            return None
+        return self._items[self._at(position)]
+
     def present_from(self, start: int) -> list[tuple[int, T]]:
         """``(position, item)`` of every item still in the views from ``start`` that the orphan
         sweep must see (of the region: its suspects only, ADR-0030); O(window)."""

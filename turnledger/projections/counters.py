@@ -35,6 +35,7 @@ from turnledger.domain.events import (
     SessionStarted,
     SummaryRefusal,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
@@ -226,6 +227,7 @@ class Tally:
                 | MessagePopped()
                 | HistoryCleared()
                 | SessionForgotten()
+                | ToolCallsRestored()
             ):
                 pass  # no counter of their own: they only count as events
             case _:

@@ -61,6 +61,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
@@ -75,7 +76,14 @@ from turnledger.domain.messages import (
     to_chat_messages,
 )
 from turnledger.domain.state import Summary
-from turnledger.domain.sweep import SweepResult, pairs_among_themselves, sweep_orphans
+from turnledger.domain.sweep import (
+    SweepResult,
+    answered_ids,
+    called_ids,
+    pairs_among_themselves,
+    sweep_orphans,
+    with_calls,
+)
 from turnledger.domain.turns import is_system_item
 from turnledger.domain.window import chat_messages_of
 from turnledger.replay.timeline import FoldedState, audit_request, dumps
@@ -503,6 +511,7 @@ class _SessionVerifier:
                     | OverflowRecovered()
                     | OverflowUnrecoverable()
                     | OrphansSwept()
+                    | ToolCallsRestored()
                     | SessionForgotten()
                     | ToolResultsCleared()
                     | TurnsSummarized()
@@ -536,6 +545,8 @@ class _SessionVerifier:
                                 f"{popped}, which is not the newest message the view showed")
             case ToolResultsCleared():
                 self._check_cleared(state, event)
+            case ToolCallsRestored():
+                self._check_restored(state, event)
             case TurnsSummarized():
                 self._check_summarized(state, event)
             case HistoryCleared(next_position=next_position):
@@ -572,6 +583,27 @@ class _SessionVerifier:
                 self.report(event.originator_version, Rule.REPLAY, "ToolResultsCleared at "
                             f"log position {position} is not the log's item with its tool "
                             "results cleared")
+
+    def _check_restored(self, state: FoldedState, event: ToolCallsRestored) -> None:
+        """Each item brought back is one a sweep took from the newest turn (the state's
+        ``restorable``), whole or with some of its calls left out; the result it follows
+        was just appended and answers one of the calls (E5)."""
+        version = event.originator_version
+        answers = state.log.get(event.result_position)
+        if event.result_position != state.next_position - 1 or not (
+            set(answered_ids(answers)) & set(event.tool_call_ids)
+        ):
+            self.report(version, Rule.REPLAY, f"ToolCallsRestored names the result at log "
+                        f"position {event.result_position}, which is not the message just "
+                        f"appended or answers none of {', '.join(event.tool_call_ids)}")
+        taken = dict(state.restorable)
+        for position, item in event.restored:
+            held = taken.get(position)
+            if held is None or (
+                item != held and with_calls(held, frozenset(called_ids(item))) != item
+            ):
+                self.report(version, Rule.REPLAY, f"ToolCallsRestored at log position "
+                            f"{position} is not the log's item, whole or with calls left out")
 
     def _check_summarized(self, state: FoldedState, event: TurnsSummarized) -> None:
         """A summary names the whole turns the trim it follows dropped, pairing among

@@ -61,6 +61,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimTrigger,
@@ -233,6 +234,7 @@ class _Session:
                     | OverflowRecovered()
                     | SessionForgotten()
                     | SummaryRefused()
+                    | ToolCallsRestored()
                 ):
                     pass  # drawn as the trim they go with, or as their timeline row alone
                 case RouteSelected():
@@ -881,7 +883,7 @@ _ROW_CLASSES: Final = {
     OrphansSwept: "decision sweep", OverflowReported: "decision overflow",
     OverflowRecovered: "decision overflow", OverflowUnrecoverable: "decision overflow",
     MessagePopped: "decision", HistoryCleared: "decision", ToolResultsCleared: "decision",
-    TurnsSummarized: "decision", SummaryRefused: "decision",
+    TurnsSummarized: "decision", SummaryRefused: "decision", ToolCallsRestored: "decision",
 }
 
 

@@ -52,6 +52,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
@@ -330,6 +331,8 @@ def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per eve
             return _rejected(event)
         case OrphansSwept():
             return _swept(event)
+        case ToolCallsRestored():
+            return _restored(event)
         case RouteSelected():
             return _route_selected(event)
         case OverflowReported():
@@ -460,6 +463,14 @@ def _swept(event: OrphansSwept) -> str:
     if event.orphan_tool_call_ids:
         text += f" (tool call ids {', '.join(event.orphan_tool_call_ids)})"
     return text + " (R36, E5)"
+
+
+def _restored(event: ToolCallsRestored) -> str:
+    positions = ", ".join(str(p) for p, _ in event.restored)
+    return (
+        f"the tool result at log position {event.result_position} brought back the swept "
+        f"tool calls {', '.join(event.tool_call_ids)} (log positions {positions}; E5)"
+    )
 
 
 def _tool_results_cleared(event: ToolResultsCleared) -> str:

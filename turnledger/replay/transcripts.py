@@ -47,6 +47,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
@@ -392,6 +393,7 @@ def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
                 | HistoryTrimmed()
                 | HistoryCleared()
                 | OrphansSwept()
+                | ToolCallsRestored()
                 | SessionStarted()
                 | RouteSelected()
                 | RequestRejected()

@@ -89,6 +89,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
@@ -633,6 +634,7 @@ class _Replay:
                 | ToolResultsCleared()
                 | TurnsSummarized()
                 | SummaryRefused()
+                | ToolCallsRestored()
             ):
                 pass  # outcomes (of a command, of `Store.forget`): the what-if side has its own
             case OrphansSwept():

@@ -127,6 +127,10 @@ class _Snapshot:
     summary: _Summary | None = None
     """The summary the chat view shows in place of its breadcrumb (issue 24), or None: then
     not in the bytes (`_with_columns`), which are those of a snapshot before issue 24."""
+    restorable: tuple[tuple[int, ConversationMessage], ...] = ()
+    """What sweeps took from the newest turn that a result may bring back (E5),
+    as `SessionState.restorable`; empty: not in the bytes, which are then those of a
+    snapshot before it (no sweep recorded before it marked anything restorable)."""
 
 
 _LEVEL = 1
@@ -183,7 +187,8 @@ def _with_columns(converter: cattrs.Converter) -> cattrs.Converter:
     converter.register_unstructure_hook(IntColumn, _pack_ints)
     converter.register_structure_hook(IntColumn, _structure_column)
     converter.register_unstructure_hook(_Snapshot, make_dict_unstructure_fn(
-        _Snapshot, converter, summary=override(omit_if_default=True)))
+        _Snapshot, converter, summary=override(omit_if_default=True),
+        restorable=override(omit_if_default=True)))
     return converter
 
 
@@ -252,6 +257,7 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
             summary.covers_from, summary.last_position, summary.text, summary.summarizer,
             summary.tokens,
         ),
+        restorable=state.restorable,
     )
 
 
@@ -394,4 +400,5 @@ def _state_of(snapshot: _Snapshot) -> SessionState:
         summary=None if (held := snapshot.summary) is None else Summary(
             held.covers_from, held.last_position, held.text, held.summarizer, held.tokens,
         ),
+        restorable=snapshot.restorable,
     )
