@@ -50,6 +50,7 @@ from turnledger.domain.events import (
     SessionForgotten,
     SessionStarted,
     SummaryRefused,
+    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
@@ -122,7 +123,8 @@ def _record(store: tl.Store) -> tl.Session:
     session.select_route(Route("opaque", "mystery"), reason="classifier_hint")
     session.recover_from_overflow("maximum context length exceeded")  # R25: recovered
     session.append(AssistantToolCalls(None, (ToolCall("call_x", "search", "{}"),)))
-    session = store.restore(session.id)  # the dangling call is swept (E5, R36)
+    session = store.restore(session.id)  # the dangling call is swept (E5, R36) ...
+    session.append(ToolResults((ToolResult("call_x", "late", "search"),)))  # ... and back (E5)
     session.append(ChatMessage.user("oops"))
     session.pop()
     session.clear()
@@ -207,7 +209,7 @@ def _breadcrumbs(messages: Sequence[ChatMessage]) -> int:
     return sum(BREADCRUMB_TEXT in (m.content or "") for m in messages)
 
 
-def _check_views(recorded: Recorded, event: Event) -> None:
+def _check_views(recorded: Recorded, event: Event) -> None:  # noqa: C901  # a case per event
     """`evolve` (through `state_at`): each event changes the views as it says, or not at all."""
     v = event.originator_version
     before, after = state_at(recorded.events, v - 1), state_at(recorded.events, v)
@@ -234,6 +236,10 @@ def _check_views(recorded: Recorded, event: Event) -> None:
                               _breadcrumbs(_view(after, event.view)))
         case OrphansSwept():
             assert len(before.conversation_view()) - event.removed == len(conversation)
+        case ToolCallsRestored():  # the swept calls are shown again, before their result
+            shown = before.conversation_view()
+            assert [item for _, item in event.restored if item not in shown]
+            assert all(item in conversation[:-1] for _, item in event.restored)
         case MessagePopped():
             assert before.conversation_view() == [*conversation, event.message]
         case HistoryCleared():
@@ -423,6 +429,9 @@ def _check_summarised(recorded: Recorded, event: Event) -> None:
             assert before != after
         case ToolResultsCleared():
             assert {**before, **dict(event.rewritten)} == after
+            assert before != after
+        case ToolCallsRestored():
+            assert {**before, **dict(event.restored)} == after
             assert before != after
         case _:
             assert before == after

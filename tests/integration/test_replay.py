@@ -362,12 +362,17 @@ def test_e6_timeline_covers_a_recorded_session(store: Store) -> None:
         summarised.extend([ChatMessage.user(f"question {n} " * 8),
                            ChatMessage.assistant(f"answer {n} " * 8)])
         summarised.prepare_request(summarizer=tl.Summarizer("replay", summarize))
+    crashed = store.start_session()  # E5: a call swept by a restore, brought back by its result
+    crashed.extend([ChatMessage.user("go"), AssistantToolCalls(None, (ToolCall("z", "run"),))])
+    restored = store.restore(crashed.id)
+    restored.append(ToolResults((ToolResult("z", "done", "run"),)))
     events = [
         *record_agent(store).session.events(),
         *record_refusals(store).session.events(),
         *popped.events(),
         *cleared.events(),
         *summarised.events(),
+        *restored.events(),
     ]
     entries = timeline(events)
     assert [e.originator_version for e in events] == [e.position for e in entries]
