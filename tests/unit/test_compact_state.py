@@ -80,7 +80,11 @@ def _scripts(draw: st.DrawFn) -> tuple[RuntimeProfile, bool, list[Command]]:
         elif extra == "sweep":
             commands.append(SweepOrphans(NOW))
         elif extra == "orphan":
-            commands.append(AppendMessage(draw(st.sampled_from(_ORPHANS)), NOW))
+            orphan = draw(st.sampled_from(_ORPHANS))
+            if isinstance(orphan, AssistantToolCalls):  # a pending id is never called twice
+                orphan = AssistantToolCalls("calling", (  # in one turn (ADR-0099)
+                    ToolCall(f"lost-{len(commands)}", "shell", "{}"),))
+            commands.append(AppendMessage(orphan, NOW))
         elif extra in ("pop", "pops"):
             commands += [PopMessage(NOW)] * (1 if extra == "pop" else 6)
         elif extra == "clear" and draw(st.integers(0, 3)) == 0:

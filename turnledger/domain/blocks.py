@@ -206,7 +206,7 @@ def _finite_float(token: str) -> float:
 
 def check_finite_json(field: str, text: str, *, canonical: bool = True) -> None:
     """`InvalidMessage` naming ``field`` and the place inside it when the JSON text ``text``
-    holds NaN or an infinity (DECISIONS 28): Python's ``json`` reads and writes them, no
+    holds NaN or an infinity (ADR-0099): Python's ``json`` reads and writes them, no
     provider's parser takes them, so every later request of the session would fail.
 
     Run when a message is appended (`messages.check_appended`), never when a record is

@@ -725,7 +725,7 @@ def _decide_append(state: SessionState, command: AppendMessage, batch: Batch) ->
 
 
 def _check_call_ids(state: SessionState, item: ConversationMessage) -> None:
-    """DECISIONS 26: a call whose id is that of a call of the newest turn still unanswered is
+    """ADR-0099: a call whose id is that of a call of the newest turn still unanswered is
     refused, naming the id. Both were kept while the session lived, and a restored one swept
     the older (a result answers the newest call of its id, R36), so a restarted worker sent
     another history than the model saw. O(the newest turn), for an append that calls tools."""

@@ -663,9 +663,9 @@ def check_appended(item: ConversationMessage) -> None:
     a call, a result or a batch of calls the JSON text of an object, or empty (a provider
     writer merges it into an object: ``"[1]"`` would fail every later request of the session),
     a batch of results answering each call once (a second result for the same call was
-    dropped from requests without a word), no NaN or infinity in any JSON value (DECISIONS 28:
+    dropped from requests without a word), no NaN or infinity in any JSON value (ADR-0099:
     extras, blocks, tool-call arguments) and no id twice among the calls of an envelope
-    (DECISIONS 26; `AssistantToolCalls` refuses it when built). Raises `InvalidMessage` naming
+    (ADR-0099; `AssistantToolCalls` refuses it when built). Raises `InvalidMessage` naming
     the field."""
     match item:
         case Chat(message=message):
@@ -713,7 +713,7 @@ def _check_finite_blocks(owner: str, blocks: Sequence[ContentBlock]) -> None:
 
 def _check_envelope_ids(content: str) -> None:
     """An assistant envelope naming one call id twice read as text, its calls lost
-    (`parse_assistant_envelope`); refused when appended (DECISIONS 26)."""
+    (`parse_assistant_envelope`); refused when appended (ADR-0099)."""
     obj = _loads_object(content) if "tool_calls" in content else None
     calls = obj.get("tool_calls") if obj is not None else None
     if not isinstance(calls, list):

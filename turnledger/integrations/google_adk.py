@@ -10,7 +10,7 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   turnledger does not interpret is kept beside it under ``"google_adk"``; "equal" is
   google-genai's own JSON form. ADK strips the client-side call ids before the model sees the
   contents, so a call without an id gets a recorded one (``adk-…``, the same for the same
-  contents and record, DECISIONS 26; given back as no id) and a
+  contents and record, ADR-0099; given back as no id) and a
   response without an id answers the oldest unanswered call of its name. A part kind or a role
   with no turnledger form is refused by name (`InvalidMessage`), never dropped.
 - **Callbacks**: `TurnledgerCallback`, an ADK ``before_model_callback``
@@ -155,9 +155,9 @@ class _Calls:
 
     A call without an id gets one (``adk-`` and 32 hex digits, as ADK's own), made from
     ``seed``, the content's and the part's index, the call and the ids still unanswered: the
-    same contents converted again get the same ids (DECISIONS 26), and an id-less call made
+    same contents converted again get the same ids (ADR-0099), and an id-less call made
     again while the first is unanswered gets another id (turnledger refuses a call whose id a
-    call of the turn still awaits, DECISIONS 26)."""
+    call of the turn still awaits, ADR-0099)."""
 
     def __init__(self, pending: Iterable[ToolCall] = (), seed: str = "") -> None:
         self.pending = list(pending)

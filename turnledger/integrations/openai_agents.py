@@ -175,7 +175,7 @@ def _appendable(index: int, message: ConversationMessage) -> None:
 
 def _checked(index: int, item: Any) -> ConversationMessage:
     """``item`` converted, or `InvalidMessage` when it does not come back exactly or holds
-    what no message may (a value that is no JSON, NaN, an infinity: issue 33, DECISIONS 28),
+    what no message may (a value that is no JSON, NaN, an infinity: issue 33, ADR-0099),
     named with the item's index."""
     try:
         converted = from_openai_responses_item(item)
