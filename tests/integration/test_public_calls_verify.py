@@ -93,6 +93,16 @@ def _append_result(session: Session, ids: list[str], as_chat: bool) -> None:
         session.append(ToolResults(tuple(ToolResult(i, f"out {i} " * 10, "shell") for i in ids)))
 
 
+def _call(session: Session, ids: list[str], as_chat: bool) -> None:
+    """`_append_call`; a call with the id of a call still pending is refused (ADR-0099), a
+    documented refusal: any other `InvalidMessage` fails the script."""
+    try:
+        _append_call(session, ids, as_chat)
+    except InvalidMessage as error:
+        if "no result answers yet" not in str(error):
+            raise
+
+
 def _run(store: Store, session: Session, step: tuple[Any, ...]) -> Session:
     """One public call; the documented refusals are part of the contract, anything else fails."""
     kind = step[0]
@@ -105,10 +115,7 @@ def _run(store: Store, session: Session, step: tuple[Any, ...]) -> Session:
             case "system":
                 session.append(ChatMessage.system(f"s {step[1]}"))
             case "call":
-                try:
-                    _append_call(session, step[1], step[2])
-                except InvalidMessage as error:  # an id still pending: refused (ADR-0099)
-                    assert "no result answers yet" in str(error), error
+                _call(session, step[1], step[2])
             case "result":
                 _append_result(session, step[1], step[2])
             case "prepare":
