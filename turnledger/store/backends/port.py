@@ -586,7 +586,12 @@ class Database(abc.ABC):
         run ``keys``; the number of records rewritten. A writer waits for it (up to its
         lock timeout) and then finds the new settings (`Fence`). `turnledger.store.rechain`
         uses it. Raises what the driver raises (or ``rewrite``)."""
-        return rewrite_locked(self, events, snapshots, rewrite, keys, lambda i: i)
+        return rewrite_locked(self, events, snapshots, rewrite, keys, self.stored_id)
+
+    def stored_id(self, session_id: object) -> object:
+        """A session id in the form the events table's column holds it (the SQL the port
+        writes itself: `rewrite_all`, `rewrite_in_place`); as given by default."""
+        return session_id
 
     @abc.abstractmethod
     def connect_sql(self) -> SqlConnection:

@@ -61,7 +61,6 @@ from turnledger.store.backends.port import (
     open_library_recorders,
     redact_url,
     rewrite_in_place,
-    rewrite_locked,
     url_number,
     url_options,
     url_seconds,
@@ -666,22 +665,11 @@ class PostgresDatabase(Database):
     ) -> None:
         """On a connection of its own (`connect_sql`: the store's schema first in the
         search path), in one transaction."""
-        rewrite_in_place(
-            self, events, snapshots, records, keys,
-            lambda i: i if isinstance(i, UUID) else UUID(str(i)),
-        )
+        rewrite_in_place(self, events, snapshots, records, keys, self.stored_id)
 
-    def rewrite_all(
-        self,
-        events: ApplicationRecorder,
-        snapshots: AggregateRecorder,
-        rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
-        keys: Sequence[SqlStatement],
-    ) -> int:
-        return rewrite_locked(
-            self, events, snapshots, rewrite, keys,
-            lambda i: i if isinstance(i, UUID) else UUID(str(i)),
-        )
+    def stored_id(self, session_id: object) -> object:
+        """A uuid column."""
+        return session_id if isinstance(session_id, UUID) else UUID(str(session_id))
 
     def connect_sql(self) -> SqlConnection:
         import psycopg

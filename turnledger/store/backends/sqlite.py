@@ -50,7 +50,6 @@ from turnledger.store.backends.port import (
     open_library_recorders,
     redact_url,
     rewrite_in_place,
-    rewrite_locked,
     url_options,
     url_seconds,
 )
@@ -383,9 +382,7 @@ class SQLiteDatabase(Database):
         keys: Sequence[SqlStatement],
     ) -> None:
         """On a connection of its own (`connect_sql`), in one ``BEGIN IMMEDIATE``."""
-        rewrite_in_place(
-            self, events, snapshots, records, keys, lambda i: _uuid(cast(UUID | str, i)).hex
-        )
+        rewrite_in_place(self, events, snapshots, records, keys, self.stored_id)
 
     def integrity_problems(self, limit: int) -> list[str]:
         uri = self._read_only_uri() if self.read_only else self.uri + "?mode=ro"
@@ -395,16 +392,9 @@ class SQLiteDatabase(Database):
         finally:
             connection.close()
 
-    def rewrite_all(
-        self,
-        events: ApplicationRecorder,
-        snapshots: AggregateRecorder,
-        rewrite: Callable[[list[StoredEvent], dict[str, str]], list[StoredEvent]],
-        keys: Sequence[SqlStatement],
-    ) -> int:
-        return rewrite_locked(
-            self, events, snapshots, rewrite, keys, lambda i: _uuid(cast(UUID | str, i)).hex
-        )
+    def stored_id(self, session_id: object) -> object:
+        """32 hex digits, the library's form of a UUID in SQLite."""
+        return _uuid(cast(UUID | str, session_id)).hex
 
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
