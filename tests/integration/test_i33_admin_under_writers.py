@@ -316,6 +316,7 @@ def test_i33_p4_retention_uses_the_servers_clock_not_a_writers(tmp_path: Path) -
             assert min(stamps) < max(stamps) - _days(2)  # the skewed writer's events
         listed = cli(target.url, "purge", "--older-than", "1d", env={"TURNLEDGER_KEY": key})
         assert session.id not in listed.stdout, listed.stdout
+        time.sleep(2.0)  # by the server's clock the session is now idle for 2 s
         listed = cli(target.url, "purge", "--older-than", "1s", env={"TURNLEDGER_KEY": key})
         assert session.id in listed.stdout, listed.stdout
 
