@@ -291,8 +291,20 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
     ),
 }
 
-missing = set(EVENT_TYPES) - set(EVENT_STRATEGIES)
-assert not missing, f"no strategy for {sorted(c.__name__ for c in missing)}"
+
+
+def inferred(cls: type[DomainEvent]) -> st.SearchStrategy[DomainEvent]:
+    """A strategy for an event class nobody wrote one for (a new view-neutral event): its
+    fields drawn from their types, the strategies above registered for the library's own
+    values (issue 34: adding such an event touches no test file by hand)."""
+    attrs.resolve_types(cls)
+    return _event(cls)
+
+
+st.register_type_strategy(ChatMessage, chat_messages())
+st.register_type_strategy(Route, routes)
+for _cls in EVENT_TYPES:
+    EVENT_STRATEGIES.setdefault(_cls, inferred(_cls))
 
 any_event: st.SearchStrategy[DomainEvent] = st.one_of(*EVENT_STRATEGIES.values())
 

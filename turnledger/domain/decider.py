@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from operator import is_
-from typing import Any, Final, TypeVar, assert_never
+from typing import Any, Final, TypeVar, assert_never, cast
 from uuid import UUID
 
 import attrs
@@ -51,7 +51,10 @@ from turnledger.domain.estimate import (
     text_tokens,
 )
 from turnledger.domain.events import (
+    EVENT_TYPES,
     BreadcrumbInserted,
+    ChangesViews,
+    Deciders,
     DomainEvent,
     Event,
     HistoryCleared,
@@ -68,7 +71,6 @@ from turnledger.domain.events import (
     RequestRejected,
     RouteReason,
     RouteSelected,
-    SessionForgotten,
     SessionStarted,
     SummaryRefusal,
     SummaryRefused,
@@ -79,6 +81,7 @@ from turnledger.domain.events import (
     TrimTrigger,
     TurnsSummarized,
     View,
+    registered_events,
     unchecked_events,
 )
 from turnledger.domain.messages import (
@@ -126,6 +129,7 @@ __all__ = [
     "PopMessage",
     "PrepareRequest",
     "PreparedRequest",
+    "RecordEvent",
     "RecoverFromOverflow",
     "SelectRoute",
     "SessionState",
@@ -377,6 +381,17 @@ class RestoreSweptCalls:
     now: datetime
 
 
+@attrs.frozen
+class RecordEvent:
+    """Record a runtime's own event (`register_event`): one ``kind`` built from ``fields``.
+    It changes no view, counter or rule (a member of `Event` is recorded by its own command:
+    `InvalidMessage` here)."""
+
+    kind: type[DomainEvent]
+    fields: Mapping[str, Any]
+    now: datetime
+
+
 Command = (
     StartSession
     | ImportConversation
@@ -393,6 +408,7 @@ Command = (
     | ClearHistory
     | ClearToolResults
     | RestoreSweptCalls
+    | RecordEvent
 )
 
 
@@ -570,6 +586,9 @@ def request_overhead_tokens(tools: Sequence[str], hooks: Sequence[str]) -> tuple
 
 # --- evolve ---------------------------------------------------------------------------------
 
+_CHANGES_VIEWS: Final = Deciders(ChangesViews)
+
+
 def evolve(  # noqa: C901  # one flat case per event type
     state: SessionState,
     event: Event,
@@ -577,58 +596,50 @@ def evolve(  # noqa: C901  # one flat case per event type
 ) -> SessionState:
     """Apply one recorded event to ``state`` (in place) and return it; O(1) amortised.
 
-    The cases run in order of frequency (restore folds every event): appends, then the
-    requests and notices that change no view, then trims. ``AssertionError`` for a class
-    outside `Event` (mypy names a member no case handles).
+    Only the events that change the state or its views (`ChangesViews`) are matched, in
+    order of frequency (restore folds every event); any other registered event sets only the
+    version. ``TypeError`` for a class nobody registered (`Deciders`).
 
     ``older``: the log's items before ``event`` (`collect_summarised`), which the pop of a
     summarised message needs (`SessionState.pop_needs`, ``ValueError`` without them); no
     other event reads them.
     """
-    match event:
-        case MessageAppended(message=item):
-            state.record(item)
-        case (
-            RequestPrepared()
-            | HistoryTrimmed()
-            | RequestRejected()
-            | OverflowReported()
-            | OverflowRecovered()
-            | OverflowUnrecoverable()
-            | SessionForgotten()
-            | SummaryRefused()
-        ):
-            pass  # requests, rejections, overflow reports and notices change no view
-        case TrimDecided(view=view, first_kept_position=position):
-            state.trim(view, position)
-        case BreadcrumbInserted(view=view):
-            state.mark_breadcrumb(view)
-        case OrphansSwept(positions=positions, rewritten=rewritten):
-            # A swept item stays in the log; in the index it becomes a gap (None).
-            changes: dict[int, ConversationMessage | None] = dict.fromkeys(positions)
-            changes.update(rewritten)
-            state.sweep(changes, event.restorable)
-        case ToolCallsRestored(restored=restored):
-            state.bring_back(restored)
-        case MessagePopped(position=position):
-            state.pop(position, older)
-        case HistoryCleared(next_position=position):
-            state.clear(position)
-        case ToolResultsCleared(rewritten=rewritten):
-            state.sweep(dict(rewritten))  # held items of the chat window: rewritten in place
-        case TurnsSummarized():
-            state.summary = Summary(event.covers_from, event.last_position, event.text,
-                                    event.summarizer, event.tokens)
-        case RouteSelected():
-            state.resolved = resolve_route(state.profile, state.providers, event.route)
-        case SessionStarted():
-            state.session_id = event.originator_id
-            state.start(event.profile)
-            state.providers = tuple(event.providers)
-            state.legacy = event.legacy
-            state.resolved = resolve_route(event.profile, event.providers, event.route)
-        case _:
-            assert_never(event)
+    if _CHANGES_VIEWS[event.__class__]:
+        changes = cast("ChangesViews", event)
+        match changes:
+            case MessageAppended(message=item):
+                state.record(item)
+            case TrimDecided(view=view, first_kept_position=position):
+                state.trim(view, position)
+            case BreadcrumbInserted(view=view):
+                state.mark_breadcrumb(view)
+            case OrphansSwept(positions=positions, rewritten=rewritten):
+                # A swept item stays in the log; in the index it becomes a gap (None).
+                swept: dict[int, ConversationMessage | None] = dict.fromkeys(positions)
+                swept.update(rewritten)
+                state.sweep(swept, changes.restorable)
+            case ToolCallsRestored(restored=restored):
+                state.bring_back(restored)
+            case MessagePopped(position=position):
+                state.pop(position, older)
+            case HistoryCleared(next_position=position):
+                state.clear(position)
+            case ToolResultsCleared(rewritten=rewritten):
+                state.sweep(dict(rewritten))  # held items of the chat window: rewritten in place
+            case TurnsSummarized():
+                state.summary = Summary(changes.covers_from, changes.last_position,
+                                        changes.text, changes.summarizer, changes.tokens)
+            case RouteSelected():
+                state.resolved = resolve_route(state.profile, state.providers, changes.route)
+            case SessionStarted():
+                state.session_id = changes.originator_id
+                state.start(changes.profile)
+                state.providers = tuple(changes.providers)
+                state.legacy = changes.legacy
+                state.resolved = resolve_route(changes.profile, changes.providers,
+                                               changes.route)
+            case _:
+                assert_never(changes)
     state.version = event.originator_version
     return state
 
@@ -1252,6 +1263,24 @@ def _decide_clear(state: SessionState, batch: Batch) -> None:
         batch.add(HistoryCleared, next_position=state.next_position, removed=removed)
 
 
+_POSITION_FIELDS: Final = frozenset({"originator_id", "originator_version", "timestamp"})
+
+
+def _decide_record(command: RecordEvent, batch: Batch) -> None:
+    kind = command.kind
+    if kind not in registered_events() or kind in EVENT_TYPES:
+        said = "is recorded by its own command" if kind in EVENT_TYPES else (
+            "is not registered (register_event)")
+        raise InvalidMessage(f"record: {getattr(kind, '__name__', kind)!r} {said}")
+    taken = _POSITION_FIELDS.intersection(command.fields)
+    if taken:
+        raise InvalidMessage(f"record: {', '.join(sorted(taken))} are the session's to set")
+    try:
+        batch.add(kind, **command.fields)
+    except TypeError as error:  # a field missing or unknown: attrs names it
+        raise InvalidMessage(f"record: {kind.__name__}: {error}") from None
+
+
 def _decide(state: SessionState, command: Command, batch: Batch) -> None:  # noqa: C901  # flat table
     """Add the events one step of ``command`` produces to ``batch``; never mutates ``state``."""
     match command:
@@ -1281,6 +1310,8 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:  # noq
             _decide_clear_tool_results(state, batch)
         case RestoreSweptCalls():
             _decide_restore(state, batch)
+        case RecordEvent():
+            _decide_record(command, batch)
         case ImportConversation() | Extend() | FitWindow():
             raise TypeError(f"{type(command).__name__} is run as its steps (`run`), not decided "
                             "alone")

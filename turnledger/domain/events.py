@@ -10,9 +10,9 @@ here does I/O.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, ClassVar, TypeAlias, cast, get_args
+from typing import Any, ClassVar, Final, TypeAlias, TypeVar, cast, get_args
 from uuid import UUID
 
 import attrs
@@ -27,19 +27,29 @@ from turnledger.domain.messages import (
 
 __all__ = [
     "EVENT_TYPES",
+    "Audited",
     "BreadcrumbInserted",
+    "ChangesLogItems",
+    "ChangesRecord",
+    "ChangesViews",
+    "Counted",
+    "Deciders",
     "DomainEvent",
+    "Drawn",
     "Event",
     "HistoryCleared",
     "HistoryTrimmed",
     "MessageAppended",
     "MessagePopped",
+    "MovesRoute",
     "OrphansSwept",
     "OverflowRecovered",
     "OverflowReported",
     "OverflowUnrecoverable",
     "Purpose",
     "RejectionReason",
+    "Removes",
+    "Replayed",
     "RequestPrepared",
     "RequestRejected",
     "RouteReason",
@@ -56,7 +66,11 @@ __all__ = [
     "TurnsSummarized",
     "View",
     "as_event",
+    "on_registry_change",
+    "register_event",
+    "registered_events",
     "unchecked_events",
+    "unregister_event",
 ]
 
 
@@ -134,6 +148,10 @@ class DomainEvent:
     timestamp: datetime
 
     class_version: ClassVar[int] = 1
+    timeline: ClassVar[str] = ""
+    """The timeline's line (E6) for an event the timeline has no words of its own for
+    (`register_event`): `str.format` over its fields, ``"note: {text}"``; empty: the class
+    name and its fields."""
 
 
 @attrs.frozen
@@ -456,6 +474,9 @@ class SummaryRefused(DomainEvent):
     detail: str = ""
 
 
+_E = TypeVar("_E", bound=DomainEvent)
+
+
 def _record_seed_structure(message: object) -> None:
     """Record in a v1 encoded `Chat` how the code that wrote it read it: the seed's rule.
 
@@ -498,38 +519,239 @@ Event: TypeAlias = (
     | TurnsSummarized
     | SummaryRefused
 )
-"""Every event a session records: the one list of them (issue 20, ADR-0073).
+"""Every event the library records: the one list of them (issue 20, ADR-0073).
 
-A fold matches on an `Event` and ends in ``case _: assert_never(event)``, so mypy names each
-fold a new member does not handle; `EVENT_TYPES`, which the codec registers, is read from it.
+`EVENT_TYPES`, which the codec registers, is read from it. What each event means to each fold
+is the table below (ADR-0100): an event in none of its unions is view-neutral, and every fold
+passes it through untouched.
 """
 
 EVENT_TYPES: tuple[type[DomainEvent], ...] = get_args(Event)
 """The members of `Event`, in its order: the classes the codec registers (E9)."""
 
-_EVENT_CLASSES: frozenset[type[DomainEvent]] = frozenset(EVENT_TYPES)
+
+# --- what each event means to each fold: the one table (issue 34, ADR-0100) ------------------
+#
+# Each union below names the events one fold decides on; the fold matches on its union and
+# ends in ``case _: assert_never(event)``, so mypy names the fold a new member does not handle.
+# Any other registered event passes through that fold untouched (`Deciders`). A view-neutral
+# event (no view, no counter of its own, no rule) is a member of none of them:
+#
+#                        views  log  record  counted  route  drawn  replayed  audited  removal
+# SessionStarted           x                            x      x       x
+# MessageAppended          x     x     x        x              x       x         x        x
+# RouteSelected            x                            x      x       x
+# TrimDecided              x                    x              x                 x        x
+# BreadcrumbInserted       x
+# HistoryTrimmed                                x
+# RequestPrepared                               x       x      x                 x        x
+# RequestRejected                               x       x      x
+# OverflowReported                                                     x
+# OverflowRecovered                             x                      x
+# OverflowUnrecoverable                         x              x       x
+# OrphansSwept             x     x              x              x       x
+# ToolCallsRestored        x     x                                                        x
+# MessagePopped            x     x     x                       x       x                  x
+# HistoryCleared           x                                   x       x                  x
+# SessionForgotten
+# ToolResultsCleared       x     x              x              x                          x
+# TurnsSummarized          x                    x              x                          x
+# SummaryRefused                                x
+#
+# The timeline describes every member of `Event` in its own words, another event by its
+# class's `DomainEvent.timeline` line; `verify` checks the notices a trim calls for (R31-R34)
+# by their order, whatever the classes between.
+
+ChangesViews: TypeAlias = (
+    MessageAppended
+    | TrimDecided
+    | BreadcrumbInserted
+    | OrphansSwept
+    | ToolCallsRestored
+    | MessagePopped
+    | HistoryCleared
+    | ToolResultsCleared
+    | TurnsSummarized
+    | RouteSelected
+    | SessionStarted
+)
+"""Changes the session state or its views (`evolve`)."""
+
+ChangesLogItems: TypeAlias = (
+    MessageAppended | MessagePopped | OrphansSwept | ToolResultsCleared | ToolCallsRestored
+)
+"""Changes what an item of the log reads as: appended, popped, swept, rewritten or brought
+back (`collect_summarised`)."""
+
+ChangesRecord: TypeAlias = MessageAppended | MessagePopped
+"""Changes a session's exported record (E13, `record_of`)."""
+
+Counted: TypeAlias = (
+    MessageAppended
+    | RequestPrepared
+    | TrimDecided
+    | HistoryTrimmed
+    | RequestRejected
+    | OverflowRecovered
+    | OverflowUnrecoverable
+    | OrphansSwept
+    | TurnsSummarized
+    | SummaryRefused
+    | ToolResultsCleared
+)
+"""Has counters of its own (`Tally.add`); every event counts in ``events``."""
+
+MovesRoute: TypeAlias = RequestPrepared | RequestRejected | RouteSelected | SessionStarted
+"""Moves a session's route or its row of the session list (the analytics projection)."""
+
+Drawn: TypeAlias = (
+    MessageAppended
+    | RequestPrepared
+    | RequestRejected
+    | TrimDecided
+    | TurnsSummarized
+    | ToolResultsCleared
+    | OrphansSwept
+    | RouteSelected
+    | MessagePopped
+    | HistoryCleared
+    | OverflowUnrecoverable
+    | SessionStarted
+)
+"""Drawn on the report's chart; another event is drawn as the trim it goes with, or as its
+timeline row alone."""
+
+Replayed: TypeAlias = (
+    MessageAppended
+    | OrphansSwept
+    | RouteSelected
+    | OverflowReported
+    | OverflowRecovered
+    | OverflowUnrecoverable
+    | MessagePopped
+    | HistoryCleared
+    | SessionStarted
+)
+"""Replayed as a command by a what-if (requests are re-decided on their own); another event
+is an outcome the what-if side decides anew, or changes nothing a request carries."""
+
+Audited: TypeAlias = MessageAppended | RequestPrepared | TrimDecided
+"""Read by a rule of `verify` on its own, after the fold (a request; a trim's notices)."""
+
+Removes: TypeAlias = (
+    MessageAppended
+    | RequestPrepared
+    | TrimDecided
+    | MessagePopped
+    | ToolResultsCleared
+    | ToolCallsRestored
+    | TurnsSummarized
+    | HistoryCleared
+)
+"""Checked by `verify` before the fold: what it removes, rewrites or names must be what the
+views showed (appends and requests, the most frequent, are matched first: they remove none)."""
+
+
+_REGISTERED: dict[type[DomainEvent], None] = dict.fromkeys(EVENT_TYPES)  # an ordered set
+_REGISTRY_LISTENERS: list[Callable[[], None]] = []
+
+
+def register_event(cls: type[_E]) -> type[_E]:
+    """Register an event class defined outside `Event` (a runtime's own, view-neutral one;
+    usable as a class decorator): the store's default codec encodes it under
+    ``turnledger:<class name>``, every fold passes it through, the timeline shows its
+    `DomainEvent.timeline` line, `verify` checks its place in the chain like any record's.
+
+    ``TypeError`` for what is no attrs class derived from `DomainEvent`; ``ValueError`` for a
+    class name already registered, or one that starts another's (topics are stored in every
+    record, prefix-free, and name one class forever). Registering a class twice is a no-op.
+    """
+    is_event = isinstance(cls, type) and issubclass(cls, DomainEvent)
+    if not (is_event and bool(attrs.has(cls))):
+        raise TypeError(f"{cls!r} is not an attrs class derived from DomainEvent")
+    if cls in _REGISTERED:
+        return cls
+    for known in _REGISTERED:
+        if known.__name__.startswith(cls.__name__) or cls.__name__.startswith(known.__name__):
+            same = "named" if known.__name__ == cls.__name__ else "whose name starts as"
+            raise ValueError(f"an event class {same} {cls.__name__} is already registered "
+                             f"({known.__name__}): the store's topics must be prefix-free")
+    _REGISTERED[cls] = None
+    _registry_changed()
+    return cls
+
+
+def unregister_event(cls: type[DomainEvent]) -> None:
+    """Take `register_event` back (a test that registers a class for its own run): records of
+    the class can no longer be read. ``ValueError`` for a member of `Event`."""
+    if cls in EVENT_TYPES:
+        raise ValueError(f"{cls.__name__} is a member of Event: it stays registered")
+    if _REGISTERED.pop(cls, 0) is None:
+        _registry_changed()
+
+
+def registered_events() -> tuple[type[DomainEvent], ...]:
+    """`EVENT_TYPES`, then the classes `register_event` added, in order: what the default
+    codec registers."""
+    return tuple(_REGISTERED)
+
+
+def on_registry_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever `register_event` changes the registered classes (the store
+    drops its default codec, which registers them when it is built)."""
+    _REGISTRY_LISTENERS.append(listener)
+
+
+def _registry_changed() -> None:
+    for deciders in _ALL_DECIDERS:
+        deciders.clear()
+    for listener in _REGISTRY_LISTENERS:
+        listener()
+
+
+class Deciders(dict[type, bool]):
+    """Whether a fold decides on an event class: ``deciders[type(event)]`` is True for a
+    member of the fold's union (or a subclass of one), False for any other registered event,
+    which the fold passes through untouched. Worked out once per class, then a dict hit.
+
+    ``TypeError`` for a class nobody registered: no fold knows what it means.
+    """
+
+    def __init__(self, union: object) -> None:
+        super().__init__()
+        members = get_args(union)
+        self.members: tuple[type, ...] = members if members else (cast("type", union),)
+        _ALL_DECIDERS.append(self)
+
+    def __missing__(self, cls: type) -> bool:
+        if not (cls in _REGISTERED or issubclass(cls, tuple(_REGISTERED))):
+            raise TypeError(f"{cls.__qualname__} is not a turnledger event (Event)")
+        decides = self[cls] = issubclass(cls, self.members)
+        return decides
+
+
+_ALL_DECIDERS: list[Deciders] = []
+_KNOWN: Final = Deciders(Event)
 
 
 def as_event(event: DomainEvent) -> Event:
     """``event`` typed as `Event`, checked: for an event handed in by a caller.
 
-    Raises ``TypeError`` for a class outside the union (one a custom codec registers): no fold
-    knows what it means. Costs one set lookup (an `isinstance` against the union costs up to
-    ten times more), which a fold over the library's own events skips (`unchecked_events`).
+    Raises ``TypeError`` for a class nobody registered (`register_event`): no fold knows what
+    it means. Costs one dict lookup, which a fold over the library's own events skips
+    (`unchecked_events`). A registered class outside `Event` passes as it is: each fold
+    decides on its own union's members alone (`Deciders`).
     """
-    if event.__class__ in _EVENT_CLASSES:
-        return event  # type: ignore[return-value]  # the set holds exactly Event's members
-    if isinstance(event, Event):  # a subclass of a member
-        return event
-    raise TypeError(f"{type(event).__qualname__} is not a turnledger event (Event)")
+    _KNOWN[event.__class__]  # raises TypeError for an unregistered class
+    return cast("Event", event)
 
 
 def unchecked_events(events: Iterable[DomainEvent]) -> Iterable[Event]:
     """``events`` typed as `Event`s, unchecked: for the events of the library's hot folds.
 
-    Only for what the decider built or the store's codec decoded: both make `Event` members
-    alone (the codec registers `EVENT_TYPES`), so a check per event (restore folds every one)
-    would buy nothing. Anything else still fails loudly: every fold ends in `assert_never`,
-    which raises ``AssertionError`` for a class it does not know.
+    Only for what the decider built or the store's codec decoded: both make registered
+    classes alone, so a check per event (restore folds every one) would buy nothing. Anything
+    else still fails loudly: each fold looks the class up in its `Deciders`, which raises
+    ``TypeError`` for a class nobody registered.
     """
     return cast("Iterable[Event]", events)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any, assert_never
+from typing import Any, Final, assert_never, cast
 from uuid import UUID
 
 import attrs
@@ -30,28 +30,16 @@ from turnledger.domain.budget import (
 from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.estimate import BREADCRUMB_TOKENS
 from turnledger.domain.events import (
-    BreadcrumbInserted,
+    ChangesLogItems,
+    Deciders,
     DomainEvent,
     Event,
-    HistoryCleared,
-    HistoryTrimmed,
     MessageAppended,
     MessagePopped,
     OrphansSwept,
-    OverflowRecovered,
-    OverflowReported,
-    OverflowUnrecoverable,
-    RequestPrepared,
-    RequestRejected,
-    RouteSelected,
-    SessionForgotten,
-    SessionStarted,
-    SummaryRefused,
     ToolCallsRestored,
     ToolResultsCleared,
-    TrimDecided,
     TrimReason,
-    TurnsSummarized,
     View,
     unchecked_events,
 )
@@ -477,40 +465,32 @@ def collect_summarised(
         note_item(older, event, span)
 
 
+_CHANGES_LOG_ITEMS: Final = Deciders(ChangesLogItems)
+
+
 def note_item(
     older: dict[int, ConversationMessage | None], event: Event, span: range = EVERY_POSITION
 ) -> None:
-    """`collect_summarised` of one event: what a fold that keeps the log calls per event."""
-    match event:
+    """`collect_summarised` of one event: what a fold that keeps the log calls per event.
+
+    Only the events that change an item of the log (`ChangesLogItems`) do anything: a trim
+    or a clear only moves the views, a request or a notice changes nothing."""
+    if not _CHANGES_LOG_ITEMS[event.__class__]:
+        return
+    changes = cast("ChangesLogItems", event)
+    match changes:
         case MessageAppended():
-            if event.position in span:
-                older[event.position] = event.message
-        case (
-            RequestPrepared()
-            | TrimDecided()
-            | BreadcrumbInserted()
-            | HistoryTrimmed()
-            | HistoryCleared()
-            | SessionStarted()
-            | RouteSelected()
-            | RequestRejected()
-            | OverflowReported()
-            | OverflowRecovered()
-            | OverflowUnrecoverable()
-            | SessionForgotten()
-            | TurnsSummarized()
-            | SummaryRefused()
-        ):
-            pass  # the log's items stay as they are: a trim or a clear only moves the views
+            if changes.position in span:
+                older[changes.position] = changes.message
         case MessagePopped():
-            if event.position in span:
-                older[event.position] = None
+            if changes.position in span:
+                older[changes.position] = None
         case OrphansSwept():
-            older.update((p, None) for p in event.positions if p in span)
-            older.update((p, item) for p, item in event.rewritten if p in span)
+            older.update((p, None) for p in changes.positions if p in span)
+            older.update((p, item) for p, item in changes.rewritten if p in span)
         case ToolResultsCleared():
-            older.update((p, item) for p, item in event.rewritten if p in span)
+            older.update((p, item) for p, item in changes.rewritten if p in span)
         case ToolCallsRestored():
-            older.update((p, item) for p, item in event.restored if p in span)
+            older.update((p, item) for p, item in changes.restored if p in span)
         case _:
-            assert_never(event)
+            assert_never(changes)

@@ -92,27 +92,14 @@ import attrs
 
 from turnledger.domain.budget import Route
 from turnledger.domain.events import (
-    BreadcrumbInserted,
+    Deciders,
     DomainEvent,
     Event,
-    HistoryCleared,
-    HistoryTrimmed,
-    MessageAppended,
-    MessagePopped,
-    OrphansSwept,
-    OverflowRecovered,
-    OverflowReported,
-    OverflowUnrecoverable,
+    MovesRoute,
     RequestPrepared,
     RequestRejected,
     RouteSelected,
-    SessionForgotten,
     SessionStarted,
-    SummaryRefused,
-    ToolCallsRestored,
-    ToolResultsCleared,
-    TrimDecided,
-    TurnsSummarized,
 )
 from turnledger.projections.counters import Counters, Tally, event_time
 from turnledger.store.backend import EventStoreBackend, StoreUnavailable, require_backend
@@ -709,6 +696,9 @@ class Analytics:
         batch.write()
 
 
+_MOVES_ROUTE: Final = Deciders(MovesRoute)
+
+
 class _Batch:
     """The rows one batch of events changes: read once from the tables, folded, written once."""
 
@@ -725,25 +715,16 @@ class _Batch:
         """Fold ``event`` into its session's row and the row of the route the session is on."""
         sid = str(event.originator_id)
         row = self.session_row(sid)
-        match event:  # the most frequent events first: appends, then requests
-            case (
-                MessageAppended()
-                | TrimDecided()
-                | BreadcrumbInserted()
-                | HistoryTrimmed()
-                | OverflowReported()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
-                | OrphansSwept()
-                | ToolCallsRestored()
-                | MessagePopped()
-                | HistoryCleared()
-                | SessionForgotten()
-                | ToolResultsCleared()
-                | TurnsSummarized()
-                | SummaryRefused()
-            ):
-                pass  # they move no route and list nothing: only the tallies below count them
+        if _MOVES_ROUTE[event.__class__]:  # the others only count (the tallies below)
+            self.moved_by(sid, row, cast("MovesRoute", event))
+        row.tally.add(event)
+        route = self.route_of(sid)
+        if route is not None:
+            self.route_row(route).tally.add(event)
+
+    def moved_by(self, sid: str, row: _SessionRow, event: MovesRoute) -> None:
+        """A request names its session's route; a route selection or a start moves it."""
+        match event:
             case RequestPrepared() | RequestRejected():
                 row.provider, row.model = event.route.provider, event.route.model
             case RouteSelected():
@@ -761,10 +742,6 @@ class _Batch:
                     self.relisted.add(sid)
             case _:
                 assert_never(event)
-        row.tally.add(event)
-        route = self.route_of(sid)
-        if route is not None:
-            self.route_row(route).tally.add(event)
 
     def move(self, sid: str, route: Route) -> None:
         self.current[sid] = (route.provider, route.model)

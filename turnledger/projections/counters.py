@@ -12,30 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Final, assert_never
+from typing import Final, assert_never, cast
 
 import attrs
 
 from turnledger.domain.events import (
-    BreadcrumbInserted,
+    Counted,
+    Deciders,
     DomainEvent,
     Event,
-    HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
-    MessagePopped,
     OrphansSwept,
     OverflowRecovered,
-    OverflowReported,
     OverflowUnrecoverable,
     RequestPrepared,
     RequestRejected,
-    RouteSelected,
-    SessionForgotten,
-    SessionStarted,
     SummaryRefusal,
     SummaryRefused,
-    ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
     TrimReason,
@@ -173,6 +167,7 @@ def event_time(timestamp: datetime) -> str:
 
 
 _FIELDS: Final = tuple(field.name for field in attrs.fields(Counters))
+_COUNTED: Final = Deciders(Counted)
 
 
 class Tally:
@@ -189,49 +184,44 @@ class Tally:
         self._last: datetime | None = None  # the newest event's time, as text on demand
 
     def add(self, event: Event) -> None:
-        """Fold one event in; ``AssertionError`` for a class outside `Event`."""
+        """Fold one event in; ``TypeError`` for a class nobody registered (`Deciders`).
+
+        Every event counts in ``events``; those with counters of their own (`Counted`) add
+        to them."""
         self.events += 1
         self._last = event.timestamp
-        match event:
+        if not _COUNTED[event.__class__]:
+            return
+        counted = cast("Counted", event)
+        match counted:
             case MessageAppended():
                 self.appends += 1
             case RequestPrepared():
                 self.requests_prepared += 1
-                self._peak(event)
+                self._peak(counted)
             case TrimDecided():
-                if event.reason is TrimReason.TOKEN_BUDGET:
+                if counted.reason is TrimReason.TOKEN_BUDGET:
                     self.trims_token_budget += 1
                 else:
                     self.trims_turn_limit += 1
-                self.messages_dropped += event.dropped_messages
-                self.tokens_dropped += event.tokens_before - event.tokens_after
+                self.messages_dropped += counted.dropped_messages
+                self.tokens_dropped += counted.tokens_before - counted.tokens_after
             case HistoryTrimmed():
                 self.notices += 1
             case RequestRejected():
                 self.requests_rejected += 1
-                self._peak(event)
+                self._peak(counted)
             case OverflowRecovered():
                 self.overflow_recoveries += 1
             case OverflowUnrecoverable():
                 self.overflows_unrecoverable += 1
             case OrphansSwept():
                 self.orphan_sweeps += 1
-                self.orphans_removed += event.removed
+                self.orphans_removed += counted.removed
             case TurnsSummarized() | SummaryRefused() | ToolResultsCleared():
-                self._compacted(event)
-            case (
-                BreadcrumbInserted()
-                | SessionStarted()
-                | RouteSelected()
-                | OverflowReported()
-                | MessagePopped()
-                | HistoryCleared()
-                | SessionForgotten()
-                | ToolCallsRestored()
-            ):
-                pass  # no counter of their own: they only count as events
+                self._compacted(counted)
             case _:
-                assert_never(event)
+                assert_never(counted)
 
     def _compacted(self, event: TurnsSummarized | SummaryRefused | ToolResultsCleared) -> None:
         """The compaction counters (issue 24, C7)."""

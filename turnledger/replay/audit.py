@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, assert_never
+from typing import Any, Final, assert_never, cast
 from uuid import UUID
 
 import attrs
@@ -44,23 +44,19 @@ from turnledger.domain.compaction import cleared_item
 from turnledger.domain.decider import SessionState, request_digest, summary_tokens
 from turnledger.domain.errors import CorruptRecord, SessionNotFound, WrongKey, bounded
 from turnledger.domain.events import (
+    Audited,
     BreadcrumbInserted,
+    Deciders,
     DomainEvent,
     Event,
     HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
     MessagePopped,
-    OrphansSwept,
-    OverflowRecovered,
-    OverflowReported,
-    OverflowUnrecoverable,
+    Removes,
     RequestPrepared,
-    RequestRejected,
-    RouteSelected,
     SessionForgotten,
     SessionStarted,
-    SummaryRefused,
     ToolCallsRestored,
     ToolResultsCleared,
     TrimDecided,
@@ -336,6 +332,10 @@ def _expected_followers(state: SessionState, trim: TrimDecided) -> list[_Expecte
 
 
 
+_AUDITED: Final = Deciders(Audited)
+_REMOVES: Final = Deciders(Removes)
+
+
 class _SessionVerifier:
     """The checks of one session, in one pass over its records."""
 
@@ -489,37 +489,8 @@ class _SessionVerifier:
                     f"{type(event).__name__} cannot be applied: {type(error).__name__}: {error}",
                 )
                 return None
-            match event:
-                case MessageAppended():
-                    pass  # checked with the request that sends it (`_check_request`)
-                case RequestPrepared():
-                    self._check_request(state, event)
-                case TrimDecided():
-                    pending = _expected_followers(state, event)
-                case (
-                    BreadcrumbInserted()
-                    | HistoryTrimmed()
-                    | MessagePopped()
-                    | HistoryCleared()
-                ):
-                    pass  # checked before the fold (`_check_follower`, `_check_removal`)
-                case (
-                    SessionStarted()
-                    | RouteSelected()
-                    | RequestRejected()
-                    | OverflowReported()
-                    | OverflowRecovered()
-                    | OverflowUnrecoverable()
-                    | OrphansSwept()
-                    | ToolCallsRestored()
-                    | SessionForgotten()
-                    | ToolResultsCleared()
-                    | TurnsSummarized()
-                    | SummaryRefused()
-                ):
-                    pass  # no rule reads them alone (`run` checks the start)
-                case _:
-                    assert_never(event)
+            if _AUDITED[event.__class__]:  # the others: no rule reads them alone
+                pending = self._check_alone(state, cast("Audited", event), pending)
             if snapshot is not None and position == snapshot[0]:
                 self._check_snapshot(state, chains[index], snapshot[1])
         for expected in pending:
@@ -531,10 +502,32 @@ class _SessionVerifier:
             )
         return state
 
-    def _check_removal(self, state: FoldedState, event: Event) -> None:
-        """A pop names the newest message the view showed; a clear, the log's next position."""
-        position = event.originator_version
+    def _check_alone(
+        self, state: FoldedState, event: Audited, pending: list[_Expected]
+    ) -> list[_Expected]:
+        """The rules that read one event after the fold; returns the notices still expected.
+        (A trim's notices, a pop and a clear are checked before the fold: `_check_follower`,
+        `_check_removal`; `run` checks the start.)"""
         match event:
+            case MessageAppended():
+                pass  # checked with the request that sends it (`_check_request`)
+            case RequestPrepared():
+                self._check_request(state, event)
+            case TrimDecided():
+                return _expected_followers(state, event)
+            case _:
+                assert_never(event)
+        return pending
+
+    def _check_removal(self, state: FoldedState, event: Event) -> None:
+        """A pop names the newest message the view showed; a clear, the log's next position.
+        Only the events that remove, rewrite or bring back an item (`Removes`) are checked;
+        a sweep's removals are the fold's (R36)."""
+        if not _REMOVES[event.__class__]:
+            return
+        removes = cast("Removes", event)
+        position = removes.originator_version
+        match removes:
             case MessageAppended() | RequestPrepared():
                 pass  # the most frequent events first: none of them removes a message
             case TrimDecided():  # removes none; what a summary after it must name (C6)
@@ -544,31 +537,17 @@ class _SessionVerifier:
                     self.report(position, Rule.REPLAY, f"MessagePopped names log position "
                                 f"{popped}, which is not the newest message the view showed")
             case ToolResultsCleared():
-                self._check_cleared(state, event)
+                self._check_cleared(state, removes)
             case ToolCallsRestored():
-                self._check_restored(state, event)
+                self._check_restored(state, removes)
             case TurnsSummarized():
-                self._check_summarized(state, event)
+                self._check_summarized(state, removes)
             case HistoryCleared(next_position=next_position):
                 if next_position != state.next_position:
                     self.report(position, Rule.REPLAY, f"HistoryCleared says the log goes on "
                                 f"at {next_position}, the log is at {state.next_position}")
-            case (
-                SessionStarted()
-                | RouteSelected()
-                | BreadcrumbInserted()
-                | HistoryTrimmed()
-                | RequestRejected()
-                | OverflowReported()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
-                | OrphansSwept()
-                | SessionForgotten()
-                | SummaryRefused()
-            ):
-                pass  # none removes a message; a sweep's removals are the fold's (R36)
             case _:
-                assert_never(event)
+                assert_never(removes)
 
     def _check_cleared(self, state: FoldedState, event: ToolResultsCleared) -> None:
         """Each cleared item is the log's item with its results replaced by placeholders

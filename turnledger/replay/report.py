@@ -37,7 +37,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, assert_never
+from typing import Final, assert_never, cast
 
 import attrs
 
@@ -45,7 +45,9 @@ from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.estimate import IMAGE_MARKER_PREFIX, image_count
 from turnledger.domain.events import (
     BreadcrumbInserted,
+    Deciders,
     DomainEvent,
+    Drawn,
     HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
@@ -58,7 +60,6 @@ from turnledger.domain.events import (
     RequestRejected,
     RouteReason,
     RouteSelected,
-    SessionForgotten,
     SessionStarted,
     SummaryRefused,
     ToolCallsRestored,
@@ -67,7 +68,6 @@ from turnledger.domain.events import (
     TrimTrigger,
     TurnsSummarized,
     View,
-    as_event,
 )
 from turnledger.domain.messages import (
     Chat,
@@ -196,6 +196,9 @@ class _Turn:
         return "summarised" if kind == "token_budget" and self.summary is not None else kind
 
 
+_DRAWN: Final = Deciders(Drawn)
+
+
 @attrs.define
 class _Session:
     """What the report draws of one event stream."""
@@ -216,39 +219,32 @@ class _Session:
         return len(self.points) + 0.5
 
     def fold(self, events: Iterable[DomainEvent]) -> _Session:
-        """Draw ``events``; ``TypeError`` for a class outside `Event` (`as_event`)."""
-        for event in map(as_event, events):
-            match event:  # the most frequent events first
+        """Draw ``events``; ``TypeError`` for a class nobody registered (`Deciders`)."""
+        for event in events:
+            if not _DRAWN[event.__class__]:  # TypeError for a class nobody registered
+                continue  # drawn as the trim they go with, or as their timeline row alone
+            drawn = cast("Drawn", event)
+            match drawn:  # the most frequent events first
                 case MessageAppended():
-                    self.appended(event)
+                    self.appended(drawn)
                 case RequestPrepared() | RequestRejected():
-                    self.request(event)
+                    self.request(drawn)
                 case TrimDecided():
-                    self.trimmed(event)
+                    self.trimmed(drawn)
                 case TurnsSummarized() | ToolResultsCleared() | OrphansSwept():
-                    self.marked(event)
-                case (
-                    BreadcrumbInserted()
-                    | HistoryTrimmed()
-                    | OverflowReported()
-                    | OverflowRecovered()
-                    | SessionForgotten()
-                    | SummaryRefused()
-                    | ToolCallsRestored()
-                ):
-                    pass  # drawn as the trim they go with, or as their timeline row alone
+                    self.marked(drawn)
                 case RouteSelected():
-                    self.route(event)
+                    self.route(drawn)
                 case MessagePopped():
-                    self.popped(event)
+                    self.popped(drawn)
                 case HistoryCleared():
-                    self.cleared(event)
+                    self.cleared(drawn)
                 case OverflowUnrecoverable():
-                    self.marks.append(_Mark("overflow", self.x, event.originator_version, event))
+                    self.marks.append(_Mark("overflow", self.x, drawn.originator_version, drawn))
                 case SessionStarted():
-                    self.legacy = event.legacy
+                    self.legacy = drawn.legacy
                 case _:
-                    assert_never(event)
+                    assert_never(drawn)
         return self
 
     def route(self, event: RouteSelected) -> None:

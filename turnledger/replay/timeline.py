@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final, assert_never
+from typing import TYPE_CHECKING, Any, Final, assert_never, cast
 from uuid import UUID
 
 import attrs
@@ -36,7 +36,9 @@ from turnledger.domain.errors import CorruptRecord, InvalidPosition, ReplayError
 from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
     BreadcrumbInserted,
+    Deciders,
     DomainEvent,
+    Event,
     HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
@@ -309,12 +311,37 @@ def _capacity(capacity: int | None, window: int) -> str:
     return f"capacity {capacity:,}"
 
 
+_DESCRIBED: Final = Deciders(Event)
+
+
+def _registered(event: DomainEvent) -> str:
+    """The line of an event registered outside `Event`: its class's `DomainEvent.timeline`
+    over its fields, or its class name and fields."""
+    fields = {name: value for name, value in attrs.asdict(event, recurse=False).items()
+              if name not in _POSITION_FIELDS}
+    line = type(event).timeline
+    if not line:
+        said = ", ".join(f"{name}={_preview(str(value))}" for name, value in fields.items())
+        return f"{type(event).__name__}({said})"
+    try:
+        return line.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError) as error:
+        return f"{type(event).__name__} (its timeline line {line!r} fails: {error!r})"
+
+
+_POSITION_FIELDS: Final = frozenset({"originator_id", "originator_version", "timestamp"})
+
+
 def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per event type
     """One human line saying what ``event`` records and, for a trim, why it happened (E6).
 
-    Raises ``TypeError`` for a class outside `Event`: there is nothing to say about it.
+    A registered class outside `Event` (`register_event`) is said by its own
+    `DomainEvent.timeline` line. Raises ``TypeError`` for a class nobody registered: there is
+    nothing to say about it.
     """
-    event = as_event(event)
+    if not _DESCRIBED[event.__class__]:
+        return _registered(event)
+    event = cast("Event", event)
     # Every member has its summary; the most frequent ones are matched first.
     match event:
         case MessageAppended():

@@ -17,7 +17,7 @@ import codecs
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, Final, assert_never
+from typing import Any, BinaryIO, Final, assert_never, cast
 
 import attrs
 
@@ -31,27 +31,11 @@ from turnledger.domain.bodies import (
 )
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.events import (
-    BreadcrumbInserted,
+    ChangesRecord,
+    Deciders,
     DomainEvent,
-    HistoryCleared,
-    HistoryTrimmed,
     MessageAppended,
     MessagePopped,
-    OrphansSwept,
-    OverflowRecovered,
-    OverflowReported,
-    OverflowUnrecoverable,
-    RequestPrepared,
-    RequestRejected,
-    RouteSelected,
-    SessionForgotten,
-    SessionStarted,
-    SummaryRefused,
-    ToolCallsRestored,
-    ToolResultsCleared,
-    TrimDecided,
-    TurnsSummarized,
-    as_event,
 )
 from turnledger.domain.messages import (
     ChatMessage,
@@ -372,6 +356,9 @@ _FORMAT_API: Final = {"openai": API_OPENAI_CHAT, "anthropic": API_ANTHROPIC,
                       "responses": API_OPENAI_RESPONSES}
 
 
+_CHANGES_RECORD: Final = Deciders(ChangesRecord)
+
+
 def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
     """A session's record (issue 21, E13): every message appended, in log order, a trailing
     tool call still waiting for its result included, except the messages popped
@@ -380,34 +367,17 @@ def record_of(events: Iterable[DomainEvent]) -> list[ConversationMessage]:
     orphan sweep hides from the views what the log keeps (R36), and a tool result truncated when
     it was recorded (R38) is recorded truncated. The events may come page by page."""
     kept: dict[int, ConversationMessage] = {}
-    for event in map(as_event, events):  # TypeError for a class outside Event
-        match event:
+    for event in events:
+        if not _CHANGES_RECORD[event.__class__]:  # TypeError for a class nobody registered
+            continue  # they change no message of the record (see above)
+        changes = cast("ChangesRecord", event)
+        match changes:
             case MessageAppended():
-                kept[event.position] = event.message
+                kept[changes.position] = changes.message
             case MessagePopped():
-                kept.pop(event.position, None)
-            case (
-                RequestPrepared()
-                | TrimDecided()
-                | BreadcrumbInserted()
-                | HistoryTrimmed()
-                | HistoryCleared()
-                | OrphansSwept()
-                | ToolCallsRestored()
-                | SessionStarted()
-                | RouteSelected()
-                | RequestRejected()
-                | OverflowReported()
-                | OverflowRecovered()
-                | OverflowUnrecoverable()
-                | SessionForgotten()
-                | ToolResultsCleared()
-                | TurnsSummarized()
-                | SummaryRefused()
-            ):
-                pass  # they change no message of the record (see above)
+                kept.pop(changes.position, None)
             case _:
-                assert_never(event)
+                assert_never(changes)
     return [kept[position] for position in sorted(kept)]
 
 

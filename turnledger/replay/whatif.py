@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final, assert_never
+from typing import Any, ClassVar, Final, assert_never, cast
 
 import attrs
 
@@ -70,11 +70,10 @@ from turnledger.domain.decider import (
 )
 from turnledger.domain.decider import run as run_command
 from turnledger.domain.events import (
-    BreadcrumbInserted,
+    Deciders,
     DomainEvent,
     Event,
     HistoryCleared,
-    HistoryTrimmed,
     MessageAppended,
     MessagePopped,
     OrphansSwept,
@@ -82,16 +81,14 @@ from turnledger.domain.events import (
     OverflowReported,
     OverflowUnrecoverable,
     Purpose,
+    Replayed,
     RequestPrepared,
     RequestRejected,
     RouteReason,
     RouteSelected,
-    SessionForgotten,
     SessionStarted,
     SummaryRefused,
-    ToolCallsRestored,
     ToolResultsCleared,
-    TrimDecided,
     TurnsSummarized,
     as_event,
     unchecked_events,
@@ -426,7 +423,7 @@ def replay_what_if(
     started = events[0]
     if profile.pricing is None:  # not chosen: the session prices as it was recorded (issue 21)
         profile = attrs.evolve(profile, pricing=started.profile.pricing)
-    recorded = [as_event(event) for event in events]  # TypeError for a class outside Event
+    recorded = [as_event(event) for event in events]  # TypeError for a class nobody registered
     simulated: int | None = None
     if not any(isinstance(e, RequestPrepared | RequestRejected) for e in recorded):
         recorded, simulated = _with_simulated_requests(recorded, started)
@@ -505,6 +502,9 @@ class _Side:
             trims=self.counters.trims - before.trims,
             dropped_messages=self.counters.messages_dropped - before.messages_dropped,
         )
+
+
+_REPLAYED: Final = Deciders(Replayed)
 
 
 class _Replay:
@@ -618,49 +618,43 @@ class _Replay:
         return None
 
     def command_for(self, event: Event) -> Command | None:
-        """The command a recorded non-request event stands for (None: nothing to replay)."""
-        match event:
+        """The command a recorded non-request event stands for (None: nothing to replay).
+
+        Only the events a what-if replays (`Replayed`) stand for one; the others are
+        outcomes (of a command, of `Store.forget`) the what-if side decides on its own, or
+        change nothing a request carries."""
+        if not _REPLAYED[event.__class__]:
+            return None
+        replayed = cast("Replayed", event)
+        match replayed:
             case MessageAppended(message=message, original_chars=original):
                 # A result the recording truncated is replayed as recorded (R38): the original
                 # text is not in the log.
-                return AppendMessage(message, event.timestamp, truncate=original is None)
-            case RequestPrepared() | RequestRejected():
-                pass  # re-decided by `request`, which compares the two sides
-            case (
-                TrimDecided()
-                | BreadcrumbInserted()
-                | HistoryTrimmed()
-                | SessionForgotten()
-                | ToolResultsCleared()
-                | TurnsSummarized()
-                | SummaryRefused()
-                | ToolCallsRestored()
-            ):
-                pass  # outcomes (of a command, of `Store.forget`): the what-if side has its own
+                return AppendMessage(message, replayed.timestamp, truncate=original is None)
             case OrphansSwept():
-                return SweepOrphans(event.timestamp)
+                return SweepOrphans(replayed.timestamp)
             case RouteSelected(reason=reason) if reason is not RouteReason.INITIAL:
-                return SelectRoute(event.route, reason, event.timestamp)
+                return SelectRoute(replayed.route, reason, replayed.timestamp)
             case RouteSelected():
                 pass  # the initial route: `StartSession` selects it
             case OverflowReported():
                 # Replayed at the end of its recorded batch (`OverflowRecovered` or
                 # `OverflowUnrecoverable`), once the summary or refusal that batch recorded
                 # is known (issue 24): its trim reuses it as a budget trim's does.
-                self.overflow = event
+                self.overflow = replayed
             case OverflowRecovered() | OverflowUnrecoverable():
                 return self.overflow_recovery()
             case MessagePopped():
-                return PopMessage(event.timestamp, summarised=self.log)
+                return PopMessage(replayed.timestamp, summarised=self.log)
             case HistoryCleared():
-                return ClearHistory(event.timestamp)
+                return ClearHistory(replayed.timestamp)
             case SessionStarted():
                 return StartSession(
-                    event.originator_id, self.profile, tuple(event.providers), event.route,
-                    event.legacy, event.timestamp, recorded=True,
+                    replayed.originator_id, self.profile, tuple(replayed.providers),
+                    replayed.route, replayed.legacy, replayed.timestamp, recorded=True,
                 )
             case _:
-                assert_never(event)
+                assert_never(replayed)
         return None
 
     def request(self, event: RequestPrepared | RequestRejected) -> None:

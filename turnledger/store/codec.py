@@ -47,7 +47,7 @@ from cattrs.strategies import configure_tagged_union
 from turnledger.domain.blocks import BLOCK_TAGS, ContentBlock
 from turnledger.domain.budget import AliasMap, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage, UndecodableRecord, bounded
-from turnledger.domain.events import EVENT_TYPES, DomainEvent
+from turnledger.domain.events import DomainEvent, on_registry_change, registered_events
 from turnledger.domain.messages import (
     AssistantBlock,
     AssistantToolCalls,
@@ -407,17 +407,20 @@ class EventCodec:
     """Encodes events to (topic, payload) and back, for a registry of event classes.
 
     ``event_types`` is either classes (topic = ``"turnledger:" + class name``) or a mapping
-    ``topic -> class`` for explicit topics. Raises ``ValueError`` when two classes share a topic
-    or when a topic is a prefix of another one: the hash chain (ADR-0004) hashes the topic and
-    the payload back to back, and prefix-free topics keep that concatenation unambiguous.
+    ``topic -> class`` for explicit topics; None: the registered ones (`registered_events`).
+    Raises ``ValueError`` when two classes share a topic or when a topic is a prefix of another
+    one: the hash chain (ADR-0004) hashes the topic and the payload back to back, and
+    prefix-free topics keep that concatenation unambiguous.
     """
 
     def __init__(
         self,
-        event_types: Iterable[EventType] | Mapping[str, EventType] = EVENT_TYPES,
+        event_types: Iterable[EventType] | Mapping[str, EventType] | None = None,
         *,
         converter: cattrs.Converter | None = None,
     ) -> None:
+        if event_types is None:
+            event_types = registered_events()
         if isinstance(event_types, Mapping):
             pairs = list(event_types.items())
         else:
@@ -594,8 +597,13 @@ def _check_prefix_free(by_topic: Mapping[str, object]) -> None:
 
 @functools.cache
 def default_codec() -> EventCodec:
-    """The codec of `turnledger.domain.events.EVENT_TYPES`, built on first use (not at import)."""
+    """The codec of the registered event classes (`registered_events`: `EVENT_TYPES` and what
+    `register_event` added), built on first use (not at import) and again after a
+    registration. A store keeps the codec it was opened with: register a class first."""
     return EventCodec()
+
+
+on_registry_change(default_codec.cache_clear)
 
 
 def encode_event(event: DomainEvent) -> tuple[str, bytes]:

@@ -33,6 +33,7 @@ from turnledger.domain.decider import (
     PopMessage,
     PreparedRequest,
     PrepareRequest,
+    RecordEvent,
     RecoverFromOverflow,
     SelectRoute,
     SessionState,
@@ -468,6 +469,16 @@ class Session:
         if why is RouteReason.INITIAL:
             raise InvalidProfile("reason 'initial' is reserved for the session's first route")
         return self._run(SelectRoute(route, why, _now())).events
+
+    def record(self, kind: type[DomainEvent], **fields: Any) -> list[DomainEvent]:
+        """Record an event of the runtime's own (a class given to `register_event`) in the
+        session's log, built from ``fields``; the session sets its id, version and time.
+
+        It changes no view and no counter of its own; the timeline shows it (its class's
+        `DomainEvent.timeline` line), `verify` checks it in the chain, replay and export
+        carry it. `InvalidMessage` for a class of the library's own or one nobody
+        registered, or for fields the class does not take."""
+        return self._run(RecordEvent(kind, fields, _now())).events
 
     # -- views --
 
