@@ -1,156 +1,161 @@
 """turnledger: event-sourced conversation history for LLM agent runtimes.
 
-The public surface, re-exported (docs/api.md lists it). See README.md for a tour.
+The public surface (docs/api.md lists it; ADR-0101): the names a newcomer needs first, here,
+and six public submodules for the rest — `turnledger.events`, `.blocks`, `.providers`,
+`.audit`, `.errors` and `.profiles`. See README.md for a tour.
 
 A name is imported from its module when it is first used (PEP 562): ``import turnledger`` and
 ``turnledger --help`` load no store, driver, audit or report code until a command or a call
-needs it (issue 20). ``_HOMES`` says where each name lives; the ``TYPE_CHECKING`` block says
-the same to type checkers, and ``tests/unit/test_public_surface.py`` holds the two and
+needs it (issue 20). ``_HOMES`` says where each name lives; the first ``TYPE_CHECKING`` block
+says the same to type checkers, and ``tests/unit/test_public_surface.py`` holds the two and
 ``__all__`` to each other.
+
+The names that moved to a submodule (``_MOVED``) still work here for one release: the same
+object, with a `DeprecationWarning` naming the new module on each use. Type checkers see them
+as before (the second ``TYPE_CHECKING`` block), so a typed caller keeps passing while it moves.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _HOMES: dict[str, tuple[str, ...]] = {
-    "turnledger.domain.blocks": (
-        "ContentBlock", "DocumentBlock", "ImageBlock", "OpaqueBlock", "RedactedThinkingBlock",
-        "ServerToolResult", "ServerToolUse", "TextBlock", "ThinkingBlock", "canonical_json",
-    ),
-    "turnledger.domain.bodies": ("APIS", "LeftOut", "fit_messages"),
     "turnledger.domain.budget": (
-        "DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_HISTORY_TURNS", "Compaction", "HistoryPruning",
-        "ProfileDocument",
-        "ProviderProfile", "ResolvedRoute", "Route", "RuntimeProfile", "effective_context_budget",
-        "request_window", "resolve_capacity", "resolve_route",
+        "DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_HISTORY_TURNS", "HistoryPruning", "ProviderProfile",
+        "Route", "RuntimeProfile", "effective_context_budget", "resolve_capacity",
     ),
-    "turnledger.domain.decider": ("PreparedRequest", "request_digest"),
+    "turnledger.domain.decider": ("PreparedRequest",),
     "turnledger.domain.errors": (
-        "AppendInDoubt", "AppendRefused", "AuditKeyRequired", "ConcurrencyConflict",
-        "ContextWindowExceeded", "CorruptRecord", "InvalidKey", "InvalidMessage", "InvalidProfile",
-        "InvalidStoreURL",
-        "KeyRequired", "NotEncrypted", "SessionExists", "SessionForgottenError", "SessionNotFound",
-        "SessionActive", "StoreChanged", "StoreUnavailable", "TranscriptError", "TurnledgerError",
-        "UnansweredToolCalls",
-        "UnkeyedChain", "WrongKey",
+        "ConcurrencyConflict", "ContextWindowExceeded", "CorruptRecord", "InvalidMessage",
+        "InvalidProfile", "SessionNotFound", "TurnledgerError",
     ),
     "turnledger.domain.estimate": ("IMAGE_TOKEN_ESTIMATE", "estimate_history_tokens"),
-    "turnledger.domain.findings": ("Finding", "Rule", "Violation"),
     "turnledger.domain.events": (
-        "BreadcrumbInserted", "DomainEvent", "HistoryCleared", "HistoryTrimmed", "MessageAppended",
-        "MessagePopped", "OrphansSwept", "OverflowRecovered", "OverflowReported",
-        "OverflowUnrecoverable", "RequestPrepared", "RequestRejected", "RouteSelected",
-        "SessionForgotten", "SessionStarted", "SummaryRefusal", "SummaryRefused",
-        "ToolCallsRestored", "ToolResultsCleared", "TrimDecided", "TurnsSummarized",
+        "BreadcrumbInserted", "DomainEvent", "HistoryTrimmed", "MessageAppended", "OrphansSwept",
+        "RequestPrepared", "RequestRejected", "RouteSelected", "TrimDecided",
     ),
     "turnledger.domain.messages": (
         "BREADCRUMB_TEXT", "AssistantToolCalls", "Chat", "ChatMessage", "ConversationMessage",
         "ToolCall", "ToolResult", "ToolResults", "from_chat_messages", "to_chat_messages",
     ),
     "turnledger.domain.overflow": ("is_context_window_exceeded",),
-    "turnledger.domain.pricing": ("Pricing",),
     "turnledger.domain.sweep": ("SweepResult", "sweep_conversation_orphans", "sweep_orphans"),
     "turnledger.domain.trimming": (
         "DEFAULT_MAX_MESSAGE_ROWS", "TrimResult", "trim_conversation_to_recent_turns",
         "trim_to_recent_message_rows", "trim_to_recent_turn_count", "trim_to_recent_turns",
     ),
     "turnledger.domain.truncate": ("DEFAULT_MAX_TOOL_RESULT_CHARS", "truncate_tool_result"),
-    "turnledger.profiles": ("load_profile", "load_profile_document"),
-    "turnledger.projections.analytics": ("Analytics",),
-    "turnledger.providers": (
-        "from_anthropic", "from_openai_chat", "from_openai_responses",
-        "to_anthropic", "to_openai_chat", "to_openai_responses",
-    ),
-    "turnledger.replay.audit": ("VerifyReport", "verify"),
-    "turnledger.replay.report": ("report",),
-    "turnledger.replay.timeline": ("TimelineEntry", "timeline", "views_at"),
-    "turnledger.replay.whatif": ("WhatIfReport", "what_if"),
+    "turnledger.profiles": ("load_profile",),
     "turnledger.store.backend": ("retry_on_conflict",),
     "turnledger.store.session": ("Session", "SessionView", "Store", "open_store"),
     "turnledger.store.summaries": ("Summarizer",),
 }
 _HOME_OF: dict[str, str] = {name: home for home, names in _HOMES.items() for name in names}
 
+_MOVED: dict[str, tuple[str, ...]] = {
+    "turnledger.audit": (
+        "Analytics", "Finding", "Rule", "TimelineEntry", "VerifyReport", "Violation",
+        "WhatIfReport", "report", "request_digest", "timeline", "verify", "views_at", "what_if",
+    ),
+    "turnledger.blocks": (
+        "ContentBlock", "DocumentBlock", "ImageBlock", "OpaqueBlock", "RedactedThinkingBlock",
+        "ServerToolResult", "ServerToolUse", "TextBlock", "ThinkingBlock", "canonical_json",
+    ),
+    "turnledger.errors": (
+        "AppendInDoubt", "AppendRefused", "AuditKeyRequired", "InvalidKey", "InvalidStoreURL",
+        "KeyRequired", "NotEncrypted", "SessionActive", "SessionExists", "SessionForgottenError",
+        "StoreChanged", "StoreUnavailable", "TranscriptError", "UnansweredToolCalls",
+        "UnkeyedChain", "WrongKey",
+    ),
+    "turnledger.events": (
+        "HistoryCleared", "MessagePopped", "OverflowRecovered", "OverflowReported",
+        "OverflowUnrecoverable", "SessionForgotten", "SessionStarted", "SummaryRefusal",
+        "SummaryRefused", "ToolCallsRestored", "ToolResultsCleared", "TurnsSummarized",
+    ),
+    "turnledger.profiles": (
+        "Compaction", "Pricing", "ProfileDocument", "ResolvedRoute", "load_profile_document",
+        "request_window", "resolve_route",
+    ),
+    "turnledger.providers": (
+        "APIS", "LeftOut", "fit_messages", "from_anthropic", "from_openai_chat",
+        "from_openai_responses", "to_anthropic", "to_openai_chat", "to_openai_responses",
+    ),
+}
+"""The names that left the top level (issue 34), by the public module that has them now."""
+_MOVED_TO: dict[str, str] = {name: home for home, names in _MOVED.items() for name in names}
+
+_SUBMODULES: frozenset[str] = frozenset(home.rsplit(".", 1)[1] for home in _MOVED)
+"""The public submodules: ``turnledger.audit`` works after a bare ``import turnledger``."""
+
 
 def __getattr__(name: str) -> Any:
-    """``turnledger.NAME``: imported from its module on first use, then kept here."""
+    """``turnledger.NAME``: imported from its module on first use, then kept here; a moved
+    name is taken from its new module on each use, with a `DeprecationWarning` naming it."""
     home = _HOME_OF.get(name)
-    if home is None:
-        raise AttributeError(f"module 'turnledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
+    moved = _MOVED_TO.get(name)
+    if moved is not None:
+        if not _probed_by_from_import():
+            warnings.warn(
+                f"turnledger.{name} moved to {moved}: import it from there "
+                f"(from {moved} import {name}); the top-level name is deprecated and goes "
+                "away in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return getattr(importlib.import_module(moved), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'turnledger' has no attribute {name!r}")
+
+
+def _probed_by_from_import() -> bool:
+    """Whether ``__getattr__`` was called by the check ``from turnledger import NAME`` makes
+    before it takes the name (importlib asks ``hasattr`` whether NAME is a submodule to
+    import): that check is no use of the name, so one statement warns once, not twice."""
+    import inspect  # only when a moved name is used: `import turnledger` stays light
+
+    frame = inspect.currentframe()
+    for _ in range(2):  # from this function's frame to __getattr__'s, then to its caller's
+        frame = frame.f_back if frame is not None else None
+    return frame is not None and frame.f_code.co_name == "_handle_fromlist"
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The current names and the public submodules; not the moved names, so completion leads
+    to their new homes."""
+    return sorted({*globals(), *__all__, *_SUBMODULES})
 
 
 if TYPE_CHECKING:
-    from turnledger.domain.blocks import (
-        ContentBlock,
-        DocumentBlock,
-        ImageBlock,
-        OpaqueBlock,
-        RedactedThinkingBlock,
-        ServerToolResult,
-        ServerToolUse,
-        TextBlock,
-        ThinkingBlock,
-        canonical_json,
-    )
-    from turnledger.domain.bodies import (
-        APIS,
-        LeftOut,
-        fit_messages,
-    )
     from turnledger.domain.budget import (
         DEFAULT_CONTEXT_TOKENS,
         DEFAULT_MAX_HISTORY_TURNS,
-        Compaction,
         HistoryPruning,
-        ProfileDocument,
         ProviderProfile,
-        ResolvedRoute,
         Route,
         RuntimeProfile,
         effective_context_budget,
-        request_window,
         resolve_capacity,
-        resolve_route,
     )
     from turnledger.domain.decider import (
         PreparedRequest,
-        request_digest,
     )
     from turnledger.domain.errors import (
-        AppendInDoubt,
-        AppendRefused,
-        AuditKeyRequired,
         ConcurrencyConflict,
         ContextWindowExceeded,
         CorruptRecord,
-        InvalidKey,
         InvalidMessage,
         InvalidProfile,
-        InvalidStoreURL,
-        KeyRequired,
-        NotEncrypted,
-        SessionActive,
-        SessionExists,
-        SessionForgottenError,
         SessionNotFound,
-        StoreChanged,
-        StoreUnavailable,
-        TranscriptError,
         TurnledgerError,
-        UnansweredToolCalls,
-        UnkeyedChain,
-        WrongKey,
     )
     from turnledger.domain.estimate import (
         IMAGE_TOKEN_ESTIMATE,
@@ -159,30 +164,13 @@ if TYPE_CHECKING:
     from turnledger.domain.events import (
         BreadcrumbInserted,
         DomainEvent,
-        HistoryCleared,
         HistoryTrimmed,
         MessageAppended,
-        MessagePopped,
         OrphansSwept,
-        OverflowRecovered,
-        OverflowReported,
-        OverflowUnrecoverable,
         RequestPrepared,
         RequestRejected,
         RouteSelected,
-        SessionForgotten,
-        SessionStarted,
-        SummaryRefusal,
-        SummaryRefused,
-        ToolCallsRestored,
-        ToolResultsCleared,
         TrimDecided,
-        TurnsSummarized,
-    )
-    from turnledger.domain.findings import (
-        Finding,
-        Rule,
-        Violation,
     )
     from turnledger.domain.messages import (
         BREADCRUMB_TEXT,
@@ -198,9 +186,6 @@ if TYPE_CHECKING:
     )
     from turnledger.domain.overflow import (
         is_context_window_exceeded,
-    )
-    from turnledger.domain.pricing import (
-        Pricing,
     )
     from turnledger.domain.sweep import (
         SweepResult,
@@ -221,168 +206,146 @@ if TYPE_CHECKING:
     )
     from turnledger.profiles import (
         load_profile,
-        load_profile_document,
     )
-    from turnledger.projections.analytics import (
-        Analytics,
+    from turnledger.store.backend import (
+        retry_on_conflict,
     )
-    from turnledger.providers import (
-        from_anthropic,
-        from_openai_chat,
-        from_openai_responses,
-        to_anthropic,
-        to_openai_chat,
-        to_openai_responses,
-    )
-    from turnledger.replay.audit import (
-        VerifyReport,
-        verify,
-    )
-    from turnledger.replay.report import (
-        report,
-    )
-    from turnledger.replay.timeline import (
-        TimelineEntry,
-        timeline,
-        views_at,
-    )
-    from turnledger.replay.whatif import (
-        WhatIfReport,
-        what_if,
-    )
-    from turnledger.store.backend import retry_on_conflict
     from turnledger.store.session import (
         Session,
         SessionView,
         Store,
         open_store,
     )
-    from turnledger.store.summaries import Summarizer
+    from turnledger.store.summaries import (
+        Summarizer,
+    )
+
+if TYPE_CHECKING:  # the moved names, typed as they were for one release (ADR-0101)
+    from turnledger.audit import Analytics as Analytics
+    from turnledger.audit import Finding as Finding
+    from turnledger.audit import Rule as Rule
+    from turnledger.audit import TimelineEntry as TimelineEntry
+    from turnledger.audit import VerifyReport as VerifyReport
+    from turnledger.audit import Violation as Violation
+    from turnledger.audit import WhatIfReport as WhatIfReport
+    from turnledger.audit import report as report
+    from turnledger.audit import request_digest as request_digest
+    from turnledger.audit import timeline as timeline
+    from turnledger.audit import verify as verify
+    from turnledger.audit import views_at as views_at
+    from turnledger.audit import what_if as what_if
+    from turnledger.blocks import ContentBlock as ContentBlock
+    from turnledger.blocks import DocumentBlock as DocumentBlock
+    from turnledger.blocks import ImageBlock as ImageBlock
+    from turnledger.blocks import OpaqueBlock as OpaqueBlock
+    from turnledger.blocks import RedactedThinkingBlock as RedactedThinkingBlock
+    from turnledger.blocks import ServerToolResult as ServerToolResult
+    from turnledger.blocks import ServerToolUse as ServerToolUse
+    from turnledger.blocks import TextBlock as TextBlock
+    from turnledger.blocks import ThinkingBlock as ThinkingBlock
+    from turnledger.blocks import canonical_json as canonical_json
+    from turnledger.errors import AppendInDoubt as AppendInDoubt
+    from turnledger.errors import AppendRefused as AppendRefused
+    from turnledger.errors import AuditKeyRequired as AuditKeyRequired
+    from turnledger.errors import InvalidKey as InvalidKey
+    from turnledger.errors import InvalidStoreURL as InvalidStoreURL
+    from turnledger.errors import KeyRequired as KeyRequired
+    from turnledger.errors import NotEncrypted as NotEncrypted
+    from turnledger.errors import SessionActive as SessionActive
+    from turnledger.errors import SessionExists as SessionExists
+    from turnledger.errors import SessionForgottenError as SessionForgottenError
+    from turnledger.errors import StoreChanged as StoreChanged
+    from turnledger.errors import StoreUnavailable as StoreUnavailable
+    from turnledger.errors import TranscriptError as TranscriptError
+    from turnledger.errors import UnansweredToolCalls as UnansweredToolCalls
+    from turnledger.errors import UnkeyedChain as UnkeyedChain
+    from turnledger.errors import WrongKey as WrongKey
+    from turnledger.events import HistoryCleared as HistoryCleared
+    from turnledger.events import MessagePopped as MessagePopped
+    from turnledger.events import OverflowRecovered as OverflowRecovered
+    from turnledger.events import OverflowReported as OverflowReported
+    from turnledger.events import OverflowUnrecoverable as OverflowUnrecoverable
+    from turnledger.events import SessionForgotten as SessionForgotten
+    from turnledger.events import SessionStarted as SessionStarted
+    from turnledger.events import SummaryRefusal as SummaryRefusal
+    from turnledger.events import SummaryRefused as SummaryRefused
+    from turnledger.events import ToolCallsRestored as ToolCallsRestored
+    from turnledger.events import ToolResultsCleared as ToolResultsCleared
+    from turnledger.events import TurnsSummarized as TurnsSummarized
+    from turnledger.profiles import Compaction as Compaction
+    from turnledger.profiles import Pricing as Pricing
+    from turnledger.profiles import ProfileDocument as ProfileDocument
+    from turnledger.profiles import ResolvedRoute as ResolvedRoute
+    from turnledger.profiles import load_profile_document as load_profile_document
+    from turnledger.profiles import request_window as request_window
+    from turnledger.profiles import resolve_route as resolve_route
+    from turnledger.providers import APIS as APIS
+    from turnledger.providers import LeftOut as LeftOut
+    from turnledger.providers import fit_messages as fit_messages
+    from turnledger.providers import from_anthropic as from_anthropic
+    from turnledger.providers import from_openai_chat as from_openai_chat
+    from turnledger.providers import from_openai_responses as from_openai_responses
+    from turnledger.providers import to_anthropic as to_anthropic
+    from turnledger.providers import to_openai_chat as to_openai_chat
+    from turnledger.providers import to_openai_responses as to_openai_responses
 
 __all__ = [
-    "APIS",
     "BREADCRUMB_TEXT",
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_MAX_HISTORY_TURNS",
     "DEFAULT_MAX_MESSAGE_ROWS",
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
     "IMAGE_TOKEN_ESTIMATE",
-    "Analytics",
-    "AppendInDoubt",
-    "AppendRefused",
     "AssistantToolCalls",
-    "AuditKeyRequired",
     "BreadcrumbInserted",
     "Chat",
     "ChatMessage",
-    "Compaction",
     "ConcurrencyConflict",
-    "ContentBlock",
     "ContextWindowExceeded",
     "ConversationMessage",
     "CorruptRecord",
-    "DocumentBlock",
     "DomainEvent",
-    "Finding",
-    "HistoryCleared",
     "HistoryPruning",
     "HistoryTrimmed",
-    "ImageBlock",
-    "InvalidKey",
     "InvalidMessage",
     "InvalidProfile",
-    "InvalidStoreURL",
-    "KeyRequired",
-    "LeftOut",
     "MessageAppended",
-    "MessagePopped",
-    "NotEncrypted",
-    "OpaqueBlock",
     "OrphansSwept",
-    "OverflowRecovered",
-    "OverflowReported",
-    "OverflowUnrecoverable",
     "PreparedRequest",
-    "Pricing",
-    "ProfileDocument",
     "ProviderProfile",
-    "RedactedThinkingBlock",
     "RequestPrepared",
     "RequestRejected",
-    "ResolvedRoute",
     "Route",
     "RouteSelected",
-    "Rule",
     "RuntimeProfile",
-    "ServerToolResult",
-    "ServerToolUse",
     "Session",
-    "SessionActive",
-    "SessionExists",
-    "SessionForgotten",
-    "SessionForgottenError",
     "SessionNotFound",
-    "SessionStarted",
     "SessionView",
     "Store",
-    "StoreChanged",
-    "StoreUnavailable",
     "Summarizer",
-    "SummaryRefusal",
-    "SummaryRefused",
     "SweepResult",
-    "TextBlock",
-    "ThinkingBlock",
-    "TimelineEntry",
     "ToolCall",
-    "ToolCallsRestored",
     "ToolResult",
     "ToolResults",
-    "ToolResultsCleared",
-    "TranscriptError",
     "TrimDecided",
     "TrimResult",
     "TurnledgerError",
-    "TurnsSummarized",
-    "UnansweredToolCalls",
-    "UnkeyedChain",
-    "VerifyReport",
-    "Violation",
-    "WhatIfReport",
-    "WrongKey",
-    "canonical_json",
     "effective_context_budget",
     "estimate_history_tokens",
-    "fit_messages",
-    "from_anthropic",
     "from_chat_messages",
-    "from_openai_chat",
-    "from_openai_responses",
     "is_context_window_exceeded",
     "load_profile",
-    "load_profile_document",
     "open_store",
-    "report",
-    "request_digest",
-    "request_window",
     "resolve_capacity",
-    "resolve_route",
     "retry_on_conflict",
     "sweep_conversation_orphans",
     "sweep_orphans",
-    "timeline",
-    "to_anthropic",
     "to_chat_messages",
-    "to_openai_chat",
-    "to_openai_responses",
     "trim_conversation_to_recent_turns",
     "trim_to_recent_message_rows",
     "trim_to_recent_turn_count",
     "trim_to_recent_turns",
     "truncate_tool_result",
-    "verify",
-    "views_at",
-    "what_if",
 ]
 
 

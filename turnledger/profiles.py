@@ -2,6 +2,9 @@
 
 The domain (`turnledger.domain.budget`) does no I/O; this module is where a profile file is
 opened and decoded. The file's shape is documented in `turnledger.domain.budget` and the README.
+
+Public (ADR-0101): besides the readers, every name of profiles, routes and budgets — the top
+level keeps the first ones a newcomer needs (`RuntimeProfile`, `ProviderProfile`, `Route`, …).
 """
 
 from __future__ import annotations
@@ -10,14 +13,42 @@ import os
 import tomllib
 
 from turnledger.domain.budget import (
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_MAX_HISTORY_TURNS,
+    Compaction,
+    HistoryPruning,
     ProfileDocument,
     ProviderProfile,
+    ResolvedRoute,
+    Route,
     RuntimeProfile,
+    effective_context_budget,
     parse_profile_document,
+    request_window,
+    resolve_capacity,
+    resolve_route,
 )
 from turnledger.domain.errors import InvalidProfile
+from turnledger.domain.pricing import Pricing
 
-__all__ = ["load_profile", "load_profile_document"]
+__all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
+    "DEFAULT_MAX_HISTORY_TURNS",
+    "Compaction",
+    "HistoryPruning",
+    "Pricing",
+    "ProfileDocument",
+    "ProviderProfile",
+    "ResolvedRoute",
+    "Route",
+    "RuntimeProfile",
+    "effective_context_budget",
+    "load_profile",
+    "load_profile_document",
+    "request_window",
+    "resolve_capacity",
+    "resolve_route",
+]
 
 
 def load_profile_document(path: str | os.PathLike[str]) -> ProfileDocument:

@@ -1,9 +1,12 @@
-"""Provider conversions, public: see `turnledger.domain.providers` (pure, no I/O).
+"""Provider formats, public (ADR-0101): see `turnledger.domain.providers` (pure, no I/O).
 
 OpenAI Chat Completions ``messages``, Anthropic ``system`` + ``messages`` and OpenAI Responses
-input items, both directions, exact round trips; re-exported from `turnledger` too.
+input items, both directions, exact round trips; and the request bodies: which APIs a body can
+be built for (`APIS`), a request's messages as one of them accepts them (`fit_messages`) and
+what a body left out (`LeftOut`).
 """
 
+from turnledger.domain.bodies import APIS, LeftOut, fit_messages
 from turnledger.domain.providers import (
     TranscriptError,
     from_anthropic,
@@ -15,7 +18,10 @@ from turnledger.domain.providers import (
 )
 
 __all__ = [
+    "APIS",
+    "LeftOut",
     "TranscriptError",
+    "fit_messages",
     "from_anthropic",
     "from_openai_chat",
     "from_openai_responses",

@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "turnledger"
 
 
-def _type_checking_imports() -> dict[str, str]:
-    """name -> module of the imports in the package's ``if TYPE_CHECKING:`` block."""
+def _type_checking_blocks() -> list[ast.If]:
+    """The package's ``if TYPE_CHECKING:`` blocks: the exported names', the moved names'."""
     tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
-    (block,) = [n for n in tree.body if isinstance(n, ast.If)
-                and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"]
-    return {alias.name: node.module or "" for node in block.body
+    return [n for n in tree.body if isinstance(n, ast.If)
+            and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING"]
+
+
+def _type_checking_imports(block: int = 0) -> dict[str, str]:
+    """name -> module of the imports in the package's first ``if TYPE_CHECKING:`` block (the
+    exported names), or in another one (``block=1``: the moved names)."""
+    return {alias.name: node.module or "" for node in _type_checking_blocks()[block].body
             if isinstance(node, ast.ImportFrom) for alias in node.names}
 
 
@@ -150,3 +156,106 @@ def test_i20_p6_the_code_and_docs_cite_no_document_outside_the_repository() -> N
                    for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
                    if OUTSIDE.search(line.replace("SPEC_PRICING", "")))
     assert [] == cited
+
+
+# --- issue 34 point 4: a top level a person can hold, six public submodules (ADR-0101) ----------
+
+MOVED: dict[str, str] = tl._MOVED_TO  # noqa: SLF001 - the table these tests hold to the rest
+SUBMODULES = sorted(set(MOVED.values()))
+
+# What the top level has always promised (the README's and the command line's first names):
+# the values, the pure functions, the profiles, the store, the first events and errors.
+PROMISED = {
+    "ChatMessage", "ToolCall", "ToolResult", "Chat", "AssistantToolCalls", "ToolResults",
+    "ConversationMessage", "to_chat_messages", "InvalidMessage", "BREADCRUMB_TEXT",
+    "IMAGE_TOKEN_ESTIMATE", "DEFAULT_CONTEXT_TOKENS", "DEFAULT_MAX_HISTORY_TURNS",
+    "estimate_history_tokens", "trim_to_recent_turns", "trim_to_recent_turn_count",
+    "trim_conversation_to_recent_turns", "TrimResult", "sweep_orphans", "SweepResult",
+    "truncate_tool_result", "is_context_window_exceeded", "HistoryPruning", "RuntimeProfile",
+    "ProviderProfile", "Route", "resolve_capacity", "effective_context_budget", "load_profile",
+    "InvalidProfile", "open_store", "Store", "Session", "PreparedRequest", "DomainEvent",
+    "ContextWindowExceeded", "MessageAppended", "TrimDecided", "BreadcrumbInserted",
+    "HistoryTrimmed", "RequestPrepared", "RequestRejected", "RouteSelected", "OrphansSwept",
+    "TurnledgerError", "SessionNotFound", "ConcurrencyConflict", "CorruptRecord",
+}
+
+
+def test_i34_p4_the_top_level_holds_60_names_or_fewer_and_every_promised_one() -> None:
+    """A newcomer reads the top level whole: at most 60 names (123 before issue 34), and none of
+    the names it has always promised left it."""
+    assert len(tl.__all__) <= 60
+    assert set() == PROMISED - set(tl.__all__)
+
+
+def test_i34_p4_a_moved_name_left_the_top_level_for_a_public_submodule_that_lists_it() -> None:
+    """Each moved name is in its new module's ``__all__`` and no longer in ``tl.__all__``; the
+    second ``TYPE_CHECKING`` block types exactly the moved names, from their new modules, each
+    imported ``as`` itself (so type checkers take it as exported)."""
+    assert set() == set(MOVED) & set(tl.__all__)
+    assert [] == sorted(name for name, home in MOVED.items()
+                        if name not in importlib.import_module(home).__all__)
+    assert MOVED == _type_checking_imports(block=1)
+    aliases = [alias for node in _type_checking_blocks()[1].body
+               if isinstance(node, ast.ImportFrom) for alias in node.names]
+    assert [] == [alias.name for alias in aliases if alias.asname != alias.name]
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_i34_p4_a_moved_name_warns_on_each_use_naming_its_module_and_is_the_same_object(
+    name: str,
+) -> None:
+    """``tl.NAME`` and ``from turnledger import NAME`` work for one release: the new module's
+    own object, one `DeprecationWarning` per use, naming the module to import it from and
+    pointing at the line that used it."""
+    home = importlib.import_module(MOVED[name])
+    namespace: dict[str, object] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every use, not once per line
+        first = getattr(tl, name)
+        second = getattr(tl, name)
+        exec(f"from turnledger import {name}", namespace)
+    expected = f"turnledger.{name} moved to {home.__name__}: import it from there"
+    assert [DeprecationWarning] * 3 == [w.category for w in caught]
+    assert [expected] * 3 == [str(w.message).split(" (", 1)[0] for w in caught]
+    assert (getattr(home, name),) * 3 == (first, second, namespace[name])
+    assert [__file__, __file__, "<string>"] == [w.filename for w in caught]
+
+
+def test_i34_p4_dir_lists_the_current_names_and_the_submodules_not_the_moved_ones() -> None:
+    """Completion leads to a moved name's new home; ``tl.audit`` works without an import."""
+    listed = set(dir(tl))
+    assert set(tl.__all__) <= listed
+    assert {home.rsplit(".", 1)[1] for home in SUBMODULES} <= listed
+    assert set() == set(MOVED) & listed
+
+
+def test_i34_p4_a_bare_import_loads_no_submodule_and_a_use_loads_its_own() -> None:
+    """``import turnledger`` loads none of the public submodules; ``tl.events`` loads that one
+    and not the audit's reading side."""
+    public = set(SUBMODULES)
+    assert set() == _loaded_after("import turnledger") & public
+    loaded = _loaded_after("import turnledger as tl\ntl.events.SessionStarted")
+    assert {"turnledger.events"} == loaded & public
+    assert "turnledger.replay.audit" not in loaded
+
+
+@pytest.mark.parametrize("module", SUBMODULES)
+def test_i34_p4_each_submodule_exports_names_that_resolve_and_docs_api_lists_them(
+    module: str,
+) -> None:
+    """Each public submodule's ``__all__`` resolves, and its section of docs/api.md lists
+    exactly those names, once each, in its table."""
+    home = importlib.import_module(module)
+    assert [] == [name for name in home.__all__ if not hasattr(home, name)]
+    section = API_DOC.read_text(encoding="utf-8").split(f"\n## `{module}`\n", 1)[1]
+    rows = re.findall(r"^\| `(\w+)` \|", section.split("\n## ", 1)[0], re.M)
+    assert sorted(set(rows)) == sorted(rows), "a name listed twice"
+    assert sorted(home.__all__) == sorted(rows)
+
+
+def test_i34_p4_docs_api_lists_every_moved_name_with_its_new_module() -> None:
+    """The page's table of moved names is the package's."""
+    section = API_DOC.read_text(encoding="utf-8").split("\n## Moved from the top level", 1)[1]
+    rows = re.findall(r"^\| `tl\.(\w+)` \| `([\w.]+)` \|$", section.split("\n## ", 1)[0], re.M)
+    assert len(rows) == len(dict(rows))
+    assert MOVED == dict(rows)

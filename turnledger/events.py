@@ -1,0 +1,68 @@
+"""The events a session records, public (ADR-0101): every event class, their base
+`DomainEvent`, the `Event` union of them and the enums their fields hold.
+
+`Store.events_of` and `Session.events()` give them and a `Store.subscribe` callback receives
+them; docs/api.md says what each one means. They live in `turnledger.domain.events`.
+"""
+
+from turnledger.domain.events import (
+    BreadcrumbInserted,
+    DomainEvent,
+    Event,
+    HistoryCleared,
+    HistoryTrimmed,
+    MessageAppended,
+    MessagePopped,
+    OrphansSwept,
+    OverflowRecovered,
+    OverflowReported,
+    OverflowUnrecoverable,
+    Purpose,
+    RejectionReason,
+    RequestPrepared,
+    RequestRejected,
+    RouteReason,
+    RouteSelected,
+    SessionForgotten,
+    SessionStarted,
+    SummaryRefusal,
+    SummaryRefused,
+    ToolCallsRestored,
+    ToolResultsCleared,
+    TrimDecided,
+    TrimReason,
+    TrimTrigger,
+    TurnsSummarized,
+    View,
+)
+
+__all__ = [
+    "BreadcrumbInserted",
+    "DomainEvent",
+    "Event",
+    "HistoryCleared",
+    "HistoryTrimmed",
+    "MessageAppended",
+    "MessagePopped",
+    "OrphansSwept",
+    "OverflowRecovered",
+    "OverflowReported",
+    "OverflowUnrecoverable",
+    "Purpose",
+    "RejectionReason",
+    "RequestPrepared",
+    "RequestRejected",
+    "RouteReason",
+    "RouteSelected",
+    "SessionForgotten",
+    "SessionStarted",
+    "SummaryRefusal",
+    "SummaryRefused",
+    "ToolCallsRestored",
+    "ToolResultsCleared",
+    "TrimDecided",
+    "TrimReason",
+    "TrimTrigger",
+    "TurnsSummarized",
+    "View",
+]
