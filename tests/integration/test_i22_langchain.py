@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from tests.docs_text import section as docs_section
 from tests.extras import need
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import StoreUnavailable
@@ -33,7 +34,7 @@ from turnledger.replay.transcripts import record_of
 from turnledger.store.session import Session, open_store
 
 CHILD = Path(__file__).with_name("langchain_child.py")
-README = Path(__file__).resolve().parents[2] / "README.md"
+README, _ = docs_section("## LangChain and LangGraph")  # docs/integrations/langchain.md
 PADDING = "x" * 200  # ~55 estimated tokens per message (R20: ceil(bytes / 4) + 4)
 
 
@@ -339,8 +340,7 @@ def test_i22_many_history_objects_of_one_conversation_all_land(shared_target: Ta
 
 
 def _section_examples(heading: str) -> list[tuple[str, str]]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    _, section = docs_section(heading)
     found = re.findall(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section, re.DOTALL)
     assert found, f"{heading}: no python example followed by its output"
     return found

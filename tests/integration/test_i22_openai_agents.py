@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from tests.docs_text import section as docs_section
 from tests.extras import need
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import evolve
@@ -35,7 +36,7 @@ os.environ.setdefault("OPENAI_API_KEY", "sk-test-no-network")
 
 BREADCRUMB = {"role": "user", "content": BREADCRUMB_TEXT}
 CHILD = Path(__file__).with_name("agents_child.py")
-README = Path(__file__).resolve().parents[2] / "README.md"
+README, _ = docs_section("## OpenAI Agents SDK sessions")  # docs/integrations/openai-agents.md
 
 SIX: list[dict[str, Any]] = [
     {"role": "user", "content": "hello"},
@@ -414,8 +415,7 @@ def test_i22_readme_agents_examples_run_as_written_without_a_warning(
     namespace, prints what the README says, and prints no warning."""
     _sdk()
     monkeypatch.chdir(tmp_path)
-    section = README.read_text(encoding="utf-8").split("## OpenAI Agents SDK sessions", 1)[1]
-    section = section.split("\n## ", 1)[0]
+    _, section = docs_section("## OpenAI Agents SDK sessions")
     examples = re.findall(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section,
                           re.DOTALL)
     assert 2 <= len(examples)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_text import section as docs_section
 from tests.extras import need
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 SECTIONS = {
     "## pydantic-ai agents": ("pydantic_ai",),
     "## Google ADK agents": ("google.adk",),
@@ -22,7 +22,7 @@ SECTIONS = {
 
 def _example(heading: str) -> tuple[str, str]:
     """The section's Python example and the output printed after it."""
-    section = README.read_text(encoding="utf-8").split(heading, 1)[1].split("\n## ", 1)[0]
+    _, section = docs_section(heading)  # docs/integrations/
     match = re.search(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section, re.DOTALL)
     assert match is not None, f"{heading}: no python example followed by its output"
     return match.group(1), match.group(2)
@@ -37,9 +37,10 @@ def test_i22_readme_framework_example_runs_offline(
     for module in SECTIONS[heading]:
         need(module)
     code, expected = _example(heading)
+    page = docs_section(heading)[0]
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), warnings.catch_warnings():
         warnings.simplefilter("error")
-        exec(compile(code, f"{README}:{heading}", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, f"{page}:{heading}", "exec"), {"__name__": "__readme__"})
     assert expected == out.getvalue()

@@ -16,6 +16,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import turnledger as tl
+from tests.docs_text import section as docs_section
 from tests.integration.test_replay import append_raw, next_stamp
 from tests.properties import examples
 from tests.strategies import conversation_histories
@@ -281,8 +282,7 @@ def test_i24_readme_summaries_example_prints_what_it_says(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The README's summaries example runs as written and prints what the README says."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Summaries of trimmed turns", 1)[1].split("\n## ", 1)[0]
+    _, section = docs_section("## Summaries of trimmed turns")  # docs/guide/summaries.md
     found = re.search(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section, re.DOTALL)
     assert found is not None
     exec(compile(found.group(1), "README.md", "exec"), {"__name__": "__readme__"})

@@ -7,17 +7,16 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-from pathlib import Path
 from typing import Any
 
+from tests.docs_text import section
 from tests.provider_types import problems
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README, SECTION = section("## Real clients")  # docs/guide/real-clients.md
 
 
 def _snippet() -> str:
-    section = README.read_text(encoding="utf-8").split("## Real clients", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    match = re.search(r"```python\n(.*?)```", SECTION, re.DOTALL)
     assert match is not None
     return match.group(1)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_text import section as docs_section
 from tests.extras import need
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 SECTIONS = {
     "## A step in one transaction": (),
     "## Several writers on one session": (),  # issue 19, point 6: retry_on_conflict
@@ -22,9 +22,8 @@ SECTIONS = {
 
 
 def _example(heading: str) -> tuple[str, str]:
-    """The section's Python example and the output printed after it."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    """The section's Python example and its printed output (in docs/ since issue 34)."""
+    _, section = docs_section(heading)
     match = re.search(r"```python\n(.*?)```\s*Prints:\s*```text\n(.*?)```", section, re.DOTALL)
     assert match is not None, f"{heading}: no python example followed by its output"
     return match.group(1), match.group(2)
@@ -38,8 +37,9 @@ def test_readme_integration_example_runs_offline(
     for module in SECTIONS[heading]:
         need(module)
     code, expected = _example(heading)
+    page = docs_section(heading)[0]
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, f"{README}:{heading}", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, f"{page}:{heading}", "exec"), {"__name__": "__readme__"})
     assert expected == out.getvalue()

@@ -5,15 +5,14 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.docs_text import section
+
+README, SECTION = section("## The provider loop")  # docs/guide/provider-loop.md
 
 
 def _loop_snippet() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## The provider loop", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    match = re.search(r"```python\n(.*?)```", SECTION, re.DOTALL)
     assert match is not None
     return match.group(1)
 

@@ -150,7 +150,7 @@ def test_i20_p6_the_code_and_docs_cite_no_document_outside_the_repository() -> N
     """SPEC.md, API.md, DESIGN.md, STYLE.md and DECISIONS.md are the team's, not the
     repository's: a reader of the code or the docs follows docs/behaviour.md, docs/api.md and
     the ADRs instead."""
-    texts = [*PACKAGE.rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    texts = [*PACKAGE.rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
     cited = sorted(f"{path.relative_to(ROOT)}:{number}"
                    for path in texts
                    for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
