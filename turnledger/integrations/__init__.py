@@ -19,8 +19,16 @@ store, how a session is started, the conflict budget, the summarizer of their wi
 sessions opened so far, one per framework name): the Agents SDK session, the LangChain trimmer
 (and so the ``create_agent`` middleware) and the ADK callback.
 
-`grouped` and `BuiltOnce` are how the frameworks that group a turn's user side into one message
-(a pydantic-ai request, a genai ``user`` content) build each window message once (ADR-0091).
+`IntegrationOptions` is the one value of what every integration object is built with (profile,
+providers, route, summarizer, conflict budget): ``options=`` takes it, and its fields are also
+accepted one by one as keywords (a keyword given wins over the value's field).
+
+`after_recorded` is how every integration tells which of its framework's messages are new: they
+follow the newest place where the record lines up with them.
+
+`grouped` (`turnledger.domain.formats`) and `BuiltOnce` are how the frameworks that group a
+turn's user side into one message (a pydantic-ai request, a genai ``user`` content) build each
+window message once (ADR-0091).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, ParamSpec, TypeVar, cast
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 import attrs
@@ -40,11 +48,16 @@ from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import (
     AppendRefused,
     ConcurrencyConflict,
-    InvalidMessage,
     SessionNotFound,
 )
+from turnledger.domain.formats import (
+    Piece,
+    conversation_of,
+    grouped,
+    split_groups,
+    user_side,
+)
 from turnledger.domain.messages import (
-    AssistantToolCalls,
     Chat,
     ChatMessage,
     ConversationMessage,
@@ -61,15 +74,21 @@ log = logging.getLogger("turnledger.integrations")
 __all__ = [
     "CONFLICT_BUDGET_SECONDS",
     "BuiltOnce",
+    "IntegrationOptions",
+    "OptionKeywords",
     "Piece",
     "SessionsByName",
+    "WindowKeywords",
+    "after_recorded",
     "conflict_budget",
     "conversation_of",
     "fit_then_build",
     "fit_window",
+    "fresh_json",
     "grouped",
     "off_loop",
     "open_session",
+    "options_of",
     "retrying",
     "session_uuid",
     "user_side",
@@ -78,6 +97,7 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 M = TypeVar("M")
+K = TypeVar("K")
 T = TypeVar("T")
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://turnledger/integrations/session")
@@ -227,77 +247,6 @@ def fit_window(
     return session.fit_window(**options)
 
 
-Piece = tuple[ConversationMessage, int]
-"""What one part of a framework message is built from: a turnledger message and, for a
-`ToolResults`, the index of its result (-1 for any other message)."""
-
-
-def conversation_of(
-    history: Sequence[ChatMessage | ConversationMessage],
-) -> list[ConversationMessage]:
-    """The structured messages of a window (provider messages) or of a history (one kind or
-    the other: `InvalidMessage` naming the first item that is not of it)."""
-    chats = [m for m in history if isinstance(m, ChatMessage)]
-    if len(chats) == len(history):
-        return from_chat_messages(chats)
-    for i, item in enumerate(history):
-        if not isinstance(item, Chat | AssistantToolCalls | ToolResults):
-            kind = ("a ChatMessage among ConversationMessages: give one kind" if isinstance(
-                item, ChatMessage) else f"not a message: {type(item).__name__}")
-            raise InvalidMessage(f"history[{i}] is {kind}")
-    return list(cast("Sequence[ConversationMessage]", history))
-
-
-def user_side(message: ConversationMessage) -> bool:
-    """Whether ``message`` goes on the user side of a framework that groups it (`grouped`)."""
-    return isinstance(message, ToolResults) or (
-        isinstance(message, Chat) and message.message.role in ("system", "user"))
-
-
-def grouped(
-    conversation: Sequence[ConversationMessage], opens: Callable[[str], bool]
-) -> list[tuple[Piece, ...]]:
-    """The framework messages ``conversation`` makes where the user side is grouped (a
-    pydantic-ai request, a genai ``user`` content), each as the pieces it is built from: an
-    assistant message alone; consecutive system, user and tool result pieces together until one
-    whose ``extra`` ``opens`` a message of its own (never the breadcrumb). A framework message
-    is then a function of its pieces alone, so it can be built once and kept."""
-
-    def opening(piece: Piece) -> bool | None:
-        message, index = piece
-        if isinstance(message, ToolResults):
-            return opens(message.results[index].extra)
-        if not user_side(message):
-            return None
-        assert isinstance(message, Chat)
-        return not message.message.synthetic and opens(message.message.extra)
-
-    pieces = [(message, i) for message in conversation
-              for i in (range(len(message.results)) if isinstance(message, ToolResults)
-                        else (-1,))]
-    return [tuple(group) for group in _split(pieces, opening)]
-
-
-def _split(items: Iterable[T], opening: Callable[[T], bool | None]) -> list[list[T]]:
-    """`grouped`'s rule over any items: one whose ``opening`` is None (the assistant side) is a
-    group of its own; the others join the group before them unless they open one or follow the
-    assistant side. Shared by `grouped` (structured messages) and `BuiltOnce` (a window's
-    provider messages)."""
-    groups: list[list[T]] = []
-    in_user_side = False
-    for item in items:
-        opens_group = opening(item)
-        if opens_group is None:
-            groups.append([item])
-            in_user_side = False
-            continue
-        if opens_group or not in_user_side:
-            groups.append([])
-        groups[-1].append(item)
-        in_user_side = True
-    return groups
-
-
 def _opening(message: ChatMessage, opens: Callable[[str], bool]) -> bool | None:
     """`grouped`'s opening of a window's provider message, read off the message itself (a
     tool message carries its result, whose ``extra`` decides)."""
@@ -398,7 +347,7 @@ class BuiltOnce(Generic[M]):
         if any(m.role == "tool" and not isinstance(m.item, ToolResult) for m in window):
             return None
         opens = self._opens
-        groups = [tuple(group) for group in _split(window, lambda m: _opening(m, opens))]
+        groups = [tuple(group) for group in split_groups(window, lambda m: _opening(m, opens))]
         return groups, [tuple(map(id, group)) for group in groups]
 
     def _pieces(self, group: tuple[ChatMessage, ...]) -> tuple[Piece, ...]:
@@ -413,6 +362,142 @@ def conflict_budget(seconds: float) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
         raise ValueError(f"conflict_budget_seconds must be a number >= 0, got {seconds!r}")
     return float(seconds)
+
+
+def _providers(providers: Iterable[ProviderProfile]) -> tuple[ProviderProfile, ...]:
+    return tuple(providers)
+
+
+@attrs.frozen(kw_only=True)
+class IntegrationOptions:
+    """What every integration object is built with, as one value: sessions it starts start
+    with ``profile``, ``providers`` and ``route`` (`open_session`); each window shows the turns
+    a token-budget trim drops as the ``summarizer``'s summary in place of the breadcrumb (a
+    `Summarizer` or a bare callable, `as_summarizer`; None: the session's own; issue 24); a
+    write that loses a race is decided again for at most ``conflict_budget_seconds`` (default
+    30; 0: once; `conflict_budget`, ADR-0065). Checked when built (`TypeError`, `ValueError`).
+
+    Every integration takes it as ``options=``, and each field as a keyword of its own; a
+    keyword given wins over the field of ``options`` (`options_of`)."""
+
+    profile: RuntimeProfile | None = None
+    providers: tuple[ProviderProfile, ...] = attrs.field(default=(), converter=_providers)
+    route: Route | None = None
+    summarizer: Summarizer | None = attrs.field(default=None, converter=as_summarizer)
+    conflict_budget_seconds: float = attrs.field(
+        default=CONFLICT_BUDGET_SECONDS, converter=conflict_budget)
+
+    def open(self, store: Store, session_id: str) -> Session:
+        """`open_session` of ``session_id`` with these options (I/O)."""
+        return open_session(store, session_id, profile=self.profile, providers=self.providers,
+                            route=self.route)
+
+    def retrying(self, write: Callable[[], R], what: str) -> R:
+        """`retrying` under these options' conflict budget."""
+        return retrying(write, what, self.conflict_budget_seconds)
+
+
+class WindowKeywords(TypedDict, total=False):
+    """The fields of `IntegrationOptions` an integration object given its session takes."""
+
+    summarizer: Summarizer | SummaryFunction | None
+    conflict_budget_seconds: float
+
+
+class OptionKeywords(WindowKeywords, total=False):
+    """The fields of `IntegrationOptions`, as the keywords an integration accepts."""
+
+    profile: RuntimeProfile | None
+    providers: Sequence[ProviderProfile]
+    route: Route | None
+
+
+def options_of(
+    options: IntegrationOptions | None, keywords: WindowKeywords, *, session_given: bool = False
+) -> IntegrationOptions:
+    """``options`` with the fields ``keywords`` gives replaced (none: the defaults), checked.
+    ``session_given``: the object was given its session, so only the fields of
+    `WindowKeywords` are keywords of it (`TypeError` for another, as before the value)."""
+    if session_given:
+        for name in keywords.keys() - WindowKeywords.__annotations__.keys():
+            raise TypeError(f"got an unexpected keyword argument {name!r}")
+    if options is None:
+        return IntegrationOptions(**keywords)
+    if not isinstance(options, IntegrationOptions):
+        raise TypeError(f"options must be IntegrationOptions, got {type(options).__name__}")
+    return attrs.evolve(options, **keywords) if keywords else options
+
+
+def after_recorded(
+    given: Sequence[T],
+    recorded: Sequence[K],
+    *,
+    same: Callable[[T, K], bool] | None = None,
+    key: Callable[[T], K] | None = None,
+    most: int | None = None,
+    whole: bool = False,
+) -> int | None:
+    """Where the items of ``given`` that are not recorded begin: the index after the newest
+    place in ``given`` where the newest ``recorded`` items line up with the items before it.
+    Every integration tells its framework's new messages by it.
+
+    ``same(item, recorded_item)`` says a given item is a recorded one (default ``==``; with
+    ``key``, ``key(item) == recorded_item``, each key computed once); ``most`` bounds how many
+    recorded items are compared (default all). ``whole``: a place counts only where all
+    compared items line up, or all the given items before it do (the given items begin inside
+    the record); else the place where the most line up wins, the newest of equals. None: no
+    place (or nothing recorded)."""
+    if not recorded:
+        return None
+    cap = len(recorded) if most is None else min(most, len(recorded))
+    if same is None and key is None and whole:  # a slice at a time (a window: no new items)
+        tail = list(recorded[len(recorded) - cap:])
+        return next((end for end in range(len(given), 0, -1)
+                     if list(given[end - min(cap, end):end]) == tail[cap - min(cap, end):]),
+                    None)
+    lines_up = _lines_up(given, same, key)
+    best: tuple[int, int] | None = None  # (recorded items lined up, the index after them)
+    for end in range(len(given), 0, -1):
+        size = min(cap, end)
+        lined = 0
+        while lined < size and lines_up(end - 1 - lined, recorded[-1 - lined]):
+            lined += 1
+        if whole:
+            if lined == size:
+                return end
+        elif lined and (best is None or lined > best[0]):
+            best = (lined, end)
+            if lined == cap:
+                break  # no older place lines up more
+    return None if best is None else best[1]
+
+
+def _lines_up(
+    given: Sequence[T], same: Callable[[T, K], bool] | None, key: Callable[[T], K] | None
+) -> Callable[[int, K], bool]:
+    """`after_recorded`'s test of ``given[index]`` against a recorded item."""
+    if key is not None:
+        keys: dict[int, K] = {}
+
+        def keyed(index: int, kept: K) -> bool:
+            if index not in keys:
+                keys[index] = key(given[index])
+            return keys[index] == kept
+
+        return keyed
+    if same is not None:
+        return lambda index, kept: same(given[index], kept)
+    return lambda index, kept: given[index] == kept
+
+
+def fresh_json(value: Any) -> Any:
+    """A copy of a JSON value (dicts and lists copied, leaves shared: they are immutable), for
+    a converted message an integration keeps and hands out."""
+    if type(value) is dict:
+        return {key: fresh_json(inner) for key, inner in value.items()}
+    if type(value) is list:
+        return [fresh_json(inner) for inner in value]
+    return value
 
 
 class _Refused(ConcurrencyConflict):
@@ -465,24 +550,20 @@ def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
 
 class SessionsByName:
     """The part every integration object that opens its own sessions holds (not a framework
-    type): ``store``; how a session it serves is opened (`open_session`: restored, or started
-    with ``profile``, ``providers`` and ``route``); ``session_id``, the one conversation it
-    serves when given (None: the framework's name of each call decides); the conflict budget
-    of its writes (`conflict_budget`, checked here); its ``summarizer`` (`as_summarizer`,
-    checked here; issue 24); and the sessions opened so far, one per name, each opened once
-    at its first use (`_session_named`, thread-safe).
+    type): ``store``; its `IntegrationOptions` (``options=`` and the keywords of its fields,
+    `options_of`: how a session it serves is opened, its summarizer and conflict budget);
+    ``session_id``, the one conversation it serves when given (None: the framework's name of
+    each call decides); and the sessions opened so far, one per name, each opened once at its
+    first use (`_session_named`, thread-safe).
     """
 
     def __init__(
         self,
         store: Store,
         *,
-        profile: RuntimeProfile | None = None,
-        providers: Sequence[ProviderProfile] = (),
-        route: Route | None = None,
         session_id: str | None = None,
-        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-        summarizer: Summarizer | SummaryFunction | None = None,
+        options: IntegrationOptions | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
         if not isinstance(store, Store):
             raise TypeError(f"store must be a turnledger Store (open_store(url)), got "
@@ -491,9 +572,8 @@ class SessionsByName:
             session_uuid(session_id)  # refused now, not at the first call
         self.store = store
         self.session_id = session_id
-        self.summarizer = as_summarizer(summarizer)
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self._options = (profile, tuple(providers), route)
+        self.options = options_of(options, keywords)
+        self.summarizer = self.options.summarizer
         self._sessions: dict[str, Session] = {}
         # Reentrant: a subclass may hold it around `_session_named` (and its own caches).
         self._lock = threading.RLock()
@@ -503,9 +583,7 @@ class SessionsByName:
         with self._lock:
             session = self._sessions.get(name)
             if session is None:
-                profile, providers, route = self._options
-                session = self._sessions[name] = open_session(
-                    self.store, name, profile=profile, providers=providers, route=route)
+                session = self._sessions[name] = self.options.open(self.store, name)
             return session
 
     def _window(
@@ -518,4 +596,4 @@ class SessionsByName:
 
     def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
         """``write()`` under this object's conflict budget (`retrying`), named by ``what``."""
-        return retrying(write, f"{what} of session {session.id}", self._budget)
+        return self.options.retrying(write, f"{what} of session {session.id}")

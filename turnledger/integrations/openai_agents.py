@@ -5,35 +5,26 @@
 ``clear_session``), so ``Runner.run(agent, text, session=TurnledgerSession("user-42", store))``
 keeps its history in a turnledger store:
 
-- ``add_items`` records the items of one call in one transaction (`Session.extend`), each
-  Responses item as one message (`from_openai_responses_item`), refusing an item that would not come
-  back exactly as it was given (`InvalidMessage`, nothing recorded);
+- ``add_items`` records the items of one call in one transaction, each Responses item as one
+  message, refusing one that would not come back exactly as it was given (`InvalidMessage`,
+  nothing recorded; `turnledger.domain.formats.responses`);
 - ``get_items`` returns what the model should see: the trims a request would make are decided
-  and recorded (turn limit, token budget, orphan sweep: `Session.fit_window`), then the kept
-  whole turns come back as the items that were added — reasoning items, function calls and
-  their outputs untouched — after a breadcrumb user message when older turns were cut (or,
-  with a ``summarizer``, the summary of those turns in its place, issue 24). ``limit``
-  keeps the SDK's meaning: the newest ``limit`` items of that list (``0``: none; negative or
-  None: all, unless ``session_settings.limit`` says otherwise);
-- ``pop_item`` and ``clear_session`` are recorded (`MessagePopped`, `HistoryCleared`); the log
-  keeps what they removed from the views.
+  and recorded (`Session.fit_window`), then the kept whole turns come back as the items that
+  were added, after a breadcrumb user message when older turns were cut (or the summary of
+  those turns, issue 24). ``limit`` keeps the SDK's meaning: the newest ``limit`` items (``0``:
+  none; negative or None: all, unless ``session_settings.limit`` says otherwise);
+- ``pop_item`` and ``clear_session`` are recorded; the log keeps what they removed.
 
-A call cancelled while it records waits for its outcome before the cancellation is raised,
-as with the SDK's own sessions (the SDK's recovery of an interrupted write relies on it).
+A call cancelled while it records waits for its outcome before the cancellation is raised, as
+with the SDK's own sessions. Many objects may serve one conversation: a call that loses a race
+to another writer is decided again on the newer state within the conflict budget
+(`retrying`, ADR-0065).
 
-Many objects (one per request, several workers or processes) may serve one conversation, as
-with the SDK's own sessions: a call that loses a race to another writer is decided again on the
-newer state until it lands (`retrying`, within ``conflict_budget_seconds``, ADR-0065), so the
-SDK never sees a `ConcurrencyConflict` unless that budget is spent.
-
-The SDK reads the session once per ``Runner.run`` (it holds the items of the run it is in),
-so a session alone trims between runs. For the tool loop inside one run, R24 asks for a trim
-at every model call: `TurnledgerSession.call_model_input_filter` is a
+The SDK reads the session once per ``Runner.run``, so a session alone trims between runs; for
+the tool loop inside one run (R24), `TurnledgerSession.call_model_input_filter` is a
 ``RunConfig.call_model_input_filter`` that records the step's new items and returns the window
-for the next model call (ADR-0077). Every store call runs in a worker thread (`off_loop`): the
-event loop never blocks on the database. `HistoryTrimmed` reaches ``store.subscribe``
-callbacks. The SDK is imported only where its own types are needed (``SessionSettings``,
-``ModelInputData``): the protocol is structural.
+for the next model call (ADR-0077). Every store call runs in a worker thread (`off_loop`). The
+SDK is imported only where its own types are needed: the protocol is structural.
 """
 
 from __future__ import annotations
@@ -41,39 +32,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack, cast
 
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import (
-    InvalidMessage,
-    InvalidSessionSettings,
-    SessionClosed,
-    TurnledgerError,
-)
+from turnledger.domain.errors import InvalidSessionSettings, SessionClosed, TurnledgerError
+from turnledger.domain.formats.responses import from_responses_items
 from turnledger.domain.messages import (
     BREADCRUMB_TEXT,
     SUMMARY_PREFIX,
     ChatMessage,
     ConversationMessage,
-    check_appended,
     is_breadcrumb,
 )
-from turnledger.domain.providers import (
-    exact_openai_responses_item,
-    from_openai_responses_item,
-    plain,
-    to_openai_responses,
-)
+from turnledger.domain.providers import plain, to_openai_responses
 from turnledger.integrations import (
-    CONFLICT_BUDGET_SECONDS,
+    IntegrationOptions,
+    OptionKeywords,
     SessionsByName,
+    after_recorded,
+    fresh_json,
     off_loop,
     open_session,
-    retrying,
     session_uuid,
 )
 from turnledger.store.session import Session, Store
-from turnledger.store.summaries import Summarizer, SummaryFunction
 
 __all__ = [
     "InvalidSessionSettings",
@@ -145,51 +126,6 @@ def _session_settings(session_id: str, value: object) -> Any:
         ) from None
 
 
-def from_responses_items(items: Iterable[object]) -> list[ConversationMessage]:
-    """One turnledger message per Responses item, each checked to come back exactly.
-
-    An item of a shape whose conversion is exact by construction needs no check
-    (`exact_openai_responses_item`); any other is converted, exported again and compared.
-    Raises `InvalidMessage` naming the item when one is not a Responses input item or would
-    not be returned as it was given.
-    """
-    messages: list[ConversationMessage] = []
-    for i, raw in enumerate(items):
-        item = raw if type(raw) is dict else plain(raw)
-        converted = exact_openai_responses_item(item)
-        if converted is None:
-            messages.append(_checked(i, item))
-        else:
-            _appendable(i, converted)  # e.g. arguments of NaN, which the exact path keeps
-            messages.append(converted)
-    return messages
-
-
-def _appendable(index: int, message: ConversationMessage) -> None:
-    """What the append will check (`check_appended`), said here with the item's index."""
-    try:
-        check_appended(message)
-    except InvalidMessage as error:
-        raise InvalidMessage(f"items[{index}]: {error}") from None
-
-
-def _checked(index: int, item: Any) -> ConversationMessage:
-    """``item`` converted, or `InvalidMessage` when it does not come back exactly or holds
-    what no message may (a value that is no JSON, NaN, an infinity: issue 33, ADR-0099),
-    named with the item's index."""
-    try:
-        converted = from_openai_responses_item(item)
-    except InvalidMessage as error:
-        raise InvalidMessage(f"items[{index}]: {error}") from None
-    _appendable(index, converted)
-    if to_openai_responses((converted,)) != [item]:
-        raise InvalidMessage(
-            f"items[{index}] (type {item.get('type', 'message')!r}) would not be returned "
-            "exactly as it was added; it was not recorded"
-        )
-    return converted
-
-
 def _to_item(message: ConversationMessage) -> Item:
     (item,) = to_openai_responses([message])
     return item
@@ -213,63 +149,32 @@ def _newest_items(items: list[list[Item]], limit: int | None) -> list[Item]:
     return newest[-limit:] if limit else []
 
 
-def _fresh(value: Any) -> Any:
-    """A copy of a JSON value (dicts and lists copied, leaves shared: they are immutable)."""
-    if type(value) is dict:
-        return {key: _fresh(inner) for key, inner in value.items()}
-    if type(value) is list:
-        return [_fresh(inner) for inner in value]
-    return value
-
-
 class TurnledgerSession(SessionsByName):
     """The OpenAI Agents SDK ``Session`` protocol over a turnledger session (module doc).
 
     ``TurnledgerSession("user-42", store)`` names its conversation like the SDK's own sessions
-    (any string; a UUID text is used as the turnledger session id as it is). The turnledger
-    session is opened (restored, or started with ``profile``/``providers``/``route``) on first
-    use, in a worker thread. ``session`` is that turnledger session.
-
-    ``session_settings`` is the SDK's ``SessionSettings`` (a dict of its fields is coerced and
-    a mistyped key refused, `InvalidSessionSettings`, as the SDK's sessions do; None: the
-    defaults). Its ``limit`` applies when ``get_items`` is given none.
-
-    A call that records (every method but a read of ``session``) and loses a race to another
-    writer of the conversation is decided again on the newer state, for at most
-    ``conflict_budget_seconds`` (default 30; 0: once), then raises `ConcurrencyConflict`
-    saying so; nothing of a call that raised is recorded (ADR-0065).
-
-    ``summarizer`` (a `Summarizer` or a bare callable, `as_summarizer`; issue 24): every
-    window this object builds (``get_items`` and the filter between tool steps) shows the
-    turns a token-budget trim drops as its summary in place of the breadcrumb, recorded
-    (`TurnsSummarized`); when it fails the plain trim is recorded (`SummaryRefused`) and the
-    window still comes back. None: the turnledger session's own `Session.summarizer`.
-
-    `close` ends this object, as ``SQLiteSession.close`` does (the store stays open: it is the
-    caller's); any use after it raises `SessionClosed`.
+    (a UUID text is the turnledger session id as it is); the turnledger session (``session``)
+    is opened on first use, in a worker thread. ``session_settings``: the SDK's
+    ``SessionSettings`` (a dict of its fields is coerced, a mistyped key refused,
+    `InvalidSessionSettings`); its ``limit`` applies when ``get_items`` is given none.
+    ``options`` (`IntegrationOptions`, or its fields as keywords): how the session starts, the
+    summarizer of every window this object builds (issue 24) and the conflict budget of every
+    call that records (ADR-0065; nothing of a call that raised is recorded). `close` ends this
+    object, as ``SQLiteSession.close`` does (the store stays open); any later use raises
+    `SessionClosed`.
     """
 
     def __init__(
-        self,
-        session_id: str,
-        store: Store,
-        *,
-        profile: RuntimeProfile | None = None,
-        providers: Sequence[ProviderProfile] = (),
-        route: Route | None = None,
-        session_settings: Any = None,
-        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-        summarizer: Summarizer | SummaryFunction | None = None,
+        self, session_id: str, store: Store, *, session_settings: Any = None,
+        options: IntegrationOptions | None = None, **keywords: Unpack[OptionKeywords],
     ) -> None:
         session_uuid(session_id)  # its name first: TurnledgerSession(store, name) is refused
-        super().__init__(store, profile=profile, providers=providers, route=route,
-                         session_id=session_id, conflict_budget_seconds=conflict_budget_seconds,
-                         summarizer=summarizer)
+        super().__init__(store, session_id=session_id, options=options, **keywords)
         self.session_id: str = session_id
         self.session_settings = _session_settings(session_id, session_settings)
         self._closed = False
         # Each window message's items, converted once (messages are immutable values); these
-        # dicts never leave the object: what is handed out is a copy (`_fresh`).
+        # dicts never leave the object: what is handed out is a copy (`fresh_json`).
         self._converted: dict[ChatMessage, list[Item]] = {}
 
     @property
@@ -367,7 +272,7 @@ class TurnledgerSession(SessionsByName):
         if new:
             session.extend(from_responses_items(new))
         window = self._window(session)
-        return [_fresh(item) for chunk in self._items_of(window) for item in chunk]
+        return [fresh_json(item) for chunk in self._items_of(window) for item in chunk]
 
     def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
         """The items of each of ``messages`` (shared: copy what leaves the object)."""
@@ -387,7 +292,7 @@ class TurnledgerSession(SessionsByName):
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
         window = self._writing("get_items", lambda: self._window(self.session))
-        return [_fresh(item) for item in _newest_items(self._items_of(window), limit)]
+        return [fresh_json(item) for item in _newest_items(self._items_of(window), limit)]
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
@@ -404,7 +309,7 @@ class TurnledgerSession(SessionsByName):
         self._writing("clear_session", lambda: self.session.clear())
 
     def _writing(self, what: str, write: Callable[[], R]) -> R:
-        return retrying(write, f"{what} of session {self.session_id!r}", self._budget)
+        return self.options.retrying(write, f"{what} of session {self.session_id!r}")
 
 
 def _unrecorded(
@@ -425,11 +330,9 @@ def _unrecorded(
     if not recorded:
         return given
     body = given[1:] if given and _opens_window(given[0]) else given
-    size = len(recorded)
-    for end in range(len(body), 0, -1):
-        overlap = min(end, size)
-        if body[end - overlap : end] == recorded[size - overlap :]:
-            return body[end:]
+    end = after_recorded(body, recorded, whole=True)
+    if end is not None:
+        return body[end:]
     if not body:
         return []
     raise TurnledgerError(
