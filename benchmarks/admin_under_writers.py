@@ -1,6 +1,6 @@
 """Benchmark: an operator's command on a store that agent processes are writing (issue 33).
 
-The longer run of the matrix of ``tests/integration/test_i33_admin_under_writers.py``
+The longer run of the matrix of ``tests/integration/test_admin_under_writers.py``
 (ADR-0098): for each admin command (``rekey``, ``rechain``, ``purge``, ``forget``, ``anchor``,
 ``projections run``) and each backend (a SQLite file, a fresh PostgreSQL schema on
 127.0.0.1:5432), ``--agents`` agent processes (``tests/integration/i33_writer_child.py``: half
@@ -21,7 +21,7 @@ Afterwards a fresh store opened with the final keys reads every append an agent 
 had succeeded. Columns: ``acked`` appends acknowledged to the agents; ``lost`` of those
 missing or unreadable (in sessions not forgotten); ``refused`` refusals the agents saw;
 ``erased_active`` sessions forgotten that an agent wrote during the run; ``verify``
-``tl.verify`` (and ``verify --anchor``) clean. Run from the project root::
+``turnledger.audit.verify`` (and ``verify --anchor``) clean. Run from the project root::
 
     .venv/bin/python -m benchmarks.admin_under_writers [--seconds 10] [--agents 2]
         [--commands rekey,rechain,purge,forget,anchor,projections]
@@ -51,13 +51,14 @@ from typing import Any
 
 import turnledger as tl
 from tests.backends import fresh_target, postgres_problem
-from tests.integration.test_i33_admin_under_writers import (
+from tests.integration.test_admin_under_writers import (
     ACKS_AFTER,
     ACKS_BEFORE,
     SESSIONS,
     Agents,
     texts_of,
 )
+from turnledger.audit import verify
 from turnledger.store.keys import new_key_text
 
 RESULTS = Path(__file__).parent / "results" / "admin_under_writers.json"
@@ -217,7 +218,7 @@ class Scenario:
                     if unreadable <= 3:
                         self.notes.append(f"{session_id}: {type(failure).__name__}: "
                                           f"{failure}"[:200])
-            report = tl.verify(store.backend)
+            report = verify(store.backend)
             verified = report.ok
             self.notes += [str(v)[:200] for v in report.violations[:3]]
         self._judge(forgotten)

@@ -25,6 +25,7 @@ import pytest
 
 import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from turnledger.audit import verify
 from turnledger.domain.events import MessageAppended, SessionForgotten
 from turnledger.domain.messages import Chat
 from turnledger.store.keys import new_key_text
@@ -142,7 +143,7 @@ def assert_every_ack_reads(store: tl.Store, acks: list[dict[str, Any]]) -> None:
         if missing:
             unreadable.append(f"{session_id}: {len(missing)} acknowledged appends missing")
     assert not unreadable, f"{len(unreadable)} of {len(by_session)} sessions: {unreadable[:3]}"
-    report = tl.verify(store.backend)
+    report = verify(store.backend)
     assert report.ok, [str(v) for v in report.violations[:5]]
 
 

@@ -20,6 +20,7 @@ from tests.docs_text import section as docs_section
 from tests.integration.test_replay import append_raw, next_stamp
 from tests.properties import examples
 from tests.strategies import conversation_histories
+from turnledger.audit import Rule, views_at
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState, evolve
 from turnledger.domain.events import (
@@ -43,6 +44,8 @@ from turnledger.domain.messages import (
 )
 from turnledger.domain.sweep import sweep_orphans
 from turnledger.domain.turns import is_breadcrumb_item, is_turn_start_item, segment
+from turnledger.errors import UnansweredToolCalls
+from turnledger.events import OverflowRecovered, OverflowReported, OverflowUnrecoverable
 from turnledger.replay.audit import verify
 from turnledger.replay.timeline import fold, timeline
 from turnledger.replay.whatif import replay_what_if
@@ -131,7 +134,7 @@ def test_i24_summaries_on_sqlite_view_restore_verify_timeline(tmp_path: Path) ->
         request = restored.prepare_request()  # nothing new to trim: the same request
         assert last.digest == request.digest
         assert calls == len(recorder.calls)
-    assert view == tl.views_at(events, len(events))[0]  # and from the events alone
+    assert view == views_at(events, len(events))[0]  # and from the events alone
 
 
 def test_i24_restore_without_a_snapshot_equals_the_live_state(tmp_path: Path) -> None:
@@ -180,7 +183,7 @@ def test_i24_verify_catches_a_forged_summary() -> None:
         append_raw(store, session.id, attrs.evolve(
             good, **next_stamp(store, session.id), first_position=good.first_position + 1))
         found = verify(store.backend).violations
-        assert [tl.Rule.REPLAY] == [v.rule for v in found]
+        assert [Rule.REPLAY] == [v.rule for v in found]
         assert "TurnsSummarized names log positions" in found[0].detail
     with tl.open_store("memory://") as store:
         session = store.start_session(RuntimeProfile(max_context_tokens=400), (OPENAI,), ROUTE)
@@ -193,7 +196,7 @@ def test_i24_verify_catches_a_forged_summary() -> None:
         copied[-1] = attrs.evolve(copied[-1], digest="0" * 64)
         append_raw(store, str(other), *copied)
         rules = {v.rule for v in verify(store.backend).violations}
-        assert tl.Rule.DIGEST in rules
+        assert Rule.DIGEST in rules
 
 
 def test_i24_what_if_reuses_the_recorded_summaries() -> None:
@@ -260,7 +263,7 @@ def test_i24_property_summaries_never_orphan_keep_the_newest_turn_and_replay(
             session.extend(part)
             try:
                 request = session.prepare_request(summarizer=_summarizer(kinds[k % len(kinds)]))
-            except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
+            except (UnansweredToolCalls, tl.ContextWindowExceeded):
                 continue
             digests.append(request.digest)
             _assert_sendable(request, mine[: half if k == 0 else len(mine)])
@@ -360,8 +363,8 @@ def test_i24_an_overflow_recovery_summarises_the_turns_it_drops(tmp_path: Path) 
         assert ("question 0 " * 8, None) == (given[0].content, recorder.calls[0][1])
         assert all(m.role != "system" for m in given)
         recovered = events[-1]
-        assert isinstance(recovered, tl.OverflowRecovered)
-        reported = next(e for e in events if isinstance(e, tl.OverflowReported))
+        assert isinstance(recovered, OverflowRecovered)
+        reported = next(e for e in events if isinstance(e, OverflowReported))
         assert recovered.tokens_after <= reported.target_tokens
         assert recovered.tokens_after == session.state.chat_tokens()
         view = session.chat_view()
@@ -372,7 +375,7 @@ def test_i24_an_overflow_recovery_summarises_the_turns_it_drops(tmp_path: Path) 
         assert view == restored.chat_view()
         run = replay_what_if(events, session.profile)
         assert run.report.recorded == run.report.what_if
-        assert view == tl.views_at(events, len(events))[0]
+        assert view == views_at(events, len(events))[0]
     assert 1 == len(recorder.calls)
 
 
@@ -390,7 +393,7 @@ def test_i24_an_overflow_recovery_with_a_failing_summarizer_still_recovers() -> 
         events = session.events()
         refused = [e for e in events if isinstance(e, SummaryRefused)]
         assert [SummaryRefusal.RAISED] == [e.reason for e in refused]
-        assert isinstance(events[-1], tl.OverflowRecovered)
+        assert isinstance(events[-1], OverflowRecovered)
         assert tl.BREADCRUMB_TEXT in [m.content for m in session.chat_view()]
         assert () == verify(store.backend).violations
         assert 1 == len(calls)
@@ -398,7 +401,7 @@ def test_i24_an_overflow_recovery_with_a_failing_summarizer_still_recovers() -> 
         _turns(single, 0, 1, None)
         assert not single.recover_from_overflow("maximum context length exceeded",
                                                 summarizer=boom)
-        assert isinstance(single.events()[-1], tl.OverflowUnrecoverable)
+        assert isinstance(single.events()[-1], OverflowUnrecoverable)
         assert 1 == len(calls)
 
 
@@ -428,7 +431,7 @@ def test_i24_property_overflow_summaries_never_orphan_and_replay(
                                       summarizer=tl.Summarizer(kind, counted))
         try:
             request = session.prepare_request()
-        except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
+        except (UnansweredToolCalls, tl.ContextWindowExceeded):
             request = None
         if request is not None:
             _assert_sendable(request, mine)

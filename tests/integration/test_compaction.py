@@ -11,6 +11,7 @@ import turnledger as tl
 from tests.integration.test_replay import append_raw, next_stamp
 from tests.properties import examples
 from tests.strategies import conversation_histories
+from turnledger.audit import Rule
 from turnledger.domain.budget import Compaction, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.compaction import cleared_text, is_cleared
 from turnledger.domain.events import MessageAppended, ToolResultsCleared
@@ -24,6 +25,7 @@ from turnledger.domain.messages import (
 )
 from turnledger.domain.sweep import sweep_orphans
 from turnledger.domain.turns import is_breadcrumb_item, segment
+from turnledger.errors import UnansweredToolCalls
 from turnledger.replay.audit import verify
 from turnledger.replay.timeline import timeline
 
@@ -107,7 +109,7 @@ def test_i24_verify_refuses_a_clearing_the_log_cannot_explain() -> None:
         append_raw(store, session.id, attrs.evolve(
             good, **next_stamp(store, session.id), positions=(10,), rewritten=((10, fake),)))
         (violation,) = verify(store.backend).violations
-        assert tl.Rule.REPLAY == violation.rule
+        assert Rule.REPLAY == violation.rule
         assert "ToolResultsCleared at log position 10" in violation.detail
 
 
@@ -150,7 +152,7 @@ def test_i24_property_clearing_never_orphans_keeps_the_newest_turn_and_replays(
         session.extend([m for m in history if not is_breadcrumb_item(m)])  # ours alone
         try:
             request = session.prepare_request()
-        except (tl.UnansweredToolCalls, tl.ContextWindowExceeded):
+        except (UnansweredToolCalls, tl.ContextWindowExceeded):
             return
         swept = sweep_orphans(request.messages)
         assert ((), ()) == (tuple(swept.removed_indices), tuple(swept.rewritten))

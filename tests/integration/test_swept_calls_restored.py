@@ -23,6 +23,7 @@ import pytest
 
 import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from turnledger.audit import verify
 from turnledger.domain import events as ev
 from turnledger.domain.blocks import TextBlock, ThinkingBlock
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
@@ -111,7 +112,7 @@ def test_d25_a_result_brings_back_its_call_swept_by_a_restore(target_url: str) -
         assert (("c1",), ((4, CALL),)) == (restored.tool_call_ids, restored.restored)
         again = store.restore(session_id)
         assert (session.version, expected) == (again.version, again.conversation_view())
-        assert () == tl.verify(store.backend, [session_id]).violations
+        assert () == verify(store.backend, [session_id]).violations
 
 
 def test_d25_restoring_survives_a_snapshot_and_a_new_store_object(target_url: str) -> None:
@@ -128,7 +129,7 @@ def test_d25_restoring_survives_a_snapshot_and_a_new_store_object(target_url: st
         live = session.state
         with open_store(target_url) as other:
             assert live == other.restore(session_id).state
-        assert () == tl.verify(store.backend, [session_id]).violations
+        assert () == verify(store.backend, [session_id]).violations
 
 
 def test_r36_d25_a_result_for_a_call_swept_in_an_older_turn_stays_an_orphan(
@@ -181,7 +182,7 @@ def test_r36_a_restore_never_leaves_a_signed_message_altered(target_url: str) ->
             block["type"] for block in body[-2]["content"]]
         assert "sig-abc" == body[-2]["content"][0]["signature"]
         assert [("r1", "r2")] == [e.tool_call_ids for e in _restored_events(session)]
-        assert () == tl.verify(store.backend, [session_id]).violations
+        assert () == verify(store.backend, [session_id]).violations
 
 
 def test_r36_a_signed_step_whose_only_call_is_swept_leaves_no_thinking_behind(
