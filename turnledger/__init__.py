@@ -31,7 +31,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "turnledger.domain.decider": ("PreparedRequest",),
     "turnledger.domain.errors": (
         "ConcurrencyConflict", "ContextWindowExceeded", "CorruptRecord", "InvalidMessage",
-        "InvalidProfile", "SessionNotFound", "TurnledgerError",
+        "InvalidProfile", "SessionNotFound", "TurnledgerError", "UnansweredToolCalls",
     ),
     "turnledger.domain.estimate": ("IMAGE_TOKEN_ESTIMATE", "estimate_history_tokens"),
     "turnledger.domain.events": (
@@ -68,8 +68,7 @@ _MOVED: dict[str, tuple[str, ...]] = {
     "turnledger.errors": (
         "AppendInDoubt", "AppendRefused", "AuditKeyRequired", "InvalidKey", "InvalidStoreURL",
         "KeyRequired", "NotEncrypted", "SessionActive", "SessionExists", "SessionForgottenError",
-        "StoreChanged", "StoreUnavailable", "TranscriptError", "UnansweredToolCalls",
-        "UnkeyedChain", "WrongKey",
+        "StoreChanged", "StoreUnavailable", "TranscriptError", "UnkeyedChain", "WrongKey",
     ),
     "turnledger.events": (
         "HistoryCleared", "MessagePopped", "OverflowRecovered", "OverflowReported",
@@ -156,6 +155,7 @@ if TYPE_CHECKING:
         InvalidProfile,
         SessionNotFound,
         TurnledgerError,
+        UnansweredToolCalls,
     )
     from turnledger.domain.estimate import (
         IMAGE_TOKEN_ESTIMATE,
@@ -257,7 +257,6 @@ if TYPE_CHECKING:  # the moved names, typed as they were for one release (ADR-01
     from turnledger.errors import StoreChanged as StoreChanged
     from turnledger.errors import StoreUnavailable as StoreUnavailable
     from turnledger.errors import TranscriptError as TranscriptError
-    from turnledger.errors import UnansweredToolCalls as UnansweredToolCalls
     from turnledger.errors import UnkeyedChain as UnkeyedChain
     from turnledger.errors import WrongKey as WrongKey
     from turnledger.events import HistoryCleared as HistoryCleared
@@ -330,6 +329,7 @@ __all__ = [
     "TrimDecided",
     "TrimResult",
     "TurnledgerError",
+    "UnansweredToolCalls",
     "effective_context_budget",
     "estimate_history_tokens",
     "from_chat_messages",

@@ -177,6 +177,7 @@ PROMISED = {
     "ContextWindowExceeded", "MessageAppended", "TrimDecided", "BreadcrumbInserted",
     "HistoryTrimmed", "RequestPrepared", "RequestRejected", "RouteSelected", "OrphansSwept",
     "TurnledgerError", "SessionNotFound", "ConcurrencyConflict", "CorruptRecord",
+    "UnansweredToolCalls",
 }
 
 
