@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import turnledger as tl
+from turnledger.profiles import Pricing
+from turnledger.providers import from_anthropic, from_openai_chat, from_openai_responses
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"
@@ -69,15 +71,15 @@ def distinct(every: Iterator[dict[str, Any]], dropped: dict[str, int]) -> Iterat
 
 def _history(api: str, body: dict[str, Any]) -> list[tl.ConversationMessage]:
     if api.startswith("anthropic"):
-        return tl.from_anthropic({k: body[k] for k in ("system", "messages") if k in body})
+        return from_anthropic({k: body[k] for k in ("system", "messages") if k in body})
     if api == "openai_chat":
-        return tl.from_openai_chat(body["messages"])
+        return from_openai_chat(body["messages"])
     items = body.get("input", [])
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     head = [tl.Chat(tl.ChatMessage.system(body["instructions"]))] if body.get(
         "instructions") else []
-    return [*head, *tl.from_openai_responses(items)]
+    return [*head, *from_openai_responses(items)]
 
 
 def _server_side_context(body: dict[str, Any]) -> bool:
@@ -151,11 +153,11 @@ def estimate(row: dict[str, Any], pricing: Any) -> int | str:
 
 
 PRICINGS = {
-    "default": tl.Pricing(),
-    "spec": tl.Pricing.spec(),  # R20-R23 alone
-    "by-size": tl.Pricing(image_by_size=True),
-    "openai-tools": tl.Pricing(openai_tool_counting=True),
-    "opt-in": tl.Pricing(image_by_size=True, openai_tool_counting=True),  # every opt-in
+    "default": Pricing(),
+    "spec": Pricing.spec(),  # R20-R23 alone
+    "by-size": Pricing(image_by_size=True),
+    "openai-tools": Pricing(openai_tool_counting=True),
+    "opt-in": Pricing(image_by_size=True, openai_tool_counting=True),  # every opt-in
 }
 
 

@@ -1,4 +1,4 @@
-"""Benchmark: the HTML report (`turnledger.report`) of a long agent session — time and size.
+"""Benchmark: the HTML report (`turnledger.audit.report`) of a long agent session — time and size.
 
 Records an agent session of N turns through the `Session` API on ``memory://``
 (`record_agent_session`: tool loops, tool results of 0.3-6 KB, an image every 25 turns, a route
@@ -6,7 +6,7 @@ switch to a small model and back every 97 turns with the rejected request it cau
 schemas alone overflow the small window), a provider overflow every 131 turns, one tool result
 answering a call of the turn before), with a token budget and a 40-turn limit that trim on most
 turns. Then it measures,
-median of ``--repeat`` runs, the wall time of ``turnledger.report(events)`` alone, of the same
+median of ``--repeat`` runs, the wall time of ``turnledger.audit.report(events)`` alone, of the same
 report with a what-if profile (half the budget), and the size of each file.
 
 Run from the project root::
@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 import turnledger as tl
+from turnledger.audit import report
 from turnledger.domain.events import DomainEvent
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -131,10 +132,10 @@ def measure(turns: int, repeat: int, out_dir: Path) -> dict[str, Any]:
         "requests": sum(isinstance(e, tl.RequestPrepared | tl.RequestRejected) for e in events),
         "trims": sum(isinstance(e, tl.TrimDecided) for e in events),
         "record_seconds": round(record_seconds, 2),
-        "report_seconds": round(_median_seconds(lambda: tl.report(events, plain), repeat), 3),
+        "report_seconds": round(_median_seconds(lambda: report(events, plain), repeat), 3),
         "report_bytes": plain.stat().st_size,
         "what_if_seconds": round(
-            _median_seconds(lambda: tl.report(events, what_if, what_if=smaller), repeat), 3
+            _median_seconds(lambda: report(events, what_if, what_if=smaller), repeat), 3
         ),
         "what_if_bytes": what_if.stat().st_size,
         "files": [str(plain), str(what_if)],

@@ -12,17 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import turnledger as tl
+from turnledger.providers import (
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IMPORTERS: dict[str, Callable[[Any], list[tl.ConversationMessage]]] = {
-    "openai": tl.from_openai_chat,
-    "anthropic": tl.from_anthropic,
-    "responses": tl.from_openai_responses,
+    "openai": from_openai_chat,
+    "anthropic": from_anthropic,
+    "responses": from_openai_responses,
 }
 EXPORTERS: dict[str, Callable[[Any], Any]] = {
-    "openai": tl.to_openai_chat,
-    "anthropic": tl.to_anthropic,
-    "responses": tl.to_openai_responses,
+    "openai": to_openai_chat,
+    "anthropic": to_anthropic,
+    "responses": to_openai_responses,
 }
 NATIVE_API = {"openai": "openai_chat", "anthropic": "anthropic", "responses": "openai_responses"}
 

@@ -15,7 +15,10 @@ import pytest
 
 import turnledger as tl
 from tests.extras import need
+from turnledger.audit import Analytics, verify, what_if
+from turnledger.errors import InvalidStoreURL, SessionExists, TranscriptError
 from turnledger.integrations import session_uuid
+from turnledger.providers import from_anthropic, from_openai_chat, to_openai_chat
 
 
 @pytest.fixture
@@ -140,7 +143,7 @@ def test_e11_an_empty_store_url_is_refused(tmp_path: Path, monkeypatch: Any) -> 
     """``open_store("")`` opened (and created) ``./turnledger.db``; None still means it."""
     monkeypatch.chdir(tmp_path)
     for url in ("", "  ", 0):
-        with pytest.raises(tl.InvalidStoreURL, match="a store URL is a non-empty str"):
+        with pytest.raises(InvalidStoreURL, match="a store URL is a non-empty str"):
             tl.open_store(url)
     assert [] == list(tmp_path.iterdir())
 
@@ -151,21 +154,21 @@ def test_e3_a_taken_session_id_is_not_retried(store: Any) -> None:
     whole budget (30 s by default) a conflict that never clears."""
     taken = store.start_session().id
     began = time.monotonic()
-    with pytest.raises(tl.SessionExists, match="already exists"):
+    with pytest.raises(SessionExists, match="already exists"):
         tl.retry_on_conflict(lambda: store.start_session(session_id=taken), budget_seconds=5)
     assert time.monotonic() - began < 1
-    assert issubclass(tl.SessionExists, tl.ConcurrencyConflict)
+    assert issubclass(SessionExists, tl.ConcurrencyConflict)
 
 
 def test_e11_an_extra_never_replaces_what_a_message_says_or_answers() -> None:
     """A hand-made ``extra`` holding ``content`` or ``tool_call_id`` replaced the message's own
     in every format; only a kept null (an importer's) may stand in for it."""
     message = tl.ChatMessage("user", "hi", extra='{"content":"IGNORE","name":"u"}')
-    assert [{"role": "user", "content": "hi", "name": "u"}] == tl.to_openai_chat(
+    assert [{"role": "user", "content": "hi", "name": "u"}] == to_openai_chat(
         [tl.Chat(message)])
     result = tl.ToolResults([tl.ToolResult("c1", "ok", extra='{"tool_call_id":"c9"}')])
     calls = tl.AssistantToolCalls(None, [tl.ToolCall("c1", "f")])
-    assert tl.to_openai_chat([calls, result])[1]["tool_call_id"] == "c1"
+    assert to_openai_chat([calls, result])[1]["tool_call_id"] == "c1"
 
 
 def test_e11_a_malformed_tool_call_is_refused_by_the_importers() -> None:
@@ -175,11 +178,11 @@ def test_e11_a_malformed_tool_call_is_refused_by_the_importers() -> None:
     for block, expected in (({"input": '{"path":"x"}'}, r"content\[0\]\.input must be an object"),
                             ({"input": {}, "id": None}, r"content\[0\]\.id must be a string")):
         tool_use = {"type": "tool_use", "id": "t1", "name": "read", **block}
-        with pytest.raises(tl.TranscriptError, match=expected):
-            tl.from_anthropic([{"role": "user", "content": "read it"},
+        with pytest.raises(TranscriptError, match=expected):
+            from_anthropic([{"role": "user", "content": "read it"},
                                {"role": "assistant", "content": [tool_use]}])
-    with pytest.raises(tl.TranscriptError, match="tool_calls must be a list, got dict"):
-        tl.from_openai_chat([{"role": "user", "content": "hi"},
+    with pytest.raises(TranscriptError, match="tool_calls must be a list, got dict"):
+        from_openai_chat([{"role": "user", "content": "hi"},
                              {"role": "assistant", "content": None,
                               "tool_calls": {"id": "c1"}}])
 
@@ -196,15 +199,15 @@ def test_e11_wrong_arguments_name_themselves_instead_of_failing_inside(store: An
     with pytest.raises(tl.InvalidMessage, match=r"history\[1\] is a ChatMessage among"):
         to_pydantic_ai([tl.Chat(tl.ChatMessage.user("a")), tl.ChatMessage.user("b")])
     with pytest.raises(TypeError, match=r"verify takes an EventStoreBackend \(a Store's is "):
-        tl.verify(store)
+        verify(store)
     with pytest.raises(TypeError, match="session_ids must be a list"):
-        tl.verify(store.backend, session_ids=str(UUID(int=1)))
+        verify(store.backend, session_ids=str(UUID(int=1)))
     with pytest.raises(TypeError, match=r"Analytics takes an EventStoreBackend \(a Store's"):
-        tl.Analytics(store)
+        Analytics(store)
     session = store.start_session()
     session.append(tl.ChatMessage.user("hi"))
     with pytest.raises(TypeError, match="what-if profile must be a RuntimeProfile, got NoneType"):
-        tl.what_if(session.events(), None)
+        what_if(session.events(), None)
     with pytest.raises(TypeError, match=r"older_than must be a datetime\.timedelta, got str"):
         store.idle_sessions("90d")
     with pytest.raises(TypeError, match="holds its messages under 'messages'; this one has foo"):

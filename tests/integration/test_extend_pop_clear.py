@@ -232,7 +232,7 @@ def test_pop_after_a_trim_takes_the_newest_kept_message(target: Target) -> None:
 
 def test_report_shows_popped_messages_and_a_clear() -> None:
     """The HTML report folds pops (out of their turn's counts) and a clear (its own fate)."""
-    import turnledger as tl
+    from turnledger.audit import report
 
     with open_store("memory://") as store:
         session = store.start_session()
@@ -240,7 +240,7 @@ def test_report_shows_popped_messages_and_a_clear() -> None:
         session.pop()
         session.clear()
         session.extend(_turn(2))
-        page = tl.report(store.events_of(session.id))
+        page = report(store.events_of(session.id))
     assert "1 message(s) popped" in page
     assert 2 == page.count('class="turn cleared"')
     assert 1 == page.count('class="turn kept"')

@@ -13,6 +13,7 @@ import pytest
 
 import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from turnledger.audit import verify
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.messages import ChatMessage
 
@@ -72,7 +73,7 @@ def test_i22_a_head_start_that_fails_changes_nothing_of_the_write(shared: Target
         assert version < session.version
         restored = store.restore(session.id)
         assert window == restored.chat_view()
-        assert () == tl.verify(store.backend).violations
+        assert () == verify(store.backend).violations
 
 
 def test_i22_fit_window_with_nothing_to_write_tells_nothing(shared: Target) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 import turnledger as tl
+from turnledger.audit import verify
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.messages import (
     AssistantToolCalls,
@@ -50,7 +51,7 @@ def test_r24_fit_window_with_messages_records_what_extend_then_fit_window_record
         assert _shape(apart.events()[1:]) == _shape(together.events()[1:])
         assert apart.chat_view() == together.chat_view()
         assert any(isinstance(e, tl.HistoryTrimmed) for e in together.events())
-        assert () == tl.verify(store.backend).violations
+        assert () == verify(store.backend).violations
 
 
 def test_e3_fit_window_with_messages_is_one_transaction() -> None:

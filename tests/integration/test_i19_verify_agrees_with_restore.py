@@ -20,6 +20,7 @@ from tests.extras import need
 from tests.integration.conftest import RecordEditor
 from turnledger.domain.errors import CorruptRecord
 from turnledger.domain.events import MessageAppended
+from turnledger.errors import StoreChanged
 from turnledger.replay.audit import Rule, Violation, verify
 from turnledger.store.keys import new_key_text
 from turnledger.store.mapper import ZERO_CHAIN, chain_digest
@@ -127,7 +128,7 @@ def test_i19_p2_records_written_unkeyed_into_a_store_whose_setting_says_keyed_ar
     audit = new_key_text()
     with tl.open_store(target.url) as early, tl.open_store(target.url, audit_key=audit) as keyed:
         if target.kind != "memory":  # one process: its inserts are not fenced (ADR-0098)
-            with pytest.raises(tl.StoreChanged):  # such a writer is refused now
+            with pytest.raises(StoreChanged):  # such a writer is refused now
                 _fill(early, turns=2)
         early.backend.fence.expect(())  # the writers from before ADR-0098 had no fence
         unkeyed_session = _fill(early, turns=2)

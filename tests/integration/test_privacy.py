@@ -21,6 +21,8 @@ from tests.extras import need
 from tests.integration.conftest import RecordEditor
 from turnledger.domain.errors import CorruptRecord, SessionForgottenError
 from turnledger.domain.events import MessageAppended
+from turnledger.errors import StoreUnavailable
+from turnledger.events import SessionForgotten
 from turnledger.projections.analytics import TABLES, Analytics
 from turnledger.replay.anchor import check_anchor, take_anchor
 from turnledger.replay.audit import Rule, verify
@@ -468,7 +470,7 @@ def _erasure_state(store: tl.Store, session_id: str) -> tuple[bool, bool]:
     uuid = UUID(session_id)
     version, _ = store.backend.head(uuid)
     last = store.backend.read_records(uuid, after_version=version - 1)
-    topic = store.backend.mapper.codec.topic_of(tl.SessionForgotten)
+    topic = store.backend.mapper.codec.topic_of(SessionForgotten)
     return (row is not None and row.wrapped is None), last[-1].topic == topic
 
 
@@ -483,8 +485,8 @@ def test_i19_p5_forget_destroys_the_key_only_together_with_its_record(
         with tl.open_store(target.url, key=key) as store:
             session = _fill(store, 1)
             _refuse_forgotten_inserts(target, store.backend.mapper.codec.topic_of(
-                tl.SessionForgotten))
-            with pytest.raises(tl.StoreUnavailable):
+                SessionForgotten))
+            with pytest.raises(StoreUnavailable):
                 store.forget(session.id)
         target.query("DROP TRIGGER refuse_forget" + ("" if kind == "sqlite" else
                                                      " ON stored_events"))
@@ -509,7 +511,7 @@ def test_i19_p5_a_conflicting_forget_record_destroys_no_key(target: Target) -> N
         keyring = store.backend.protection.keyring
         assert keyring is not None
         pairs = store.backend.read_with_chain(uuid)
-        stale = tl.SessionForgotten(uuid, len(pairs), datetime.now(UTC), reason="")
+        stale = SessionForgotten(uuid, len(pairs), datetime.now(UTC), reason="")
         with pytest.raises(tl.ConcurrencyConflict):
             store.backend.append(uuid, [stale], prev_chain=pairs[-2][1], head_known=True,
                                  keys=keyring.destruction(uuid))

@@ -4,7 +4,7 @@ A session is driven by random public calls — appends of user, assistant, syste
 tool-result messages in any order (results before their calls, calls never answered, ids reused,
 both the structured and the provider-facing form), ``prepare_request``, ``recover_from_overflow``,
 ``select_route`` and ``restore`` — on a memory store (snapshot every 5 events) and on SQLite.
-Whatever a call raises must be one of the documented refusals; afterwards `turnledger.verify`
+Whatever a call raises must be one of the documented refusals; afterwards `turnledger.audit.verify`
 finds nothing (DECISIONS 7 and 11: the store never holds a request ``verify`` would reject).
 
 Also the refusal itself: ``prepare_request`` while the newest turn has a tool call without its
@@ -38,11 +38,12 @@ from turnledger import (
     ToolCall,
     ToolResult,
     ToolResults,
-    UnansweredToolCalls,
     open_store,
 )
+from turnledger.audit import verify
 from turnledger.domain.events import RejectionReason
 from turnledger.domain.messages import assistant_envelope, tool_envelope
+from turnledger.errors import UnansweredToolCalls
 from turnledger.store.backend import drop_memory_store
 from turnledger.store.session import Session, Store
 
@@ -141,7 +142,7 @@ def _drive(
 
 
 def _report(store: Store) -> list[str]:
-    return [str(v) for v in turnledger.verify(store.backend).violations]
+    return [str(v) for v in verify(store.backend).violations]
 
 
 @settings(

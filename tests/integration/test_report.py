@@ -1,4 +1,4 @@
-"""`turnledger.report`: one self-contained HTML file per session (issue 13).
+"""`turnledger.audit.report`: one self-contained HTML file per session (issue 13).
 
 The page must be inert whatever the store holds: every stored string is escaped (no tag, no
 attribute, no link comes from content), the page has no script and fetches nothing. A session
@@ -21,7 +21,9 @@ import pytest
 import turnledger as tl
 from benchmarks.report import record_agent_session
 from tests.browser import Element, chromium, dump_dom, elements, screenshot, serve
+from turnledger import audit
 from turnledger.domain.events import DomainEvent
+from turnledger.events import OverflowUnrecoverable, SessionStarted
 from turnledger.replay.report import POINT_BUDGET, TIMELINE_FULL
 
 # What the report itself writes: anything else in a page came from content.
@@ -98,7 +100,7 @@ def test_report_escapes_every_stored_string() -> None:
         events = store.events_of(session.id)
 
     for what_if in (None, tl.RuntimeProfile(max_context_tokens=60)):
-        page = tl.report(events, what_if=what_if)
+        page = audit.report(events, what_if=what_if)
 
         check_inert(page)
         assert "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt;" in page
@@ -112,9 +114,9 @@ def test_report_is_deterministic_and_written_to_the_path(tmp_path: Path) -> None
     events = record(12, ())
     path = tmp_path / "r.html"
 
-    first = tl.report(events, path)
+    first = audit.report(events, path)
 
-    assert first == tl.report(events)
+    assert first == audit.report(events)
     assert first == path.read_text(encoding="utf-8")
 
 
@@ -122,7 +124,7 @@ def test_report_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     """The report holds conversation text: a new report file is created 0600, like the store's."""
     path = tmp_path / "private.html"
 
-    tl.report(record(3, ()), path)
+    audit.report(record(3, ()), path)
 
     assert 0o600 == path.stat().st_mode & 0o777
 
@@ -132,7 +134,7 @@ def test_report_rejects_events_that_are_not_a_session() -> None:
     events = record(3, ())
 
     with pytest.raises(tl.TurnledgerError, match="SessionStarted"):
-        tl.report(events[1:])
+        audit.report(events[1:])
 
 
 def test_hostile_session_in_chromium_fetches_nothing_and_runs_nothing(tmp_path: Path) -> None:
@@ -143,7 +145,7 @@ def test_hostile_session_in_chromium_fetches_nothing_and_runs_nothing(tmp_path: 
         texts = hostile_texts(server.port)
         events = record(len(texts) + 3, texts)
         page_path = tmp_path / "hostile.html"
-        tl.report(events, page_path, what_if=tl.RuntimeProfile(max_context_tokens=500))
+        audit.report(events, page_path, what_if=tl.RuntimeProfile(max_context_tokens=500))
         dom = dump_dom(program, page_path, tmp_path)
         assert [] == server.paths
 
@@ -163,13 +165,13 @@ def test_large_session_report_aggregates_and_renders(tmp_path: Path) -> None:
     program = chromium()
     events = record(POINT_BUDGET + 10, ())
     page_path = tmp_path / "large.html"
-    tl.report(events, page_path)
+    audit.report(events, page_path)
     dom = dump_dom(program, page_path, tmp_path)
     png = screenshot(program, page_path, tmp_path / "large.png")
 
     found = check_inert(page_path.read_text(encoding="utf-8"))
     trims = Counter(e.originator_version for e in events
-                    if isinstance(e, tl.TrimDecided | tl.OverflowUnrecoverable))
+                    if isinstance(e, tl.TrimDecided | OverflowUnrecoverable))
     rejected = Counter(e.originator_version for e in events if isinstance(e, tl.RequestRejected))
     assert len(events) > TIMELINE_FULL
     assert ["1"] == [e.attrs["data-aggregated"] for e in found if "chart" in e.classes]
@@ -188,11 +190,11 @@ def test_what_if_side_by_side_draws_the_other_profile(tmp_path: Path) -> None:
     what-if chart's trims being those the replay decides."""
     events = record(40, ())
     started = events[0]
-    assert isinstance(started, tl.SessionStarted)
+    assert isinstance(started, SessionStarted)
     smaller = attrs.evolve(started.profile, max_context_tokens=1_500)
-    replayed = tl.what_if(events, smaller)
+    replayed = audit.what_if(events, smaller)
 
-    page = tl.report(events, what_if=smaller)
+    page = audit.report(events, what_if=smaller)
 
     found = check_inert(page)
     charts = [e for e in found if e.tag == "svg" and "chart" in e.classes]

@@ -15,9 +15,12 @@ import turnledger as tl
 from tests.conversation_fixtures import public
 from tests.integration.test_store_contract import load_fixture
 from tests.provider_types import problems
+from turnledger.audit import timeline
 from turnledger.domain.bodies import LeftOut
 from turnledger.domain.budget import Route
 from turnledger.domain.events import DomainEvent, Purpose, RequestPrepared, SessionStarted
+from turnledger.profiles import Pricing
+from turnledger.providers import from_anthropic, from_openai_chat, from_openai_responses
 from turnledger.store.backend import EventStoreBackend
 from turnledger.store.codec import EventCodec, default_codec
 
@@ -26,7 +29,7 @@ WEB_SEARCH = next(raw for name, _, raw in public() if name == "anthropic_web_sea
 
 def _prepared(store: tl.Store, api: str | None) -> tuple[tl.Session, tl.PreparedRequest]:
     provider = tl.ProviderProfile("p", "m", 200_000, api=api)
-    history = tl.from_anthropic(WEB_SEARCH)
+    history = from_anthropic(WEB_SEARCH)
     session = store.import_conversation([*history, tl.ChatMessage.user("And then?")],
                                         providers=[provider])
     return session, session.prepare_request()
@@ -54,7 +57,7 @@ def test_i21_p1_the_estimate_prices_what_is_sent() -> None:
     with tl.open_store("memory://") as store:
         _, to_openai = _prepared(store, "openai_chat")
         _, to_anthropic = _prepared(store, "anthropic")
-    assert tl.estimate_history_tokens(to_openai.sent) + tl.Pricing().openai_reply_tokens == (
+    assert tl.estimate_history_tokens(to_openai.sent) + Pricing().openai_reply_tokens == (
         to_openai.estimated_tokens)
     assert to_openai.estimated_tokens < to_anthropic.estimated_tokens
     assert () == to_anthropic.left_out
@@ -134,7 +137,7 @@ def test_e10_issue_21_version_2_fixture_records_load(backend: EventStoreBackend)
     started, prepared = backend.read(session)
     assert isinstance(started, SessionStarted)
     assert isinstance(prepared, RequestPrepared)
-    assert (tl.Pricing(image_by_size=True), "openai_chat") == (
+    assert (Pricing(image_by_size=True), "openai_chat") == (
         started.profile.pricing, started.providers[0].api)
     assert ("openai_chat", ("thinking block",)) == (
         prepared.api, tuple(e.what for e in prepared.left_out))
@@ -152,8 +155,8 @@ def test_i21_p2_every_public_recording_prepares_under_the_default_profile(
     """Each recorded conversation (reasoning, server tools, PDFs, audio, generated images...),
     continued by a user message, prepares under the default profile within its model's window,
     as its provider accepted it; its body is accepted by the provider's types."""
-    history = {"openai": tl.from_openai_chat, "responses": tl.from_openai_responses,
-               "anthropic": tl.from_anthropic}[fmt](raw)
+    history = {"openai": from_openai_chat, "responses": from_openai_responses,
+               "anthropic": from_anthropic}[fmt](raw)
     provider = tl.ProviderProfile("p", "m", WINDOWS[fmt], api=APIS_OF[fmt])
     with tl.open_store("memory://") as store:
         session = store.import_conversation([*history, tl.ChatMessage.user("Go on.")],
@@ -167,7 +170,7 @@ def test_i21_p1_the_timeline_says_what_a_request_left_out() -> None:
     """`replay`'s summary of a RequestPrepared names its API and what it left out."""
     with tl.open_store("memory://") as store:
         session, request = _prepared(store, "openai_chat")
-        entries = tl.timeline(session.events())
+        entries = timeline(session.events())
     (summary,) = [e.summary for e in entries if e.type == "RequestPrepared"]
     assert f", openai_chat body leaving out {len(request.left_out)} (" in summary
     assert "thinking block" in summary

@@ -18,11 +18,15 @@ import msgpack
 import pytest
 
 import turnledger as tl
+from turnledger.audit import what_if
+from turnledger.blocks import RedactedThinkingBlock, ServerToolResult
 from turnledger.domain.blocks import DocumentBlock, ImageBlock, OpaqueBlock, canonical_json
 from turnledger.domain.budget import session_pricing
 from turnledger.domain.estimate import FRAMING_TOKENS, message_tokens, text_tokens
 from turnledger.domain.events import SessionStarted
 from turnledger.domain.pricing import SPEC_PRICING, image_tokens_by_size
+from turnledger.profiles import Pricing
+from turnledger.providers import from_anthropic, from_openai_responses
 from turnledger.store.codec import default_codec
 
 RECORDS = Path(__file__).parents[1] / "fixtures" / "records"
@@ -62,12 +66,12 @@ def test_i21_p2_a_generated_image_costs_an_image_not_its_base64() -> None:
     result = _png(1024, 1024, padding=1_200_000)
     item = {"type": "image_generation_call", "id": "ig_1", "status": "completed",
             "result": result}
-    history = tl.from_openai_responses([{"role": "user", "content": "Draw a cat"}, item])
+    history = from_openai_responses([{"role": "user", "content": "Draw a cat"}, item])
     chat = tl.to_chat_messages(history)
     other = len(canonical_json(item)) - len(result)
     assert text_tokens("Draw a cat") + 4 + FRAMING_TOKENS + math.ceil(other / 4) + 1600 == (
         tl.estimate_history_tokens(chat))
-    assert 400_000 < tl.estimate_history_tokens(chat, pricing=tl.Pricing.spec())
+    assert 400_000 < tl.estimate_history_tokens(chat, pricing=Pricing.spec())
     with tl.open_store("memory://") as store:
         session = store.import_conversation(
             [*history, tl.ChatMessage.user("Now a dog")],
@@ -97,7 +101,7 @@ def test_i21_p2_reasoning_ciphertext_costs_in_the_current_turn_only() -> None:
     """11.7 KB of encrypted_content costs its decoded bytes / 16 in the current turn (both
     providers drop earlier turns' reasoning) and nothing before it; the summary is text."""
     secret = _b64(b"\x01" * 8_775)  # 11,700 base64 characters
-    (item,) = tl.from_openai_responses([{"type": "reasoning", "summary": [
+    (item,) = from_openai_responses([{"type": "reasoning", "summary": [
         {"type": "summary_text", "text": "Think."}], "encrypted_content": secret}])
     (message,) = tl.to_chat_messages([item])
     base = FRAMING_TOKENS + text_tokens("Think.")
@@ -108,7 +112,7 @@ def test_i21_p2_reasoning_ciphertext_costs_in_the_current_turn_only() -> None:
 def test_i21_p2_redacted_thinking_is_ciphertext_not_text() -> None:
     """A redacted_thinking block's base64 is priced as ciphertext (current turn only)."""
     data = _b64(b"\x02" * 3_000)
-    message = _assistant(tl.RedactedThinkingBlock(data))
+    message = _assistant(RedactedThinkingBlock(data))
     assert (FRAMING_TOKENS, FRAMING_TOKENS + math.ceil(3_000 / 16)) == (
         message_tokens(message, current_turn=False), message_tokens(message, current_turn=True))
 
@@ -126,7 +130,7 @@ def test_i21_p2_size_aware_image_pricing_is_opt_in() -> None:
         ImageBlock(media_type="image/png", data=_png(1000, 1000)),
         ImageBlock("https://x/cat.png")])
     text = FRAMING_TOKENS + text_tokens("\n")
-    by_size = tl.Pricing(image_by_size=True)
+    by_size = Pricing(image_by_size=True)
     assert text + 1334 + 1600 == message_tokens(user, current_turn=False, pricing=by_size)
     assert text + 3200 == message_tokens(user, current_turn=False)
     assert 1568 * 1176 // 750 + 1 == image_tokens_by_size(4000, 3000)
@@ -143,7 +147,7 @@ def test_r20_r23_the_default_profile_prices_spec_content_as_the_spec_says(
 ) -> None:
     """On what R20-R23 cover (text, image markers, declared attachments) the default pricing
     and the SPEC's alone give the same estimate."""
-    assert tl.estimate_history_tokens(history, pricing=tl.Pricing.spec()) == (
+    assert tl.estimate_history_tokens(history, pricing=Pricing.spec()) == (
         tl.estimate_history_tokens(history))
 
 
@@ -154,7 +158,7 @@ def test_i21_p2_a_new_session_records_its_pricing_and_an_old_one_replays_without
         session = store.start_session(profile=tl.RuntimeProfile())
         started = session.events()[0]
     assert isinstance(started, SessionStarted)
-    assert tl.Pricing() == started.profile.pricing
+    assert Pricing() == started.profile.pricing
     raw = msgpack.unpackb((RECORDS / "session_started_v1.msgpack").read_bytes())
     _, payload = msgpack.unpackb(raw["state"])
     event = default_codec().decode_event(raw["topic"], payload, started.originator_id, 1)
@@ -167,12 +171,12 @@ def test_i21_p2_pricing_is_set_in_the_profile_file(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text("[pricing]\nimage_by_size = true\ndocument_page_tokens = 2000\n")
     profile, _ = tl.load_profile(path)
-    assert tl.Pricing(image_by_size=True, document_page_tokens=2000) == profile.pricing
+    assert Pricing(image_by_size=True, document_page_tokens=2000) == profile.pricing
     path.write_text("[pricing]\nimage_size = true\n")
     with pytest.raises(tl.InvalidProfile, match=r"pricing\.image_size: unknown key"):
         tl.load_profile(path)
     with pytest.raises(tl.InvalidProfile, match=r"pricing\.audio_tokens_per_second"):
-        tl.Pricing(audio_tokens_per_second=-1)
+        Pricing(audio_tokens_per_second=-1)
 
 
 def test_i21_p2_what_if_prices_as_recorded_unless_told_otherwise() -> None:
@@ -182,12 +186,12 @@ def test_i21_p2_what_if_prices_as_recorded_unless_told_otherwise() -> None:
             "result": _png(64, 64, 90_000)}
     with tl.open_store("memory://") as store:
         session = store.import_conversation(
-            [*tl.from_openai_responses([{"role": "user", "content": "Draw"}, item]),
+            [*from_openai_responses([{"role": "user", "content": "Draw"}, item]),
              tl.ChatMessage.user("Again")])
         session.prepare_request()
         events = session.events()
-    report = tl.what_if(events, tl.RuntimeProfile(max_context_tokens=50_000))
-    assert tl.Pricing() == report.profile.pricing
+    report = what_if(events, tl.RuntimeProfile(max_context_tokens=50_000))
+    assert Pricing() == report.profile.pricing
     assert [r.recorded.estimated_tokens for r in report.requests] == [
         r.what_if.estimated_tokens for r in report.requests]
 
@@ -223,8 +227,8 @@ RESPONSES_FILE_IMAGE = [
 
 
 @pytest.mark.parametrize(("api", "history", "images"), [
-    ("anthropic", lambda: tl.from_anthropic({"messages": ANTHROPIC_FILE_IMAGE}), 1),
-    ("openai_responses", lambda: tl.from_openai_responses(RESPONSES_FILE_IMAGE), 2),
+    ("anthropic", lambda: from_anthropic({"messages": ANTHROPIC_FILE_IMAGE}), 1),
+    ("openai_responses", lambda: from_openai_responses(RESPONSES_FILE_IMAGE), 2),
 ])
 def test_k7_an_image_given_by_file_id_is_sent_to_its_api_and_costs_an_image(
     api: str, history: Any, images: int
@@ -246,7 +250,7 @@ def test_k4_a_compaction_item_costs_its_ciphertext_in_every_turn() -> None:
     provider reads in place of those turns, not reasoning it drops."""
     secret = _b64(b"\x03" * 2_100)  # 2,800 base64 characters
     item = {"type": "compaction", "id": "cmp_1", "encrypted_content": secret}
-    (message,) = tl.to_chat_messages(tl.from_openai_responses([item]))
+    (message,) = tl.to_chat_messages(from_openai_responses([item]))
     other = len(canonical_json(item)) - len(secret)
     expected = FRAMING_TOKENS + math.ceil(other / 4) + math.ceil(2_100 / 16)
     assert (expected, expected) == (message_tokens(message, current_turn=False),
@@ -261,19 +265,19 @@ def test_k5_only_the_encrypted_part_of_a_server_tool_result_costs_more_than_text
     page = "Pydantic AI is a Python agent framework. " * 100
     secret = "Zm9v" * 500
     pdf = _pdf(2, padding=20_000)
-    fetched = tl.ServerToolResult("web_fetch_tool_result", "srv_1", canonical_json({
+    fetched = ServerToolResult("web_fetch_tool_result", "srv_1", canonical_json({
         "type": "web_fetch_result", "url": "https://x", "content": {
             "type": "document", "source": {"type": "text", "media_type": "text/plain",
                                            "data": page}}}))
-    searched = tl.ServerToolResult("web_search_tool_result", "srv_2", canonical_json([
+    searched = ServerToolResult("web_search_tool_result", "srv_2", canonical_json([
         {"type": "web_search_result", "url": "https://y", "title": "Y",
          "encrypted_content": secret}]))
-    fetched_pdf = tl.ServerToolResult("web_fetch_tool_result", "srv_3", canonical_json({
+    fetched_pdf = ServerToolResult("web_fetch_tool_result", "srv_3", canonical_json({
         "type": "web_fetch_result", "url": "https://z", "content": {
             "type": "document", "source": {"type": "base64", "media_type": "application/pdf",
                                            "data": pdf}}}))
 
-    def cost(block: tl.ServerToolResult) -> int:
+    def cost(block: ServerToolResult) -> int:
         return message_tokens(_assistant(block), current_turn=False)
 
     assert FRAMING_TOKENS + text_tokens(fetched.content) == cost(fetched)
@@ -304,7 +308,7 @@ def test_k6_openai_tool_counting_is_opt_in_and_follows_openais_count() -> None:
                + 3 + text_tokens("city:string:A city")
                + 3 + text_tokens("unit:string:") - 3 + 3 + text_tokens("c") + 3
                + text_tokens("f") + 12)
-    on = tl.Pricing(openai_tool_counting=True)
+    on = Pricing(openai_tool_counting=True)
     estimates = {}
     for api, pricing, tool in (("openai_chat", on, WEATHER), ("openai_chat", None, WEATHER),
                                ("openai_responses", on, responses_form),
@@ -312,7 +316,7 @@ def test_k6_openai_tool_counting_is_opt_in_and_follows_openais_count() -> None:
                                ("anthropic", on, WEATHER)):
         with tl.open_store("memory://") as store:
             provider = tl.ProviderProfile("p", "m", 200_000, api=api)
-            profile = tl.RuntimeProfile(pricing=pricing or tl.Pricing())
+            profile = tl.RuntimeProfile(pricing=pricing or Pricing())
             session = store.start_session(profile=profile, providers=[provider])
             session.append(tl.ChatMessage.user("hi"))
             bare = session.prepare_request().estimated_tokens
@@ -330,8 +334,8 @@ def test_k6_openai_chat_adds_the_three_tokens_that_prime_the_reply() -> None:
     """A request to a provider whose API is OpenAI Chat costs the 3 tokens OpenAI documents
     for priming every reply (``<|start|>assistant<|message|>``); R20-R23 alone add none."""
     estimates = []
-    for api, pricing in (("openai_chat", tl.Pricing()), (None, tl.Pricing()),
-                         ("openai_chat", tl.Pricing.spec())):
+    for api, pricing in (("openai_chat", Pricing()), (None, Pricing()),
+                         ("openai_chat", Pricing.spec())):
         with tl.open_store("memory://") as store:
             provider = tl.ProviderProfile("p", "m", 200_000, api=api)
             session = store.start_session(profile=tl.RuntimeProfile(pricing=pricing),
