@@ -2,7 +2,8 @@
 `DomainEvent`, the `Event` union of them and the enums their fields hold.
 
 `Store.events_of` and `Session.events()` give them and a `Store.subscribe` callback receives
-them; docs/api.md says what each one means. They live in `turnledger.domain.events`.
+them; docs/api.md says what each one means. A runtime records events of its own with
+`register_event` and `Session.record` (ADR-0100). They live in `turnledger.domain.events`.
 """
 
 from turnledger.domain.events import (
@@ -34,6 +35,9 @@ from turnledger.domain.events import (
     TrimTrigger,
     TurnsSummarized,
     View,
+    register_event,
+    registered_events,
+    unregister_event,
 )
 
 __all__ = [
@@ -65,4 +69,7 @@ __all__ = [
     "TrimTrigger",
     "TurnsSummarized",
     "View",
+    "register_event",
+    "registered_events",
+    "unregister_event",
 ]
