@@ -72,6 +72,7 @@ from typing import Any, Final, NamedTuple, final
 import attrs
 
 # The request APIs a provider can name are those the body conversions know (issue 21).
+from turnledger.domain.arguments import is_int, is_number
 from turnledger.domain.bodies import check_api
 from turnledger.domain.errors import InvalidProfile
 from turnledger.domain.pricing import SPEC_PRICING, Pricing
@@ -116,12 +117,8 @@ MIN_STORED_INT: Final = -(2**63)
 
 # --- shared value checks --------------------------------------------------------------------
 # One definition per rule, used by the constructors (field names) and by the TOML loader
-# (dotted keys), so both report the same thing in the same words.
-
-def _is_int(value: object) -> bool:
-    # bool is an int subclass, but `enabled = true` in a count slot is a config mistake.
-    return isinstance(value, int) and not isinstance(value, bool)
-
+# (dotted keys), so both report the same thing in the same words; what an int or a number is
+# (never a bool: `enabled = true` in a count slot is a config mistake) is `arguments`'.
 
 def _check_stored_range(key: str, value: int) -> None:
     # Every profile is recorded in the session's first event (msgpack, PostgreSQL bigint):
@@ -136,19 +133,19 @@ def _check_count(key: str, value: object, *, optional: bool) -> None:
     """A non-negative integer (R12, R16, R29, R38); ``None`` only when ``optional``."""
     if value is None and optional:
         return
-    if not _is_int(value) or value < 0:  # type: ignore[operator]
+    if not is_int(value) or value < 0:
         kind = "a non-negative integer" + (" or absent" if optional else "")
         raise InvalidProfile(f"{key}: must be {kind}, got {value!r}")
-    _check_stored_range(key, value)  # type: ignore[arg-type]  # checked int
+    _check_stored_range(key, value)
 
 
 def _check_window(key: str, value: object) -> None:
     """A context window: a positive integer, or ``None`` for unknown (R19)."""
     if value is None:
         return
-    if not _is_int(value) or value <= 0:  # type: ignore[operator]
+    if not is_int(value) or value <= 0:
         raise InvalidProfile(f"{key}: must be a positive integer or absent, got {value!r}")
-    _check_stored_range(key, value)  # type: ignore[arg-type]  # checked int
+    _check_stored_range(key, value)
 
 
 def _check_ratio(key: str, value: object) -> None:
@@ -158,7 +155,7 @@ def _check_ratio(key: str, value: object) -> None:
     """
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise InvalidProfile(f"{key}: must be a number or absent, got {value!r}")
     if isinstance(value, int):
         _check_stored_range(key, value)
@@ -283,7 +280,7 @@ def valid_compact_ratio(ratio: float | None) -> Decimal | None:
     The decimal is built from ``repr`` (the shortest text that round-trips the float), so 0.29 is
     exactly 29/100 and not the binary float 0.28999999999999998.
     """
-    if ratio is None or isinstance(ratio, bool) or not isinstance(ratio, int | float):
+    if ratio is None or not is_number(ratio):
         return None
     if not math.isfinite(ratio) or not 0 < ratio <= 1:
         return None

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import attrs
 
+from turnledger.domain.arguments import is_int
 from turnledger.domain.blocks import (
     ContentBlock,
     DocumentBlock,
@@ -54,7 +55,7 @@ IMAGE_TOKEN_ESTIMATE: Final = 1600
 
 
 def _check_count(key: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidProfile(f"pricing.{key}: must be a non-negative integer, got {value!r}")
 
 

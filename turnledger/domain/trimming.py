@@ -31,6 +31,7 @@ from typing import Final, Generic, TypeVar
 
 import attrs
 
+from turnledger.domain.arguments import require_int
 from turnledger.domain.budget import DEFAULT_MAX_HISTORY_TURNS
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.window import (
@@ -78,9 +79,7 @@ class TrimResult(Generic[T]):
 
 
 def _check_limit(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
+    if require_int(name, value) < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
 

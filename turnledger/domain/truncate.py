@@ -26,6 +26,7 @@ from typing import Final
 
 import attrs
 
+from turnledger.domain.arguments import require_int
 from turnledger.domain.blocks import ImageBlock, TextBlock
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.estimate import image_markers
@@ -59,9 +60,7 @@ def truncation_marker(removed: int) -> str:
 
 
 def _check_max_chars(max_chars: object) -> int:
-    # bool is an int subclass; True as a character bound is a bug, not a request for 1.
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int):
-        raise TypeError(f"max_chars must be an int, got {type(max_chars).__name__}")
+    max_chars = require_int("max_chars", max_chars)  # True is a bug, not a bound of 1
     if max_chars < 0:
         raise ValueError(f"max_chars must be >= 0 (0 means no bound), got {max_chars}")
     return max_chars

@@ -44,6 +44,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 import attrs
 
+from turnledger.domain.arguments import is_number
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import (
     AppendRefused,
@@ -359,7 +360,7 @@ class BuiltOnce(Generic[M]):
 def conflict_budget(seconds: float) -> float:
     """``seconds`` as an integration's conflict budget; ``ValueError`` unless a number >= 0
     (0: decide once, never again; there is no unbounded retry)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+    if not is_number(seconds) or not seconds >= 0:
         raise ValueError(f"conflict_budget_seconds must be a number >= 0, got {seconds!r}")
     return float(seconds)
 

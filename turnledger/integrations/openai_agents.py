@@ -34,6 +34,7 @@ import dataclasses
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack, cast
 
+from turnledger.domain.arguments import is_int
 from turnledger.domain.errors import InvalidSessionSettings, SessionClosed, TurnledgerError
 from turnledger.domain.formats.responses import from_responses_items
 from turnledger.domain.messages import (
@@ -209,7 +210,7 @@ class TurnledgerSession(SessionsByName):
         """What the model should see (module doc); the newest ``limit`` items of it
         (None: ``session_settings.limit``)."""
         self._check_open()
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+        if limit is not None and not is_int(limit):
             raise TypeError(f"limit must be an int or None, got {type(limit).__name__} "
                             f"{limit!r}")
         if limit is None:

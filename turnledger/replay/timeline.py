@@ -31,6 +31,7 @@ from uuid import UUID
 
 import attrs
 
+from turnledger.domain.arguments import require_int
 from turnledger.domain.decider import SessionState, evolve, request_digest
 from turnledger.domain.errors import CorruptRecord, InvalidPosition, ReplayError
 from turnledger.domain.estimate import message_tokens
@@ -589,8 +590,7 @@ def fold(events: Iterable[DomainEvent], state: FoldedState | None = None) -> Fol
 
 
 def _upto(events: Sequence[DomainEvent], position: int) -> Iterator[DomainEvent]:
-    if isinstance(position, bool) or not isinstance(position, int):
-        raise InvalidPosition(f"position must be an int, got {type(position).__name__}")
+    require_int("position", position, InvalidPosition)
     last = events[-1].originator_version if events else 0
     if not 0 <= position <= last:
         raise InvalidPosition(f"position {position} is outside 0..{last} (the recorded events)")
