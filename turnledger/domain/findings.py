@@ -1,11 +1,11 @@
 """What an audit finds wrong: one plain value, whoever finds it (issue 20 point 5).
 
 The store's chain check (`turnledger.store.mapper.verify_chain`, on every checked read and in
-`EventStoreBackend.check_chain`) and the audit (`turnledger.verify`) report the same kind of
-thing — this session, at this position, breaks this rule, because of this — so they report it
-as one `Finding`. A finding of the chain check also says what it found wrong with the record
-(``kind``, a `ProblemKind`); the audit's own rules leave ``kind`` None. `turnledger.Violation`
-is the same class under the name the public API has always used.
+`EventStoreBackend.check_chain`) and the audit (`turnledger.audit.verify`) report the same
+kind of thing — this session, at this position, breaks this rule, because of this — so they
+report it as one `Finding`. A finding of the chain check also says what it found wrong with the
+record (``kind``, a `ProblemKind`); the audit's own rules leave ``kind`` None.
+`turnledger.audit.Violation` is the same class under the name the public API has always used.
 """
 
 from __future__ import annotations
@@ -101,4 +101,4 @@ class Finding:
 
 
 Violation = Finding
-"""The name the public API has always given a finding of `turnledger.verify` (ADR-0008)."""
+"""The name the public API has always given a finding of `turnledger.audit.verify`."""

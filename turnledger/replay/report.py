@@ -1050,8 +1050,8 @@ def report(
     """The HTML report of one session's ``events`` (see the module doc); also written to ``path``.
 
     ``what_if``: another runtime profile; the report then shows the session re-decided under it
-    (`turnledger.what_if`) next to the recorded one; ``summarizer``: the what-if's, as
-    `turnledger.what_if` takes it (C8; ignored without ``what_if``). Writes nothing to any
+    (`turnledger.audit.what_if`) next to the recorded one; ``summarizer``: the what-if's, as
+    `turnledger.audit.what_if` takes it (C8; ignored without ``what_if``). Writes nothing to any
     store. Raises
     `ReplayError` when ``events`` do not start with a `SessionStarted` or ``path`` cannot be
     written, and `TurnledgerError` when the decider refuses a recorded command under ``what_if``.
