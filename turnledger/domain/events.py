@@ -558,7 +558,7 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = get_args(Event)
 # TurnsSummarized          x                    x              x                          x
 # SummaryRefused                                x
 #
-# The timeline describes every member of `Event` in its own words, another event by its
+# The timeline says the events of its `Described` union in words of its own, any other by its
 # class's `DomainEvent.timeline` line; `verify` checks the notices a trim calls for (R31-R34)
 # by their order, whatever the classes between.
 

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final, assert_never, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, assert_never, cast
 from uuid import UUID
 
 import attrs
@@ -39,7 +39,6 @@ from turnledger.domain.events import (
     BreadcrumbInserted,
     Deciders,
     DomainEvent,
-    Event,
     HistoryCleared,
     HistoryTrimmed,
     MessageAppended,
@@ -312,12 +311,36 @@ def _capacity(capacity: int | None, window: int) -> str:
     return f"capacity {capacity:,}"
 
 
-_DESCRIBED: Final = Deciders(Event)
+Described: TypeAlias = (
+    MessageAppended
+    | RequestPrepared
+    | TrimDecided
+    | BreadcrumbInserted
+    | HistoryTrimmed
+    | RequestRejected
+    | OrphansSwept
+    | ToolCallsRestored
+    | RouteSelected
+    | OverflowReported
+    | OverflowRecovered
+    | OverflowUnrecoverable
+    | MessagePopped
+    | HistoryCleared
+    | SessionStarted
+    | SessionForgotten
+    | ToolResultsCleared
+    | TurnsSummarized
+    | SummaryRefused
+)
+"""The events the timeline says in words of its own (`summarize`); any other registered event
+is said by its class's `DomainEvent.timeline` line."""
+
+_DESCRIBED: Final = Deciders(Described)
 
 
 def _registered(event: DomainEvent) -> str:
-    """The line of an event registered outside `Event`: its class's `DomainEvent.timeline`
-    over its fields, or its class name and fields."""
+    """The line of an event outside `Described`: its class's `DomainEvent.timeline` over its
+    fields, or its class name and fields."""
     fields = {name: value for name, value in attrs.asdict(event, recurse=False).items()
               if name not in _POSITION_FIELDS}
     line = type(event).timeline
@@ -336,13 +359,13 @@ _POSITION_FIELDS: Final = frozenset({"originator_id", "originator_version", "tim
 def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per event type
     """One human line saying what ``event`` records and, for a trim, why it happened (E6).
 
-    A registered class outside `Event` (`register_event`) is said by its own
-    `DomainEvent.timeline` line. Raises ``TypeError`` for a class nobody registered: there is
-    nothing to say about it.
+    An event outside `Described` (a new view-neutral one, a runtime's own) is said by its
+    class's `DomainEvent.timeline` line. Raises ``TypeError`` for a class nobody registered:
+    there is nothing to say about it.
     """
     if not _DESCRIBED[event.__class__]:
         return _registered(event)
-    event = cast("Event", event)
+    event = cast("Described", event)
     # Every member has its summary; the most frequent ones are matched first.
     match event:
         case MessageAppended():
