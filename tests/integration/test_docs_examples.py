@@ -87,7 +87,8 @@ def test_i34_each_page_s_python_examples_run_in_order_and_print_what_the_page_sa
     for example in runnable:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compile(example.code, f"{page}:{example.line}", "exec", dont_inherit=True), namespace)
+            code = compile(example.code, f"{page}:{example.line}", "exec", dont_inherit=True)
+            exec(code, namespace)
         if example.prints is not None:
             assert (example.line, example.prints) == (example.line, out.getvalue())
 
