@@ -3,8 +3,9 @@
 The public API is `turnledger.__all__` (docs/api.md), the six topic modules of ADR-0101 and
 the integrations' modules; every other module is internal, and its ``__all__`` says which of
 its names the rest of the package (or its tests) use, so an export nobody uses shows up here
-instead of growing the surface (issue 20 point 6). A name counts as used when another module of the package or a test
-imports it (``from M import NAME``) or reads it off the module (``import M as m; m.NAME``).
+instead of growing the surface (issue 20 point 6). A name counts as used when another module
+of the package or a test imports it (``from M import NAME``) or reads it off the module
+(``import M as m; m.NAME``).
 """
 
 from __future__ import annotations
