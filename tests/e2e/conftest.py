@@ -1,9 +1,19 @@
-"""End-to-end fixtures: the ``turnledger`` command run as a subprocess on a temporary store.
+"""End-to-end fixtures: the ``turnledger`` command on a temporary store, run through the CLI's
+own ``main`` in this process, or as a subprocess where the process is what a test proves.
 
-Every call goes through `Cli.run`: ``[sys.executable, "-m", "turnledger", "--store", URL, ...]``
-with a timeout, in the test's own temporary directory, with ``TURNLEDGER_STORE`` removed from the
-environment so a developer's setting cannot leak in (STYLE 12: ``tests/e2e`` is the CLI as a
-subprocess).
+`Cli.run` calls `turnledger.cli.main` in this process (`run_main`): in the test's own temporary
+directory, with ``TURNLEDGER_STORE`` removed from the environment so a developer's setting cannot
+leak in, stdin empty, stdout and stderr captured, the exit code returned as a subprocess's would
+be (a usage error's ``SystemExit``; an escaped exception's traceback on stderr and exit 1, as the
+interpreter prints them). Nothing the command changes outlives the call: the working directory,
+the environment, ``sys.stdin``/``stdout``/``stderr`` and the logging handler that stands in for
+logging's last resort (a child prints its warnings to stderr) are put back.
+
+`Cli.spawn` runs ``[sys.executable, "-m", "turnledger", "--store", URL, ...]`` as a subprocess
+with a timeout (`run_command`). Tests use it where a process proves something more: the exit
+code of the real entry point, signals and kills, file modes and users, stdout's encoding, the
+environment the command reads, the README's demo as a person runs it, other processes holding
+the store.
 
 ``store`` is parametrized over the backends several processes can open
 (``tests.backends.SHARED_BACKENDS``: a SQLite file under ``tmp_path``, a fresh PostgreSQL schema),
@@ -14,18 +24,23 @@ tampering).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
+from turnledger.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = REPO / "tests" / "fixtures" / "transcripts"
@@ -63,6 +78,66 @@ def run_command(
     )
 
 
+@contextlib.contextmanager
+def _as_a_child(cwd: Path, env: Mapping[str, str], err: io.StringIO) -> Iterator[None]:
+    """What a child process of `run_command` would have, for the length of one call: ``cwd``,
+    the environment without TURNLEDGER_STORE (plus ``env``), an empty stdin, warnings logged
+    to ``err``. Everything is put back after, whatever the command did; a module the command
+    imported from ``cwd`` (``--summarizer``) is forgotten, as a child's would be."""
+    environ, path, modules = dict(os.environ), list(sys.path), set(sys.modules)
+    stdin = sys.stdin
+    # A child has no logging handler: logging's last resort prints WARNING and above, bare, on
+    # stderr. Here pytest's handlers sit on the root logger, so this one prints them instead.
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    os.environ.pop("TURNLEDGER_STORE", None)
+    # A child writes to a pipe: argparse wraps its help at 80 columns, not at this terminal's.
+    os.environ.setdefault("COLUMNS", "80")
+    os.environ.update(env)
+    sys.stdin = io.StringIO("")
+    root.addHandler(handler)
+    try:
+        with contextlib.chdir(cwd):
+            yield
+    finally:
+        root.removeHandler(handler)
+        sys.stdin = stdin
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            found = getattr(sys.modules[name], "__file__", None)
+            if found is not None and Path(found).resolve().is_relative_to(cwd.resolve()):
+                del sys.modules[name]
+        if dict(os.environ) != environ:
+            os.environ.clear()
+            os.environ.update(environ)
+
+
+def run_main(
+    args: Sequence[str | os.PathLike[str]], *, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``turnledger ARGS`` run by `turnledger.cli.main` in this process, as `run_command` would
+    run it in a child (see the module's docstring), with ``env`` added to the environment;
+    never raises for its exit code."""
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with (_as_a_child(cwd, env or {}, err), contextlib.redirect_stdout(out),
+          contextlib.redirect_stderr(err)):
+        try:
+            code = main(argv, out=out)
+        except SystemExit as done:  # argparse: --help, --version (0), bad usage (2)
+            if done.code is None or isinstance(done.code, int):
+                code = done.code or 0
+            else:
+                print(done.code, file=err)
+                code = 1
+        except Exception:  # what the interpreter does with it: a traceback, exit 1
+            traceback.print_exc(file=err)
+            code = 1
+    return subprocess.CompletedProcess(["turnledger", *argv], code, out.getvalue(),
+                                       err.getvalue())
+
+
 def describe(result: subprocess.CompletedProcess[str]) -> str:
     """A failure message showing the command, its exit code and both streams."""
     return (
@@ -96,32 +171,49 @@ def postgres_store(tmp_path: Path) -> Iterator[Target]:
 
 # --- the command ------------------------------------------------------------------------------
 
+def write_jsonl(path: Path, *lines: object) -> Path:
+    """Write one JSON value per line to ``path``; return it."""
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
 def imported_ids(stdout: str) -> list[str]:
     """The session ids `import` printed: the first field of each line (id, tab, summary)."""
     return [line.split("\t")[0] for line in stdout.splitlines()]
 
 
 class Cli:
-    """``python -m turnledger --store URL ...`` on one store, in one working directory."""
+    """``turnledger --store URL ...`` on one store, in one working directory: run in this
+    process (`run`, and the helpers built on it) or as a subprocess (`spawn`)."""
 
     def __init__(self, target: Target, cwd: Path) -> None:
         self.target = target
         self.cwd = cwd
 
-    def argv(self, *args: str | os.PathLike[str], store: bool = True) -> list[str]:
-        """The full command line for ``args`` (with ``--store URL`` unless ``store=False``)."""
+    def args(self, *args: str | os.PathLike[str], store: bool = True) -> list[str]:
+        """The command's arguments (with ``--store URL`` first unless ``store=False``)."""
         prefix = ["--store", self.target.url] if store else []
-        return [sys.executable, "-m", "turnledger", *prefix, *(str(a) for a in args)]
+        return [*prefix, *(str(a) for a in args)]
+
+    def argv(self, *args: str | os.PathLike[str], store: bool = True) -> list[str]:
+        """The full command line of a subprocess: ``python -m turnledger`` and `args`."""
+        return [sys.executable, "-m", "turnledger", *self.args(*args, store=store)]
 
     def run(
+        self, *args: str | os.PathLike[str], store: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one command in this process (`run_main`); never raises for its exit code."""
+        return run_main(self.args(*args, store=store), cwd=self.cwd)
+
+    def spawn(
         self, *args: str | os.PathLike[str], store: bool = True, timeout: float = CLI_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:
-        """Run one command; never raises for its exit code."""
+        """Run one command as a subprocess; never raises for its exit code."""
         return run_command(self.argv(*args, store=store), cwd=self.cwd, timeout=timeout)
 
-    def ok(self, *args: str | os.PathLike[str]) -> str:
-        """Run one command that must exit 0; return its stdout."""
-        result = self.run(*args)
+    def ok(self, *args: str | os.PathLike[str], spawn: bool = False) -> str:
+        """Run one command (as a subprocess if ``spawn``) that must exit 0; return its stdout."""
+        result = self.spawn(*args) if spawn else self.run(*args)
         assert 0 == result.returncode, describe(result)
         return result.stdout
 

@@ -1,4 +1,9 @@
-"""``turnledger demo`` and the README's commands as subprocesses (R18, R24-R27, R31-R33, E7)."""
+"""``turnledger demo`` and the README's commands (R18, R24-R27, R31-R33, E7).
+
+The demo's narration is read from a run in this process; the README's commands run as a person
+runs them: the installed ``turnledger`` script, as a subprocess, in a fresh directory or with
+``TURNLEDGER_STORE`` set.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,16 @@ from pathlib import Path
 
 from turnledger.domain.messages import BREADCRUMB_TEXT
 
-from .conftest import CONSOLE_SCRIPT, REPO, SESSION_LINE, Cli, clean_env, describe, run_command
+from .conftest import (
+    CONSOLE_SCRIPT,
+    REPO,
+    SESSION_LINE,
+    Cli,
+    clean_env,
+    describe,
+    run_command,
+    run_main,
+)
 
 README = REPO / "README.md"
 CLI_DOC = REPO / "docs" / "cli.md"  # the synopsis, moved from the README (issue 34)
@@ -102,7 +116,7 @@ def test_readme_command_synopsis_matches_the_parser(tmp_path: Path) -> None:
     """Every command docs/cli.md's synopsis lists is one `turnledger --help` offers, and back."""
     text = CLI_DOC.read_text(encoding="utf-8")
     documented = set(re.findall(r"^turnledger \[--store URL\] ([a-z-]+)", text, re.MULTILINE))
-    result = run_command([CONSOLE_SCRIPT, "--help"], cwd=tmp_path)
+    result = run_main(["--help"], cwd=tmp_path)
     assert 0 == result.returncode, describe(result)
     offered = set(re.findall(r"^    ([a-z-]+)  ", result.stdout, re.MULTILINE))
     assert offered == documented

@@ -1,15 +1,15 @@
-"""Every command documents itself, and a session that does not exist is bad input (exit 2).
+"""Every command documents itself, a session that does not exist is bad input (exit 2), and a
+unique prefix of a session id works wherever an id does (issue 21 point 5).
 
 The commands are discovered from the parser, so a new subcommand, option or positional without a
 description or help fails here. The help texts are then checked in the real ``--help`` output of
-``python -m turnledger`` (with a wide ``COLUMNS`` so argparse does not wrap them).
+the CLI's ``main`` (with a wide ``COLUMNS`` so argparse does not wrap them).
 """
 
 from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +19,7 @@ import pytest
 from turnledger.cli import build_parser
 from turnledger.store.session import open_store
 
-from .conftest import Cli, clean_env, describe, run_command
+from .conftest import Cli, describe, imported_ids, run_main, write_jsonl
 
 Command = tuple[tuple[str, ...], argparse.ArgumentParser]
 
@@ -56,9 +56,7 @@ def _name(action: argparse.Action) -> str:
 
 
 def _help(path: tuple[str, ...], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = clean_env() | {"COLUMNS": "1000"}
-    return run_command([sys.executable, "-m", "turnledger", *path, "--help"], cwd=tmp_path,
-                       env=env)
+    return run_main([*path, "--help"], cwd=tmp_path, env={"COLUMNS": "1000"})
 
 
 def _flat(text: str) -> str:
@@ -149,3 +147,27 @@ def test_e11_session_commands_are_the_six_that_take_a_session() -> None:
     """The bad-input test above covers every command that takes a session id."""
     expected = [("export",), ("replay",), ("verify",), ("what-if",), ("report",), ("forget",)]
     assert expected == [p for p, _ in SESSION_COMMANDS]
+
+
+def test_i21_p5_a_unique_prefix_works_wherever_an_id_does(sqlite_cli: Cli, tmp_path: Path) -> None:
+    """The 8 characters stats prints are accepted by export, replay, what-if, report and
+    verify; a prefix that fits no session or several is a usage error saying so."""
+    lines = [[{"role": "user", "content": f"question {n}"}] for n in range(17)]
+    ids = imported_ids(sqlite_cli.ok("import", write_jsonl(tmp_path / "many.jsonl", *lines)))
+    stats = sqlite_cli.ok("stats")
+    short = ids[0][:8]
+    assert short in stats
+    exported = sqlite_cli.ok("export", short, "--format", "openai")
+    assert exported == sqlite_cli.ok("export", ids[0], "--format", "openai")
+    for args in (["replay", short], ["what-if", short, "--max-history-messages", "1"],
+                 ["report", short, "-o", str(tmp_path / "r.html")], ["verify", short]):
+        result = sqlite_cli.run(*args)
+        assert 0 == result.returncode, describe(result)
+    unknown = sqlite_cli.run("export", "fffffffffff0", "--format", "openai")
+    assert (2, "turnledger: error: no session id starts with 'fffffffffff0' (see `turnledger "
+            "sessions`)\n") == (unknown.returncode, unknown.stderr)
+    first_chars = [i[0] for i in ids]  # 17 ids, 16 hex digits: two share their first one
+    shared = next(c for c in first_chars if first_chars.count(c) > 1)
+    ambiguous = sqlite_cli.run("replay", shared)
+    assert 2 == ambiguous.returncode, describe(ambiguous)
+    assert f"session {shared!r} is ambiguous" in ambiguous.stderr

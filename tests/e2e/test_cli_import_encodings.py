@@ -4,6 +4,9 @@ One invalid UTF-8 byte rejects its line only: the other lines are imported and t
 exits 2 (a rejected line is bad input, DECISIONS 10). A file that starts with a UTF-16 byte
 order mark (what Windows PowerShell 5 writes) is read as UTF-16; a UTF-32 one is refused with
 one line naming the encoding; a UTF-16 file without a mark gets a reason that says so per line.
+
+The commands run through the CLI's ``main`` in this process; the UTF-8 one with a byte order
+mark runs as subprocesses, so the non-ASCII text also crosses a real stdout.
 """
 
 from __future__ import annotations
@@ -29,14 +32,15 @@ def _jsonl(lines: list[list[dict[str, Any]]], newline: str = "\n") -> str:
     return "".join(json.dumps(line, ensure_ascii=False) + newline for line in lines)
 
 
-def _import(cli: Cli, tmp_path: Path, data: bytes) -> Any:
+def _import(cli: Cli, tmp_path: Path, data: bytes, *, spawn: bool = False) -> Any:
     path = tmp_path / "chats.jsonl"
     path.write_bytes(data)
-    return path, cli.run("import", path, "--format", "openai")
+    return path, (cli.spawn if spawn else cli.run)("import", path, "--format", "openai")
 
 
-def _exported(cli: Cli, session_ids: list[str]) -> list[Any]:
-    return [json.loads(cli.ok("export", i, "--format", "openai")) for i in session_ids]
+def _exported(cli: Cli, session_ids: list[str], *, spawn: bool = False) -> list[Any]:
+    return [json.loads(cli.ok("export", i, "--format", "openai", spawn=spawn))
+            for i in session_ids]
 
 
 def _errors(stderr: str) -> list[str]:
@@ -70,9 +74,10 @@ def test_i19_p7_a_utf8_byte_order_mark_is_not_part_of_the_first_line(
     sqlite_cli: Cli, tmp_path: Path
 ) -> None:
     """A UTF-8 file that starts with a byte order mark: every line is imported."""
-    _, result = _import(sqlite_cli, tmp_path, codecs.BOM_UTF8 + _jsonl(LINES).encode())
+    _, result = _import(sqlite_cli, tmp_path, codecs.BOM_UTF8 + _jsonl(LINES).encode(),
+                        spawn=True)
     assert (0, "") == (result.returncode, result.stderr), describe(result)
-    assert LINES == _exported(sqlite_cli, imported_ids(result.stdout))
+    assert LINES == _exported(sqlite_cli, imported_ids(result.stdout), spawn=True)
 
 
 def test_i19_p7_a_lone_surrogate_in_utf16_rejects_its_line_only(

@@ -1,7 +1,9 @@
 """Issue 11 through the command: every command on an encrypted store, key errors, retention.
 
 The key reaches the command in each of its three ways: ``--key-file`` before the command,
-``--key-file`` after it, and ``TURNLEDGER_KEY``.
+``--key-file`` after it, and ``TURNLEDGER_KEY``. The commands run through the CLI's ``main`` in
+this process, except where the process is the point: the key read from the environment, the
+mode of the anchor file, and a forget beside another process holding the store.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends import Target, fresh_target
-from tests.e2e.conftest import Cli, clean_env, describe, run_command
+from tests.e2e.conftest import Cli, clean_env, describe, run_command, run_main
 from tests.e2e.test_cli_help import COMMANDS
 from tests.extras import need
 from turnledger.store.keys import new_key_text
@@ -41,14 +43,12 @@ class KeyedCli(Cli):
         super().__init__(target, cwd)
         self.key_file = key_file
 
-    def argv(self, *args: str | os.PathLike[str], store: bool = True) -> list[str]:
-        return super().argv("--key-file", self.key_file, *args, store=store)
+    def args(self, *args: str | os.PathLike[str], store: bool = True) -> list[str]:
+        return super().args("--key-file", self.key_file, *args, store=store)
 
-    def bare(
-        self, *args: str | os.PathLike[str], env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """Run without the key file (``env`` may hold TURNLEDGER_KEY)."""
-        return run_command(Cli.argv(self, *args), cwd=self.cwd, env=env)
+    def bare(self, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+        """Run without the key file."""
+        return run_main(Cli.args(self, *args), cwd=self.cwd)
 
 
 def _key_file(directory: Path, name: str = "store.key") -> Path:
@@ -100,7 +100,7 @@ def test_every_command_round_trips_on_an_encrypted_store(keyed: KeyedCli) -> Non
     keyed.ok("what-if", demo_id, "--max-history-messages", "1")
     assert "wrote" in keyed.ok("report", demo_id, "-o", keyed.cwd / "report.html")
     anchor = keyed.cwd / "anchor.json"
-    keyed.ok("anchor", "--output", anchor)
+    keyed.ok("anchor", "--output", anchor, spawn=True)
     assert stat.S_IMODE(anchor.stat().st_mode) == 0o600
     assert "OK" in keyed.ok("verify", "--anchor", anchor)
     new_key = _key_file(keyed.cwd, "new.key")
@@ -308,13 +308,13 @@ def test_i19_p5_the_erasure_of_old_key_bytes_is_redone_by_running_again(
     assert reader.stdout is not None
     try:
         assert "reading" == reader.stdout.readline().strip()
-        first = cli.run("forget", session_id)
+        first = cli.spawn("forget", session_id)
         reader.stdin.write("done\n")
         reader.stdin.flush()
         assert "idle" == reader.stdout.readline().strip()
         # This process holds no connection to the file now: reading it drops no lock.
         left = wrapped in _raw_files(path)
-        rerun = cli.run(*(a.format(id=session_id) for a in again))
+        rerun = cli.spawn(*(a.format(id=session_id) for a in again))
         cleared = wrapped not in _raw_files(path)
     finally:
         reader.stdin.close()

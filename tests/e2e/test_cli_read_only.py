@@ -31,7 +31,14 @@ from pathlib import Path
 import pytest
 
 import turnledger
-from tests.e2e.conftest import CLI_TIMEOUT, SESSION_LINE, clean_env, describe, run_command
+from tests.e2e.conftest import (
+    CLI_TIMEOUT,
+    SESSION_LINE,
+    clean_env,
+    describe,
+    run_command,
+    run_main,
+)
 
 NOBODY = 65534
 
@@ -99,8 +106,7 @@ def read_only_store(request: pytest.FixtureRequest) -> Iterator[tuple[Path, str]
     directory = Path(tempfile.mkdtemp(prefix="tl-readonly-"))
     db = directory / "store.db"
     url = f"sqlite:///{db}"
-    result = run_command([sys.executable, "-m", "turnledger", "--store", url, "demo"],
-                         cwd=directory)
+    result = run_main(["--store", url, "demo"], cwd=directory)  # the writer: this process
     assert 0 == result.returncode, describe(result)
     session_id = SESSION_LINE.findall(result.stdout)[0]
     if request.param == "with-wal":

@@ -7,21 +7,18 @@ path runs with a password in the URL (PostgreSQL's trust auth ignores it) and mu
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.backends import Target, require_postgres
-from tests.e2e.conftest import Cli, describe, run_command
+from tests.e2e.conftest import Cli, describe, run_main
 
 SECRET = "hunter2-s3cret"
 
 
 def _turnledger(tmp_path: Path, url: str, *args: str) -> tuple[int, str]:
-    result = run_command(
-        [sys.executable, "-m", "turnledger", "--store", url, *args], cwd=tmp_path
-    )
+    result = run_main(["--store", url, *args], cwd=tmp_path)
     return result.returncode, result.stdout + result.stderr
 
 

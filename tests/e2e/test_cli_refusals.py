@@ -1,7 +1,11 @@
 """What the command line refuses or says rather than doing something else (a review of the
-CLI against a demanding user, stop 33): commands that change a store never create one, key
-files are never overwritten, private files are private whatever they were, an empty store URL
-or input file is said, an out-of-range ratio is said, a page is announced only when it exists.
+CLI against a demanding user, stop 33): commands that change a store never create one (nor do
+read commands, issue 21 point 5), key files are never overwritten, private files are private
+whatever they were, an empty store URL or input file is said, an out-of-range ratio is said, a
+page is announced only when it exists.
+
+The commands run through the CLI's ``main`` in this process, except where the process is the
+point: the modes of the files a command writes, and a store URL taken from the environment.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from tests.extras import need
 from turnledger.store.keys import new_key_text
 from turnledger.store.session import open_store
 
-from .conftest import Cli, clean_env, describe, run_command
+from .conftest import Cli, clean_env, describe, run_command, run_main
 
 LINE = [{"role": "user", "content": "weather?"},
         {"role": "assistant", "content": None, "tool_calls": [
@@ -50,7 +54,7 @@ def test_e11_commands_that_change_a_store_never_create_one(tmp_path: Path) -> No
     for path in (key, new_key):
         path.write_text(new_key_text() + "\n")
     typo = tmp_path / "typo.db"
-    audit = {**clean_env(), "TURNLEDGER_AUDIT_KEY": new_key_text()}
+    audit = {"TURNLEDGER_AUDIT_KEY": new_key_text()}
     commands = [
         (["--key-file", key, "forget", "0" * 32], None),
         (["--key-file", key, "purge", "--older-than", "90d"], None),
@@ -59,8 +63,7 @@ def test_e11_commands_that_change_a_store_never_create_one(tmp_path: Path) -> No
         (["projections", "run"], None),
     ]
     for args, env in commands:
-        result = run_command([sys.executable, "-m", "turnledger", "--store", f"sqlite:///{typo}",
-                              *map(str, args)], cwd=tmp_path, env=env)
+        result = run_main(["--store", f"sqlite:///{typo}", *args], cwd=tmp_path, env=env)
         assert 2 == result.returncode, describe(result)
         assert f"turnledger: error: no store at {typo} (" in result.stderr, describe(result)
         assert not typo.exists(), describe(result)
@@ -70,9 +73,8 @@ def test_e11_projections_run_refuses_a_read_only_store(sqlite_cli: Cli) -> None:
     """``projections run`` writes the analytics tables: on ``mode=ro`` it used to print
     "applied N events" and write nothing. It exits 2 and says why."""
     _import_one(sqlite_cli)
-    result = run_command([sys.executable, "-m", "turnledger", "--store",
-                          f"{sqlite_cli.target.url}?mode=ro", "projections", "run"],
-                         cwd=sqlite_cli.cwd)
+    result = run_main(["--store", f"{sqlite_cli.target.url}?mode=ro", "projections", "run"],
+                      cwd=sqlite_cli.cwd)
     assert (2, "") == (result.returncode, result.stdout), describe(result)
     assert "opened read-only (mode=ro)" in result.stderr
 
@@ -107,10 +109,10 @@ def test_e11_anchor_and_report_files_are_private_even_when_they_existed(
     for path in (anchor, page):
         path.write_text("old")
         path.chmod(0o644)
-    result = sqlite_cli.run("anchor", "--output", anchor)
+    result = sqlite_cli.spawn("anchor", "--output", anchor)
     assert 0 == result.returncode, describe(result)
     assert "warning: no audit key: the anchor holds plain SHA-256 values" in result.stderr
-    sqlite_cli.ok("report", session_id, "-o", page)
+    sqlite_cli.ok("report", session_id, "-o", page, spawn=True)
     for path in (anchor, page):
         assert (0o600, False) == (_mode(path), path.read_text().startswith("old")), path
     html = sqlite_cli.ok("report", session_id, "-o", "-")
@@ -123,8 +125,7 @@ def test_e11_an_empty_store_url_is_refused(tmp_path: Path) -> None:
     error; it used to mean ``./turnledger.db`` and write there."""
     source = tmp_path / "one.jsonl"
     source.write_text(json.dumps({"messages": LINE}) + "\n", encoding="utf-8")
-    given = run_command([sys.executable, "-m", "turnledger", "--store", "", "import", str(source)],
-                        cwd=tmp_path)
+    given = run_main(["--store", "", "import", source], cwd=tmp_path)
     from_env = run_command([sys.executable, "-m", "turnledger", "import", str(source)],
                            cwd=tmp_path, env={**clean_env(), "TURNLEDGER_STORE": ""})
     for result in (given, from_env):
@@ -198,7 +199,21 @@ def test_e11_stats_on_an_explicit_read_only_store_says_so(sqlite_cli: Cli) -> No
     """The note that the analytics tables were not used comes with ``mode=ro`` given too, not
     only when the file's permissions made the command fall back to it."""
     _import_one(sqlite_cli)
-    result = run_command([sys.executable, "-m", "turnledger", "--store",
-                          f"{sqlite_cli.target.url}?mode=ro", "stats"], cwd=sqlite_cli.cwd)
+    result = run_main(["--store", f"{sqlite_cli.target.url}?mode=ro", "stats"],
+                      cwd=sqlite_cli.cwd)
     assert 0 == result.returncode, describe(result)
     assert "the store is read-only: statistics computed from its events" in result.stderr
+
+
+def test_i21_p5_read_commands_never_create_a_store(sqlite_cli: Cli, tmp_path: Path) -> None:
+    """sessions, stats, export and replay on a mistyped path exit 2 naming it and create
+    neither the file nor its directory."""
+    missing = tmp_path / "typo" / "nope.db"
+    url = f"sqlite:///{missing}"
+    some_id = "00000000-0000-4000-8000-000000000001"
+    for args in (["sessions"], ["stats"], ["export", some_id, "--format", "openai"],
+                 ["replay", some_id]):
+        result = sqlite_cli.run("--store", url, *args, store=False)
+        assert 2 == result.returncode, describe(result)
+        assert f"turnledger: error: no store at {missing}" in result.stderr
+    assert not missing.parent.exists()

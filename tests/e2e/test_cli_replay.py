@@ -1,4 +1,4 @@
-"""``turnledger replay`` as a subprocess: the audit timeline and time travel (E4, E6, E12, R27a)."""
+"""``turnledger replay``: the audit timeline and time travel (E4, E6, E12, R27a)."""
 
 from __future__ import annotations
 

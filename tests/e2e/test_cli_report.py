@@ -1,4 +1,4 @@
-"""``turnledger report`` as a subprocess: the demo session as one HTML file, opened in Chromium.
+"""``turnledger report``: the demo session as one HTML file, opened in Chromium.
 
 The demo records five trims (two token-budget, two turn-limit, one overflow recovery), one
 rejected request and two route switches: the page Chromium builds must draw each of them once,

@@ -1,7 +1,10 @@
 """Bad usage and bad input exit 2 with a one-line reason; ``--help`` works everywhere (E11).
 
 Each command runs in the test's temporary directory, so a stray default store
-(``./turnledger.db``) would land there, never in the repository.
+(``./turnledger.db``) would land there, never in the repository. The commands run through the
+CLI's ``main`` in this process; two run as ``python -m turnledger`` subprocesses, so the exit
+codes of the real entry point are seen once: argparse's usage error (2) and an unavailable
+store (3).
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TRANSCRIPTS, Cli, describe, run_command
+from .conftest import TRANSCRIPTS, Cli, describe, run_command, run_main
 
 
 def _turnledger(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return run_main(args, cwd=cwd)
+
+
+def _spawned(cwd: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The real entry point, ``python -m turnledger``, as a subprocess: its exit code."""
     return run_command([sys.executable, "-m", "turnledger", *args], cwd=cwd)
 
 
@@ -32,7 +40,7 @@ def _assert_usage_error(
 
 def test_cli_without_a_command_is_a_usage_error(tmp_path: Path) -> None:
     """`turnledger` alone exits 2 and says a command is required."""
-    result = _turnledger(tmp_path)
+    result = _spawned(tmp_path)
 
     _assert_usage_error(result, one_line=False)
     assert "COMMAND" in result.stderr.splitlines()[-1]
@@ -78,7 +86,7 @@ def test_e11_unreachable_postgresql_is_a_one_line_unavailable_error(tmp_path: Pa
     later may succeed, ADR-0097) with one line, quickly (connect_timeout)."""
     url = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
 
-    result = _turnledger(tmp_path, "--store", url, "sessions")
+    result = _spawned(tmp_path, "--store", url, "sessions")
 
     _assert_usage_error(result, one_line=True, code=3)
     assert "127.0.0.1" in result.stderr

@@ -1,4 +1,4 @@
-"""``turnledger what-if`` as a subprocess: another profile over the recorded appends (E6, E12).
+"""``turnledger what-if``: another profile over the recorded appends (E6, E12).
 
 The demo records with ``max_context_tokens = 2,400`` and a 4-turn limit; a 600-token budget or a
 1-turn limit must trim more, and the command must write nothing to the store.

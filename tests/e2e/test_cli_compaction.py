@@ -1,11 +1,13 @@
-"""Issue 24 point 4: the CLI on a compacted session (SQLite), as a subprocess.
+"""The CLI on a compacted session (SQLite; issue 24 point 4).
 
 The session (`tests.e2e.compaction_session.record`, written with the library) holds
 `TurnsSummarized`, `SummaryRefused` and `ToolResultsCleared`. `replay` shows each with its range;
 `verify` passes, and fails on a copy where a summary's range was forged; `what-if` with a
 smaller budget reuses the recorded summaries and, with ``--summarizer MODULE:CALLABLE``, asks
 the passed one for the rest; `report` draws the summarised turns and the cleared results;
-`stats` counts the compactions and the tokens they saved (C7).
+`stats` counts the compactions and the tokens they saved (C7). The commands run through the
+CLI's ``main`` in this process, whose path holds the repository: ``--summarizer`` imports the
+test helper module from there, and a module of the working directory from that directory.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +26,9 @@ from tests.e2e.compaction_session import record
 from tests.integration.test_replay import append_raw, next_stamp
 from turnledger.domain.events import TurnsSummarized
 
-from .conftest import REPO, Cli, clean_env, describe, run_command
+from .conftest import Cli, describe, run_main
 
 PASSED = "tests.e2e.compaction_session:summarize_v2"
-
-
-def _run(cli: Cli, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The command with the repository on PYTHONPATH, so ``--summarizer`` can import the
-    test helper module (the working directory is the test's temporary one)."""
-    env = {**clean_env(), "PYTHONPATH": str(REPO)}
-    return run_command(cli.argv(*args), cwd=cli.cwd, env=env)
-
-
-def _ok(cli: Cli, *args: str | Path) -> str:
-    result = _run(cli, *args)
-    assert 0 == result.returncode, describe(result)
-    return result.stdout
 
 
 @pytest.fixture
@@ -84,8 +72,7 @@ def test_i24_cli_replay_and_verify_show_and_check_each_compaction(
         good = next(e for e in store.events_of(session_id) if isinstance(e, TurnsSummarized))
         append_raw(store, session_id, attrs.evolve(
             good, **next_stamp(store, session_id), first_position=good.first_position + 1))
-    forged = run_command([*cli.argv(store=False), "--store", f"sqlite:///{copy}", "verify",
-                          session_id], cwd=cli.cwd)
+    forged = run_main(["--store", f"sqlite:///{copy}", "verify", session_id], cwd=cli.cwd)
     assert 1 == forged.returncode, describe(forged)
     assert "TurnsSummarized names log positions" in forged.stdout
     assert 0 == cli.run("verify", session_id).returncode  # the original is untouched
@@ -98,8 +85,8 @@ def test_i24_cli_what_if_smaller_budget_with_and_without_a_summarizer(
     recorded = {(e["data"]["first_position"], e["data"]["last_position"])
                 for e in [*_of(timeline, "TurnsSummarized"), *_of(timeline, "SummaryRefused")]}
     plain = cli.json("what-if", session_id, "--max-context-tokens", "400", "--json")
-    passed = _run(cli, "what-if", session_id, "--max-context-tokens", "400", "--json",
-                  "--summarizer", PASSED)
+    passed = cli.run("what-if", session_id, "--max-context-tokens", "400", "--json",
+                     "--summarizer", PASSED)
     assert 0 == passed.returncode, describe(passed)
     asked = json.loads(passed.stdout)
     assert "summarizer" not in plain
@@ -121,7 +108,7 @@ def test_i24_cli_what_if_smaller_budget_with_and_without_a_summarizer(
     assert (asked["totals"]["what_if"]["compaction_tokens_saved"]
             > plain["totals"]["what_if"]["compaction_tokens_saved"])
     # The text names each request's reused and new summaries with their tokens.
-    text = _ok(cli, "what-if", session_id, "--max-context-tokens", "400", "--summarizer", PASSED)
+    text = cli.ok("what-if", session_id, "--max-context-tokens", "400", "--summarizer", PASSED)
     first = made[0]
     assert (f"summary of log positions {first['first_position']}-{first['last_position']} made "
             f"by the passed summarizer ('{PASSED}'), {first['tokens']} tokens for "
@@ -147,8 +134,8 @@ def test_i24_cli_what_if_summarizer_import_errors_are_usage_errors(
         ("tests.e2e.compaction_session:NOT_CALLABLE",
          "'NOT_CALLABLE' is of type int, not callable"),
     ):
-        result = _run(cli, "what-if", session_id, "--max-context-tokens", "400",
-                      "--summarizer", spec)
+        result = cli.run("what-if", session_id, "--max-context-tokens", "400",
+                         "--summarizer", spec)
         assert 2 == result.returncode, describe(result)
         assert [f"turnledger: error: --summarizer {spec!r}: "] == [
             line[: len(f"turnledger: error: --summarizer {spec!r}: ")]
@@ -163,7 +150,7 @@ def test_i24_cli_what_if_summarizer_import_errors_are_usage_errors(
     made = [c for r in local["requests"] for c in r["compactions"] if c["source"] == "summarizer"]
     assert made
     assert {"local_summaries:summarize"} == {c["summarizer"] for c in made}
-    result = _run(cli, "report", session_id, "-o", cli.cwd / "r.html", "--summarizer", PASSED)
+    result = cli.run("report", session_id, "-o", cli.cwd / "r.html", "--summarizer", PASSED)
     assert 2 == result.returncode, describe(result)
     assert "--summarizer needs --what-if" in result.stderr
 
@@ -173,8 +160,8 @@ def test_i24_cli_report_draws_compacted_spans(
 ) -> None:
     cli, session_id, timeline = compacted
     out = cli.cwd / "report.html"
-    _ok(cli, "report", session_id, "-o", out, "--what-if", "max_context_tokens=400",
-        "--what-if", "compaction.clear_tool_results=true", "--summarizer", PASSED)
+    cli.ok("report", session_id, "-o", out, "--what-if", "max_context_tokens=400",
+           "--what-if", "compaction.clear_tool_results=true", "--summarizer", PASSED)
     html = out.read_text(encoding="utf-8")
     sides = html.split('<section id="turns">')[1].split('<div class="side">')[1:3]
     recorded_side, what_if_side = sides
@@ -189,8 +176,8 @@ def test_i24_cli_report_draws_compacted_spans(
     flags = re.findall(r'class="flag results-cleared"', recorded_side)
     assert len(_of(timeline, "ToolResultsCleared")) == len(flags)
     again = cli.cwd / "again.html"
-    _ok(cli, "report", session_id, "-o", again, "--what-if", "max_context_tokens=400",
-        "--what-if", "compaction.clear_tool_results=true", "--summarizer", PASSED)
+    cli.ok("report", session_id, "-o", again, "--what-if", "max_context_tokens=400",
+           "--what-if", "compaction.clear_tool_results=true", "--summarizer", PASSED)
     assert out.read_bytes() == again.read_bytes()  # E12: the same bytes
 
 
