@@ -213,7 +213,7 @@ def test_e3_sqlite_appends_commit_on_a_connection_with_the_stores_synchronous(
     with open_store(f"sqlite:///{tmp_path / 'a.db'}{option}") as store:
         session = store.start_session()
         session.extend([ChatMessage.user("hello"), ChatMessage.assistant("hi")])
-        appender: Any = store.backend._thin_insert.__self__  # type: ignore[union-attr]  # noqa: SLF001
+        appender: Any = store.backend._insert_records.__self__  # type: ignore[attr-defined]  # noqa: SLF001
         pragma = appender._connection.execute("PRAGMA synchronous").fetchone()[0]  # noqa: SLF001
         stored = store.backend.read_records(UUID(session.id))
         found = store.backend.check_chain(UUID(session.id))

@@ -135,7 +135,7 @@ def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(
         session.append(ChatMessage.user("hello"))
         stored_version = session.version
         # The append's insert: the backend's own (ADR-0089), else the library's.
-        insert = store.backend._thin_insert or store.backend.recorder.insert_events  # noqa: SLF001
+        insert = store.backend._insert_records  # noqa: SLF001
 
         def lock_then_insert(*args: Any, **kwargs: Any) -> Any:
             # The store becomes unreachable after the command was decided in memory: a lock
@@ -143,7 +143,7 @@ def test_e3_unsaved_state_is_never_served_when_append_and_reload_fail(
             blocker.execute(f'LOCK TABLE "{pg_schema}".stored_events IN ACCESS EXCLUSIVE MODE')
             return insert(*args, **kwargs)
 
-        monkeypatch.setattr(store.backend, "_thin_insert", lock_then_insert)
+        monkeypatch.setattr(store.backend, "_insert_records", lock_then_insert)
         with pytest.raises(StoreUnavailable):
             session.append(ChatMessage.user("unsaved"))
         with pytest.raises(StoreUnavailable):

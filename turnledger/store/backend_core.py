@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Self
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from turnledger.domain.errors import ConcurrencyConflict, TurnledgerError
+from turnledger.domain.errors import ConcurrencyConflict, InvalidAppend, TurnledgerError
 from turnledger.domain.events import SessionStarted
 from turnledger.store.backends.port import (
+    BeforeCommit,
     Database,
     Fence,
     Recorders,
@@ -67,8 +68,9 @@ class BackendCore:
         self.fence = Fence()
         """The store-wide settings every append checks in its own transaction (ADR-0098);
         `open_backend` sets them once the keys are known."""
-        self._thin_insert = recorders.insert
-        self._insert_with_keys = recorders.insert_with_keys
+        self._insert_records = recorders.insert or self._insert_apart
+        """The insert of an append: the backend's (`Recorders.insert`), or where the keys
+        live in a database of their own, `_insert_apart`. Chosen once, here."""
         self._closer = recorders.close
         self._closed = False
         self._lock = threading.Lock()
@@ -107,6 +109,22 @@ class BackendCore:
 
     def __repr__(self) -> str:
         return f"<EventStoreBackend {self.url}{' closed' if self._closed else ''}>"
+
+    def _insert_apart(self, records: Sequence[StoredEvent], before: BeforeCommit) -> None:
+        """The insert of a store whose keys live in a database of their own (memory, a
+        read-only SQLite file): the library's insert, unfenced (one process), inside a
+        transaction of the keys database that runs ``before.keys`` first, when there are
+        any. Nobody is told before the commit."""
+        if not before.keys:
+            self.recorder.insert_events(records)
+            return
+        table = self.protection.keys
+        if table is None:
+            raise InvalidAppend(f"{self.url} has no keys table to write to")
+        def insert() -> None:
+            self.recorder.insert_events(records)
+
+        table.write(before.keys, then=insert)
 
     # -- error translation --
 

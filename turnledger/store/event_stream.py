@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 from uuid import UUID
 
@@ -27,7 +27,7 @@ from turnledger.domain.errors import (
 from turnledger.domain.events import DomainEvent, SessionStarted
 from turnledger.domain.findings import Finding
 from turnledger.store.backend_core import BackendCore, to_uuid
-from turnledger.store.backends.port import SqlStatement, StoreUnavailable
+from turnledger.store.backends.port import BeforeCommit, SqlStatement, StoreUnavailable
 from turnledger.store.mapper import ZERO_CHAIN, Row, verify_chain
 
 __all__ = ["AnchorMismatch", "AppendInDoubt", "EventStreams", "InvalidAppend"]
@@ -51,6 +51,7 @@ class EventStreams(BackendCore):
         prev_chain: bytes,
         head_known: bool = False,
         keys: Sequence[SqlStatement] = (),
+        told: Callable[[], None] | None = None,
     ) -> bytes:
         """Record ``events`` of one session in ONE transaction; return the new chain head (E3).
 
@@ -72,6 +73,10 @@ class EventStreams(BackendCore):
         the same transaction as the events, or not at all: `Store.forget` destroys a data key
         with the record of it (ADR-0066).
 
+        ``told``: called once right before the statement that commits the batch, where the
+        backend sends one that commits on its own (`BeforeCommit`), so the caller may work
+        while the database commits (ADR-0093); its error is logged, never raised.
+
         Raises `ConcurrencyConflict` naming the session and the versions when another writer
         recorded any of these versions first — then nothing of this batch is stored; the caller
         reloads and may retry (`retry_on_conflict`). Raises `InvalidAppend` when the batch does
@@ -92,26 +97,12 @@ class EventStreams(BackendCore):
                 raise
         try:
             with self._translate("append", session_id, first):
-                self._insert(stored, keys)
+                self._insert_records(stored, BeforeCommit(self.fence, keys, told))
         except (ConcurrencyConflict, StoreUnavailable) as failure:
             # In doubt: the commit may have landed although the insert failed (a connection
             # lost after COMMIT, a driver retry that then hit the primary key).
             return self._settle_in_doubt(session_id, first, last, head, failure)
         return head
-
-    def _insert(self, stored: Sequence[StoredEvent], keys: Sequence[SqlStatement]) -> None:
-        """Insert the records of one append, with ``keys`` in the same transaction."""
-        if keys and self._insert_with_keys is not None:
-            self._insert_with_keys(stored, keys, self.fence)
-        elif keys:  # the keys live in a database of their own: its transaction around it
-            table = self.protection.keys
-            if table is None:
-                raise InvalidAppend(f"{self.url} has no keys table to write to")
-            table.write(keys, then=lambda: self._insert(stored, ()))
-        elif self._thin_insert is not None:  # the backend's own (ADR-0056), fenced (ADR-0098)
-            self._thin_insert(stored, self.fence)
-        else:
-            self.recorder.insert_events(stored)
 
     def _check_head(self, session_id: UUID, first: int, prev_chain: bytes) -> None:
         """Refuse a batch starting at ``first`` after ``prev_chain`` that does not continue

@@ -69,7 +69,6 @@ from turnledger.store.backend import (
     EventStoreBackend,
     StoreUnavailable,
 )
-from turnledger.store.backends.port import telling_before_commit
 from turnledger.store.mapper import ZERO_CHAIN, paused_gc
 from turnledger.store.snapshots import (
     SNAPSHOT_FORMAT,
@@ -280,7 +279,7 @@ class Pipeline:
         """Run ``command`` and record what it decided; the batch recorded (maybe empty).
 
         ``decided``: called once the command is decided and its batch is ready to commit
-        (when the backend says so, `about_to_commit`), the position's state already the
+        (when the backend says so, `BeforeCommit.committing`), the position's state already the
         decided one; a caller may start work on that state while the database commits
         (ADR-0093). What it starts is valid only when `save` returns: a failed write leaves
         the state to reload.
@@ -320,8 +319,7 @@ class Pipeline:
             position.state = kept  # nothing was written: the stored state stands
             raise
         if batch.events:
-            with telling_before_commit(decided):
-                self._record(position, command, batch, kept)
+            self._record(position, command, batch, kept, decided)
             self._take_snapshot(position)
             self._notify(position, batch.events)
         else:
@@ -402,13 +400,16 @@ class Pipeline:
         return run(position.state, command, summarize)
 
     def _record(
-        self, position: Position, command: Command, batch: Batch, kept: SessionState
+        self, position: Position, command: Command, batch: Batch, kept: SessionState,
+        decided: Callable[[], None] | None = None,
     ) -> None:
         """Append ``batch``, decided on ``position.state`` (a clone of ``kept``, the stored
-        state); on a failure, stand where the store may be (`save`)."""
+        state), telling ``decided`` right before the commit; on a failure, stand where the
+        store may be (`save`)."""
         try:
             position.chain = self.backend.append(
-                position.session_id, batch.events, prev_chain=position.chain, head_known=True
+                position.session_id, batch.events, prev_chain=position.chain, head_known=True,
+                told=decided,
             )
         except AppendInDoubt as error:
             # The batch may be stored: reload before the next use (ADR-0064).

@@ -15,11 +15,12 @@ import contextlib
 import copy
 import functools
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Self, cast, get_origin
 from uuid import UUID
 
 import psycopg
@@ -54,10 +55,9 @@ from psycopg.types.numeric import Int8
 from turnledger.domain.errors import StoreChanged
 from turnledger.store.backends.port import (
     SETTINGS_TABLE,
+    BeforeCommit,
     Fence,
     Limits,
-    SqlStatement,
-    about_to_commit,
 )
 
 __all__ = [
@@ -69,7 +69,6 @@ __all__ = [
     "delete_snapshots",
     "follow_page",
     "follows_after",
-    "insert_with_keys",
     "local_settings",
     "missing_objects",
     "pool_connection",
@@ -81,7 +80,6 @@ __all__ = [
     "replace_snapshot",
     "set_log_order",
     "set_up_tables",
-    "thin_insert",
 ]
 
 _RECONNECTS = 2
@@ -120,15 +118,13 @@ def _reconnecting(method: Any) -> Callable[..., Any]:
 
 
 class _ApplicationRecorder(PostgresApplicationRecorder):
-    insert_events = PostgresApplicationRecorder.insert_events.__wrapped__
     select_events = _reconnecting(PostgresAggregateRecorder.select_events)
     select_notifications = _reconnecting(PostgresApplicationRecorder.select_notifications)
     max_notification_id = _reconnecting(PostgresApplicationRecorder.max_notification_id)
 
-    lock_ordered = False
-    """Whether an insert takes the library's EXCLUSIVE table lock and NOTIFY (``log_order=lock``);
-    otherwise writers of different sessions commit in parallel and followers read below the
-    transaction-id horizon (ADR-0083). Set by the store after the factory built the recorder."""
+    insert: ThinInsert | None = None
+    """The store's insert (`ThinInsert`), set by the store once it is opened: every insert of
+    events, the recorder's own ``insert_events`` included, is that one statement."""
 
     def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
@@ -138,51 +134,27 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
             s for s in self.lock_table_statements if "lock_timeout" not in repr(s)
         ]
 
-    def _insert_stored_events(
-        self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> None:
-        with _prepared_forgotten_on_error(curs.connection):
-            if self.lock_ordered:  # the library's own: lock, notify, insert
-                super()._insert_stored_events(curs, stored_events, **kwargs)
-            else:
-                # No table lock and no NOTIFY (its commit takes a database-wide lock; nothing
-                # here listens): the row's transaction_id column default orders it for the
-                # followers.
-                PostgresAggregateRecorder._insert_stored_events(  # noqa: SLF001
-                    self, curs, stored_events, **kwargs
-                )
-            if curs.connection._pipeline is not None:  # noqa: SLF001
-                curs.connection._pipeline.sync()  # noqa: SLF001  # its errors: here
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        """The store's insert (`ThinInsert`, unfenced: raw access for audits and tests), run
+        once (no retry loop); None (the notification ids are not read back)."""
+        if self.insert is None:  # not opened by the store: the library's own, run once
+            inner: Callable[..., Sequence[int] | None] = (
+                PostgresApplicationRecorder.insert_events.__wrapped__
+            )
+            return inner(self, stored_events, **kwargs)
+        self.insert(stored_events, BeforeCommit())
+        return None
 
 
-@contextlib.contextmanager
-def _prepared_forgotten_on_error(connection: psycopg.Connection[Any]) -> Iterator[None]:
-    """Forget the statements psycopg counted as prepared in the block when the block fails.
-
-    psycopg prepares a statement by its fifth use; in pipeline mode it counts the statement
-    as prepared when it queues the Parse, before the server answers. A Parse the server
-    refuses (the insert's Parse waits for the table's lock and a lock timeout ends it) stayed
-    counted, the library's transaction then ends by a COMMIT (answered ROLLBACK) that does not
-    reset psycopg's count, and every later insert on that pooled connection failed with
-    'prepared statement "_pg3_0" does not exist'. Only the names the block added are
-    forgotten (psycopg never reuses a name, so one the server did prepare is merely left
-    unused): clearing them all would schedule a DEALLOCATE ALL that psycopg sends after the
-    connection's next statement, which may have just prepared one of its own."""
-    names = connection._prepared._names  # noqa: SLF001
-    before = set(names.values())
-    try:
-        yield
-    except psycopg.Error:
-        for key, name in list(names.items()):
-            if name not in before:
-                del names[key]
-        raise
-
-
-def set_log_order(recorder: PostgresApplicationRecorder, *, lock: bool) -> None:
-    """Make ``recorder``'s inserts take the library's table lock (``lock``) or not."""
+def set_log_order(recorder: PostgresApplicationRecorder, *, lock: bool) -> ThinInsert:
+    """Give ``recorder`` the store's insert: one that takes the library's table lock and
+    notifies (``lock``) or not (ADR-0083); that insert."""
+    insert = ThinInsert(recorder, lock=lock)
     if isinstance(recorder, _ApplicationRecorder):
-        recorder.lock_ordered = lock
+        recorder.insert = insert
+    return insert
 
 
 class _AggregateRecorder(PostgresAggregateRecorder):
@@ -241,48 +213,100 @@ class _Datastore(PostgresDatastore):
             self.psycopg_python_types[name] = info.python_type
 
 
+class _HandsOver(psycopg.Connection[Any]):
+    """A connection class whose ``connect`` first hands over a connection made before the
+    pool started (`_Pool.adopt`): the pool makes every connection through its
+    ``connection_class.connect`` (psycopg_pool's public contract), so the one the store was
+    opened on becomes the pool's first without touching the pool's state. Each pool has a
+    class of its own (`_Pool`), with its own ``handed`` list."""
+
+    handed: ClassVar[list[psycopg.Connection[Any]]] = []
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        while cls.handed:
+            connection = cls.handed.pop()
+            if not connection.closed:
+                return cast(Self, connection)
+        return super().connect(conninfo, **kwargs)
+
+
 class _Pool(ConnectionPool[Any]):
-    """The library's pool, whose first connection may be one made (by its own ``_connect``)
-    before it started: the one the store was opened on (`adopt`, ADR-0089). Its threads and
-    its other connections start when a store first uses it, not when it is opened.
-    (psycopg_pool 3.2-3.3: ``_start_initial_tasks``, ``_nconns``, ``_pool``.)"""
+    """The library's pool class, built by `bounded_factory` through its public constructor
+    (``configure`` sets autocommit and nothing else, ADR-0089), whose first connection may be
+    the one the store was opened on (`adopt`). Its threads and its other connections start
+    when a store first uses it, not when it is opened: the first ``open`` after an adoption
+    waits until the workers have put that connection in (at once: nothing to connect), so the
+    first client finds it there instead of growing the pool by a connection of its own."""
 
-    adopted: psycopg.Connection[Any] | None = None
+    def __init__(
+        self, like: ConnectionPool[Any], connection_class: type[psycopg.Connection[Any]],
+        kwargs: dict[str, Any],
+    ) -> None:
+        base = get_origin(connection_class) or connection_class  # the library's is generic
+        handing: type[_HandsOver] = type(
+            "HandedConnection", (_HandsOver, base), {"handed": []}
+        )
+        self.tl_handing = False
+        """A connection waits in `_HandsOver.handed` for the pool's first ``open``."""
+        self.tl_lock = threading.Lock()
+        super().__init__(
+            like.conninfo, connection_class=handing, kwargs=kwargs, min_size=like.min_size,
+            max_size=like.max_size, open=False, configure=_autocommit, timeout=like.timeout,
+            max_waiting=like.max_waiting, max_lifetime=like.max_lifetime,
+        )
 
-    def _start_initial_tasks(self) -> None:
-        # Called by ``open`` with the pool's lock held: the adopted connection goes straight
-        # into the pool as the first of its ``min_size`` (a worker handing it over would
-        # leave the first client waiting, and the pool growing by a connection for it).
-        connection, self.adopted = self.adopted, None
-        if connection is None or connection.closed or self._nconns < 1:
-            super()._start_initial_tasks()
-            return
-        self._nconns -= 1  # the workers make the others
+    def new_connection(self) -> psycopg.Connection[Any]:
+        """A new connection made as the pool makes its own (its class, settings, timeouts,
+        ``configure``), outside the pool; raises what the driver raises."""
+        conninfo, kwargs = self.conninfo, self.kwargs
+        assert isinstance(conninfo, str), "the library passes a conninfo string"
+        assert isinstance(kwargs, dict), "bounded_factory passes its settings as a dict"
+        connection: psycopg.Connection[Any] = self.connection_class.connect(conninfo, **kwargs)
         try:
-            super()._start_initial_tasks()
-        finally:
-            self._nconns += 1
-        connection._pool = None  # as the pool keeps its idle connections  # noqa: SLF001
-        self._pool.append(connection)
+            _autocommit(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def adopt(self, connection: psycopg.Connection[Any]) -> None:
+        """Make ``connection`` (from `new_connection`) the first one the pool hands out."""
+        handing = self.connection_class
+        assert issubclass(handing, _HandsOver)
+        handing.handed.append(connection)
+        self.tl_handing = True
+
+    def open(self, wait: bool = False, timeout: float = 30.0) -> None:
+        if self.tl_handing:
+            with self.tl_lock:
+                if self.tl_handing:
+                    self.tl_handing = False
+                    super().open(wait=True, timeout=timeout)
+                    return
+        super().open(wait, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        connection, self.adopted = self.adopted, None
-        if connection is not None:
-            connection.close()
+        handing = self.connection_class
+        assert issubclass(handing, _HandsOver)
+        while handing.handed:
+            handing.handed.pop().close()
         super().close(timeout)
 
 
 def pool_connection(datastore: PostgresDatastore) -> psycopg.Connection[Any]:
     """A new connection made as the datastore's pool makes its own (settings, timeouts,
     ``configure``), outside the pool; raises what the driver raises."""
-    return datastore.pool._connect()  # noqa: SLF001
+    pool = datastore.pool
+    assert isinstance(pool, _Pool), "the pool of a bounded factory"
+    return pool.new_connection()
 
 
 def adopt(datastore: PostgresDatastore, connection: psycopg.Connection[Any]) -> None:
     """Make ``connection`` (from `pool_connection`) the first one the pool hands out."""
     pool = datastore.pool
     assert isinstance(pool, _Pool), "the pool of a bounded factory"
-    pool.adopted = connection
+    pool.adopt(connection)
 
 
 def register_types(
@@ -629,32 +653,30 @@ def bounded_factory(
 
     def build(env: Environment) -> PostgresFactory:
         factory = _BoundedFactory(env)
-        factory.datastore.__class__ = _Datastore
-        pool = factory.datastore.pool
-        pool.__class__ = _Pool
-        kwargs = pool.kwargs
-        assert isinstance(kwargs, dict), "the library passes its connection settings as a dict"
-        kwargs["connect_timeout"] = max(int(limits.connect), 1)
+        datastore = factory.datastore
+        datastore.__class__ = _Datastore
+        library = datastore.pool  # never opened: replaced by one built the same way
+        assert isinstance(library.kwargs, dict), "the library passes its settings as a dict"
+        kwargs = dict(library.kwargs, connect_timeout=max(int(limits.connect), 1))
+        idle = datastore.idle_in_transaction_session_timeout
+        connection_class: type[psycopg.Connection[Any]] = library.connection_class
         if pooler:
             kwargs["prepare_threshold"] = None  # prepare=True too: psycopg prepares nothing
-            idle = factory.datastore.idle_in_transaction_session_timeout
-            pool.connection_class = pooler_connection(
-                local_settings(limits, idle=idle), statements=bool(limits.lock or limits.statement)
-            )
             # The library's configure runs a session SET idle_in_transaction_session_timeout,
             # which would stay on whichever server connection PgBouncer lent: each
             # transaction sets it locally instead.
-            pool._configure = _autocommit  # noqa: SLF001
+            connection_class = pooler_connection(
+                local_settings(limits, idle=idle), statements=bool(limits.lock or limits.statement)
+            )
         else:
             # The library's configure runs that SET on every new connection (one round trip
             # each, ADR-0089): the same setting goes in the startup options instead, after
             # libpq's PGOPTIONS when the URL sets no timeout (they applied then, as before).
-            idle = factory.datastore.idle_in_transaction_session_timeout
             options = connection_options(limits) or os.environ.get("PGOPTIONS", "")
             kwargs["options"] = " ".join(filter(None, (
                 options, f"-c idle_in_transaction_session_timeout={int(idle * 1000)}ms"
             )))
-            pool._configure = _autocommit  # noqa: SLF001
+        datastore.pool = _Pool(library, connection_class, kwargs)
         return factory
 
     return build
@@ -795,11 +817,17 @@ statement per batch size); longer ones with ``unnest`` of one array per column."
 
 
 class ThinInsert:
-    """The insert of one append as ONE statement on a connection of the library's pool, in
-    autocommit (the statement is its own transaction), ``log_order=horizon`` only
-    (`Recorders.insert`, ADR-0089).
+    """THE insert of events on PostgreSQL (`Recorders.insert`, ADR-0089): one statement on a
+    connection of the library's pool, whatever the log order and whatever else the append's
+    transaction does (`BeforeCommit`).
 
-    The library's ``insert_events`` runs a pipeline (BEGIN, the insert of an array of its
+    Alone (``log_order=horizon`` and no keys) the statement runs in autocommit: it is its own
+    transaction, and the caller is told (`BeforeCommit.committing`) right before it is sent.
+    With ``keys`` or under ``log_order=lock`` it runs in one transaction after the library's
+    ``EXCLUSIVE`` table lock and ``NOTIFY`` (``lock``, ADR-0083) and before the keys
+    statements (ADR-0066); there the caller is not told (it learns when the call returns).
+
+    The library's ``insert_events`` ran a pipeline (BEGIN, the insert of an array of its
     composite type, a sync, RETURNING ids nobody reads, COMMIT): ~80 % of an append's client
     CPU. Here: the library's table and columns, the values bound in binary, the statement
     prepared on each connection (psycopg prepares nothing behind ``pooler=transaction``,
@@ -808,13 +836,22 @@ class ThinInsert:
     default, ``pg_current_xact_id()`` (ADR-0083). What fails raises what the library's
     ``get_connection`` makes of the driver's error: its ``IntegrityError`` for a taken
     (session, version) (-> ``ConcurrencyConflict``), ``OperationalError`` for a lost
-    connection (-> settled as in doubt, ADR-0064).
+    connection (-> settled as in doubt, ADR-0064); a fence that no longer holds raises
+    `StoreChanged` (ADR-0098).
     """
 
-    def __init__(self, recorder: PostgresApplicationRecorder) -> None:
+    def __init__(self, recorder: PostgresApplicationRecorder, *, lock: bool = False) -> None:
         self._datastore = recorder.datastore
-        self._table = Identifier(recorder.datastore.schema, recorder.events_table_name)
-        self._settings = Identifier(recorder.datastore.schema, SETTINGS_TABLE)
+        schema = recorder.datastore.schema
+        self._schema = Identifier(schema)
+        self._table = Identifier(schema, recorder.events_table_name)
+        self._settings = Identifier(schema, SETTINGS_TABLE)
+        self.lock = lock
+        """``log_order=lock``: the library's table lock and notification first (ADR-0083)."""
+        self._locking = (
+            SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(self._table),
+            SQL("NOTIFY {}").format(Identifier(recorder.channel_name)),
+        )
         self._statements: dict[tuple[int, tuple[tuple[str, str | None, bool], ...]], bytes] = {}
 
     def _statement(
@@ -855,7 +892,7 @@ class ThinInsert:
         return [[r.originator_id for r in records], [r.originator_version for r in records],
                 [r.topic for r in records], [r.state for r in records]]
 
-    def __call__(self, records: Sequence[StoredEvent], fence: Fence) -> None:
+    def __call__(self, records: Sequence[StoredEvent], before: BeforeCommit) -> None:
         if not records:
             return
         pool = self._datastore.pool
@@ -867,16 +904,23 @@ class ThinInsert:
                     # One cursor per connection, rows as tuples (the dict rows' names cost
                     # on every statement, and an INSERT returns none).
                     cursor = _cursors[connection] = connection.cursor(row_factory=tuple_row)
-                about_to_commit()  # the statement commits on its own
-                self._run(cursor, records, fence)
+                if not (self.lock or before.keys):
+                    before.committing()  # the statement commits on its own
+                    self._run(cursor, records, before.fence)
+                    return
+                with connection.transaction():
+                    if self.lock:  # the library's order: its table lock, then its NOTIFY
+                        cursor.execute(self._locking[0], prepare=True)
+                        cursor.execute(self._locking[1])
+                    self._run(cursor, records, before.fence)
+                    if before.keys:
+                        # The keys statements name their tables as the store's SQL
+                        # connection does.
+                        cursor.execute(SQL("SET LOCAL search_path TO {}").format(self._schema))
+                        for statement, parameters in before.keys:
+                            cursor.execute(statement, parameters)
         except psycopg.Error as error:
             raise _library_error(error) from error
-
-    def execute(
-        self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent], fence: Fence
-    ) -> None:
-        """The same statement in the caller's transaction."""
-        self._run(cursor, records, fence)
 
     def _run(self, cursor: psycopg.Cursor[Any], records: Sequence[StoredEvent],
              fence: Fence) -> None:
@@ -909,53 +953,6 @@ def _library_error(error: psycopg.Error) -> Exception:
     return PersistenceError(str(error))
 
 
-def thin_insert(recorder: PostgresApplicationRecorder) -> ThinInsert | None:
-    """The recorder's `ThinInsert`, None under ``log_order=lock`` (the library's own insert:
-    its table lock and NOTIFY)."""
-    if getattr(recorder, "lock_ordered", True):
-        return None
-    return ThinInsert(recorder)
-
-
-def insert_locked(
-    recorder: PostgresApplicationRecorder,
-    schema: str,
-    records: Sequence[StoredEvent],
-    fence: Fence,
-) -> None:
-    """`Recorders.insert` under ``log_order=lock``: the library's insert (its table lock and
-    NOTIFY) in a transaction that checks ``fence`` (ADR-0098)."""
-    insert_with_keys(recorder, None, schema, records, (), fence)
-
-
-def insert_with_keys(
-    recorder: PostgresApplicationRecorder,
-    thin: ThinInsert | None,
-    schema: str,
-    records: Sequence[StoredEvent],
-    keys: Sequence[SqlStatement],
-    fence: Fence,
-) -> None:
-    """Insert ``records`` (the `ThinInsert` statement; under ``log_order=lock`` the library's
-    table lock, notify and insert) and run ``keys`` (statements on the keys tables of
-    ``schema``) in the same transaction, on one connection of the library's pool
-    (`Recorders.insert_with_keys`, ADR-0066). Raises what the library's insert raises (its
-    ``IntegrityError`` for a taken (session, version))."""
-    with recorder.datastore.transaction(commit=True) as cursor:
-        if thin is None:
-            # The library's own insert of its recorder, inside this transaction (9.x): its
-            # table lock first, so the check below sees what an operator's change committed.
-            recorder._insert_stored_events(cursor, records)  # noqa: SLF001
-            fence.check(cursor.connection.cursor(row_factory=tuple_row), "%s",
-                        Identifier(schema, SETTINGS_TABLE).as_string(cursor.connection))
-        else:
-            thin.execute(cursor, records, fence)
-        # The keys statements name their tables as the store's SQL connection does.
-        cursor.execute(SQL("SET LOCAL search_path TO {}").format(Identifier(schema)))
-        for statement, parameters in keys:
-            cursor.execute(statement, parameters)
-
-
 def _snapshot_recorder(recorder: object) -> PostgresAggregateRecorder:
     assert isinstance(recorder, PostgresAggregateRecorder), "the recorder the store opened"
     return recorder
@@ -966,12 +963,9 @@ def _delete_snapshots(
 ) -> None:
     """Delete a session's snapshots before version ``before``, inside the caller's
     transaction (the library's recorder has no delete)."""
-    from psycopg.sql import SQL, Identifier
-
     statement = SQL(
-        "DELETE FROM {schema}.{table} WHERE originator_id = %s AND originator_version < %s"
-    ).format(schema=Identifier(recorder.datastore.schema),
-             table=Identifier(recorder.events_table_name))
+        "DELETE FROM {} WHERE originator_id = %s AND originator_version < %s"
+    ).format(Identifier(recorder.datastore.schema, recorder.events_table_name))
     cursor.execute(statement, (session_id, before))
 
 
@@ -983,14 +977,20 @@ def delete_snapshots(recorder: object, session_id: UUID, before: int) -> None:
 
 
 def replace_snapshot(recorder: object, record: StoredEvent) -> None:
-    """`Database.replace_snapshot`: the library's insert and the delete in one transaction."""
+    """`Database.replace_snapshot`: the insert and the delete in one transaction of the
+    library's pool. The insert is ours (the library's table and columns, as `ThinInsert`'s):
+    a taken (session, version) raises the library's ``IntegrityError`` as its own would."""
     snapshots = _snapshot_recorder(recorder)
-    session_id = record.originator_id
+    session_id = _uuid(record.originator_id)
+    insert = SQL(
+        "INSERT INTO {} (originator_id, originator_version, topic, state)"
+        " VALUES (%s, %s, %s, %s)"
+    ).format(Identifier(snapshots.datastore.schema, snapshots.events_table_name))
     with snapshots.datastore.transaction(commit=True) as cursor:
-        # The library's own insert of its recorder, inside this transaction (9.x).
-        snapshots._insert_stored_events(cursor, [record])  # noqa: SLF001
-        _delete_snapshots(
-            snapshots, cursor,
-            session_id if isinstance(session_id, UUID) else UUID(str(session_id)),
-            record.originator_version,
-        )
+        cursor.execute(insert, (session_id, record.originator_version, record.topic,
+                                record.state))
+        _delete_snapshots(snapshots, cursor, session_id, record.originator_version)
+
+
+def _uuid(value: UUID | str) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))

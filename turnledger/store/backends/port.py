@@ -17,8 +17,10 @@ scheme in ``turnledger.store.backends.BACKENDS``. It owns its driver, its SQL an
   dialect's name or the library's raw settings (the password among them);
 - which driver errors there are (`database_errors`, `damage_errors`) and what its file is,
   if any (`Database.file_path`);
-- optionally, a call to `about_to_commit` right before the statement that commits an append,
-  so that the caller may work while the database commits (ADR-0093).
+- the insert of an append (`Recorders.insert`): the records and, as ONE parameter, what the
+  same transaction must do before it commits (`BeforeCommit`: the fence, the keys
+  statements, and whom to tell right before the commit so that the caller may work while the
+  database commits, ADR-0093).
 
 The event store itself (`turnledger.store.backend.EventStoreBackend`) is the same for every
 backend; outside this package nothing names a driver or a backend's recorder
@@ -34,8 +36,7 @@ import re
 import sqlite3
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final, Self
 from uuid import UUID
@@ -65,6 +66,7 @@ from turnledger.domain.overflow import exception_chain
 from turnledger.store.codec import describe_error
 
 __all__ = [
+    "BeforeCommit",
     "Database",
     "Erasure",
     "Fence",
@@ -76,7 +78,6 @@ __all__ = [
     "SqlDialect",
     "SqlStatement",
     "StoreUnavailable",
-    "about_to_commit",
     "damage_errors",
     "database_errors",
     "horizon_page",
@@ -85,7 +86,6 @@ __all__ = [
     "redact_url",
     "rewrite_in_place",
     "run_transaction",
-    "telling_before_commit",
     "url_number",
     "url_options",
     "url_seconds",
@@ -93,41 +93,6 @@ __all__ = [
 
 
 log = logging.getLogger(__name__)
-
-_committing: ContextVar[Callable[[], None] | None] = ContextVar(
-    "turnledger_committing", default=None)
-"""Who the current thread's append tells when its records only wait on the commit."""
-
-
-@contextlib.contextmanager
-def telling_before_commit(tell: Callable[[], None] | None) -> Iterator[None]:
-    """Within the block, the append's backend calls ``tell`` once, right before the statement
-    that commits the append (`about_to_commit`), so that the caller may work while the
-    database commits (ADR-0093). Not called when nothing reaches that statement."""
-    if tell is None:
-        yield
-        return
-    token = _committing.set(tell)
-    try:
-        yield
-    finally:
-        _committing.reset(token)
-
-
-def about_to_commit() -> None:
-    """A backend's call right before the statement that commits an append (SQLite's
-    ``COMMIT``, PostgreSQL's autocommitting ``INSERT``): the records are sent or ready, the
-    rest is the database's. Tells `telling_before_commit`'s caller, once. What the caller
-    does there is a head start, never part of the append: its error is logged, not raised."""
-    tell = _committing.get()
-    if tell is None:
-        return
-    _committing.set(None)
-    try:
-        tell()
-    except Exception:  # a head start that failed changes nothing of the append
-        log.debug("the work started before a commit failed", exc_info=True)
-
 
 def database_errors() -> tuple[type[BaseException], ...]:
     """Every library or driver error a database call may raise (translated at the boundary)."""
@@ -321,6 +286,37 @@ def changed_settings(
     )
 
 
+@attrs.define
+class BeforeCommit:
+    """What the transaction of one append does besides inserting its records, in this order,
+    before it commits: the ONE parameter of `Recorders.insert` (no state around the call).
+
+    ``fence``: the settings checked in the transaction, under the write lock where the
+    database has one (ADR-0098); ``keys``: statements on the store's keys tables, committed
+    with the records or not at all (`Store.forget`, ADR-0066); ``tell``: called once, right
+    before the statement that commits, where the backend sends one that commits on its own
+    (SQLite's ``COMMIT``, PostgreSQL's autocommitting ``INSERT``), so that the caller may
+    work while the database commits (ADR-0093).
+    """
+
+    fence: Fence = attrs.field(factory=Fence)
+    keys: Sequence[SqlStatement] = ()
+    tell: Callable[[], None] | None = None
+
+    def committing(self) -> None:
+        """A backend's call right before the statement that commits the append: the records
+        are sent or ready, the rest is the database's. Tells ``tell``, once. What the caller
+        does there is a head start, never part of the append: its error is logged, not
+        raised."""
+        tell, self.tell = self.tell, None
+        if tell is None:
+            return
+        try:
+            tell()
+        except Exception:  # a head start that failed changes nothing of the append
+            log.debug("the work started before a commit failed", exc_info=True)
+
+
 @attrs.frozen
 class SqlConnection:
     """A DB-API connection in autocommit mode (explicit transactions) and its dialect."""
@@ -341,21 +337,16 @@ class Recorders:
     compressor: Compressor | None
     cipher: Cipher | None
     close: Callable[[], None] | None = None
-    insert: Callable[[Sequence[StoredEvent], Fence], None] | None = None
-    """Inserts the records of one append in one transaction, raising what the library's
-    ``events.insert_events`` raises (its ``IntegrityError`` for a taken (session, version)),
-    and `StoreChanged` when the `Fence`'s settings no longer hold in that transaction
-    (ADR-0098); None: the library's method is used, unfenced (memory: one process). A
-    backend may give a thinner one of its own (ADR-0056)."""
-    insert_with_keys: Callable[
-        [Sequence[StoredEvent], Sequence[SqlStatement], Fence], None
-    ] | None = None
-    """Inserts the records of one append AND runs the statements on the store's keys tables
-    (written for `Database.key_sql`'s database and dialect) in ONE transaction, raising what
-    ``insert`` raises (the fence checked as there): a data key is destroyed together with the
-    record that says so (`Store.forget`, ADR-0066). None: the keys live in a database of their
-    own (memory); the event store then runs the statements in a transaction of that database
-    around the insert (`KeyTable.write`)."""
+    insert: Callable[[Sequence[StoredEvent], BeforeCommit], None] | None = None
+    """Inserts the records of one append in ONE transaction that also does what its
+    `BeforeCommit` says (the fence checked, the keys statements run, the caller told before
+    the commit), raising what the library's ``events.insert_events`` raises (its
+    ``IntegrityError`` for a taken (session, version)), and `StoreChanged` when the fence's
+    settings no longer hold in that transaction (ADR-0098). A backend's own, thinner than
+    the library's (ADR-0056, ADR-0089). None: the keys live in a database of their own and
+    the library's insert is used, unfenced (memory: one process; a read-only SQLite file,
+    which refuses it); the event store then runs the keys statements in a transaction of
+    that database around it (`KeyTable.write`)."""
     settings: Callable[[], dict[str, str]] | None = None
     """The rows of the store's settings table (``{}`` without one), which opening the store
     checks the keys against, read by the backend on a connection it holds (ADR-0089); None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import math
 import re
 import threading
@@ -291,17 +290,9 @@ class PostgresDatabase(Database):
 
         events = recorders.events
         assert isinstance(events, PostgresApplicationRecorder), "the library's recorder"
-        pg_recorders.set_log_order(events, lock=self.log_order == "lock")
-        thin = pg_recorders.thin_insert(events)
-        # Under log_order=lock the library's insert, in a transaction that checks the fence.
-        insert = thin if thin is not None else functools.partial(
-            pg_recorders.insert_locked, events, self.schema
-        )
+        insert = pg_recorders.set_log_order(events, lock=self.log_order == "lock")
         return attrs.evolve(
-            recorders, insert=insert, settings=self._settings(events, settings_read),
-            insert_with_keys=functools.partial(
-                pg_recorders.insert_with_keys, events, thin, self.schema
-            ),
+            recorders, insert=insert, settings=self._settings(events, settings_read)
         )
 
     def _check_tables(self, recorders: Recorders) -> dict[str, str] | None:

@@ -36,9 +36,9 @@ from eventsourcing.persistence import (
 )
 
 from turnledger.store.backends.port import (
+    BeforeCommit,
     Database,
     Erasure,
-    Fence,
     InvalidStoreURL,
     Limits,
     Recorders,
@@ -46,7 +46,6 @@ from turnledger.store.backends.port import (
     SqlDialect,
     SqlStatement,
     StoreUnavailable,
-    about_to_commit,
     open_library_recorders,
     redact_url,
     rewrite_in_place,
@@ -207,10 +206,7 @@ class SQLiteDatabase(Database):
                 if library_close is not None:
                     library_close()
 
-        return attrs.evolve(
-            recorders, insert=appender.insert_fenced, insert_with_keys=appender.insert,
-            close=close,
-        )
+        return attrs.evolve(recorders, insert=appender.insert, close=close)
 
     def _prepare_file(self) -> None:
         """Create the parent directories and the file now, so a bad path fails with its reason."""
@@ -367,9 +363,13 @@ class SQLiteDatabase(Database):
 
     def replace_snapshot(self, recorder: AggregateRecorder, record: StoredEvent) -> None:
         library = _library(recorder)
+        session_id = record.originator_id
         with library.datastore.transaction(commit=True) as cursor:
-            # The library's own insert of its recorder, inside this transaction (9.x).
-            library._insert_events(cursor, [record])  # noqa: SLF001
+            # The library's own statement (its table, its columns, its form of an id).
+            cursor.execute(library.insert_events_statement, (
+                session_id.hex if isinstance(session_id, UUID) else session_id,
+                record.originator_version, record.topic, record.state,
+            ))
             _delete_snapshots(
                 library, cursor, _uuid(record.originator_id), record.originator_version
             )
@@ -534,12 +534,11 @@ class _Appender:
     is rolled back first, and a connection that cannot roll back is dropped (the next
     append opens a new one). Safe to share between threads: one append at a time.
 
-    ``keys``: statements on the keys tables, which live in the same file, run in the same
-    transaction after the insert (`Recorders.insert_with_keys`, ADR-0066).
-
-    ``fence``: the settings checked first in that transaction, under the write lock: an
-    operator's rekey or rechain holds the same lock, so an append either commits before it
-    or finds its change and raises `StoreChanged` (ADR-0098).
+    What the same transaction does besides (`BeforeCommit`): the fence's settings are
+    checked first, under the write lock: an operator's rekey or rechain holds the same lock,
+    so an append either commits before it or finds its change and raises `StoreChanged`
+    (ADR-0098); the keys statements (the keys tables live in the same file) run after the
+    insert (ADR-0066); the caller is told right before the ``COMMIT`` (ADR-0093).
     """
 
     def __init__(self, uri: str, statement: str, *, timeout: float, pragma: str) -> None:
@@ -563,12 +562,7 @@ class _Appender:
             raise
         return connection
 
-    def insert_fenced(self, records: Sequence[StoredEvent], fence: Fence) -> None:
-        self.insert(records, (), fence)
-
-    def insert(
-        self, records: Sequence[StoredEvent], keys: Sequence[SqlStatement], fence: Fence
-    ) -> None:
+    def insert(self, records: Sequence[StoredEvent], before: BeforeCommit) -> None:
         rows = [
             (r.originator_id.hex if isinstance(r.originator_id, UUID) else r.originator_id,
              r.originator_version, r.topic, r.state)
@@ -583,15 +577,15 @@ class _Appender:
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 try:
-                    fence.check(connection.cursor(), "?")
+                    before.fence.check(connection.cursor(), "?")
                 except sqlite3.OperationalError as error:
                     if "no such table" not in str(error):
                         raise
-                    fence.check_without_table()  # never keyed, never encrypted
+                    before.fence.check_without_table()  # never keyed, never encrypted
                 connection.executemany(self._statement, rows)
-                for statement, parameters in keys:
+                for statement, parameters in before.keys:
                     connection.execute(statement, parameters)
-                about_to_commit()
+                before.committing()
                 connection.execute("COMMIT")
             except BaseException as error:
                 self._roll_back(connection)
