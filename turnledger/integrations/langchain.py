@@ -2,20 +2,12 @@
 
 Needs ``pip install 'turnledger[langchain]'`` (langchain-core; LangGraph for its agents).
 
-- **Conversions** (`from_langchain`, `to_langchain`, and their ``*_messages`` forms):
-  ``HumanMessage`` / ``SystemMessage`` / ``AIMessage`` (with ``tool_calls``) / ``ToolMessage``
-  ⇄ turnledger messages, losslessly: the content (a string or a list of content blocks, images
-  included) goes through the OpenAI Chat Completions conversion, which keeps every block; every
-  other field LangChain sets (``id``, ``name``, ``additional_kwargs``, ``response_metadata``,
-  ``usage_metadata``, ``artifact``, ``status``...) is kept verbatim beside it. A message that
-  would not come back equal is refused (`InvalidMessage`), never stored changed.
-- **History**: `TurnledgerChatMessageHistory`, a ``BaseChatMessageHistory`` backed by a
-  turnledger session (for ``RunnableWithMessageHistory``): ``messages`` is what the model should
-  see now (whole turns within the budget, the breadcrumb when older turns were cut; the trims
-  are recorded), ``add_messages`` records a step in one transaction, ``clear`` is recorded.
-  `history_factory(store)` is the ``get_session_history`` to give: each history it builds
-  opens its session at its first use, so the factory, which LangChain calls on the event loop
-  inside ``ainvoke``, does no I/O.
+- **Conversions** (`from_langchain`, `to_langchain`, and their ``*_messages`` forms; from
+  `turnledger.integrations.langchain_messages`): LangChain messages ⇄ turnledger messages,
+  losslessly, through the OpenAI Chat Completions format, every other field kept verbatim.
+- **History** (from `turnledger.integrations.langchain_history`):
+  `TurnledgerChatMessageHistory`, a ``BaseChatMessageHistory`` for
+  ``RunnableWithMessageHistory``, and `history_factory`, its ``get_session_history``.
 - **Trimming step**: `TurnledgerTrimmer` records the messages of a LangGraph thread as they
   come and returns the whole-turn window: as LangGraph's ``pre_model_hook`` (it answers
   ``{"llm_input_messages": window}``, so the graph state keeps every message while the model
@@ -27,45 +19,43 @@ Needs ``pip install 'turnledger[langchain]'`` (langchain-core; LangGraph for its
 
 Async calls run the store's blocking I/O in a worker thread (`off_loop`). Many objects (one per
 request, several workers or processes) may serve one conversation: a call that loses a race to
-another writer is decided again on the newer state until it lands (`retrying`, within
-``conflict_budget_seconds``, ADR-0065); LangChain sees a `ConcurrencyConflict` only when that
-budget is spent.
+another writer is decided again on the newer state until it lands (`retrying`, within the
+conflict budget, ADR-0065); LangChain sees a `ConcurrencyConflict` only when it is spent.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, Unpack
 
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
-from turnledger.domain.errors import InvalidMessage, TurnledgerError
+from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import MessageAppended
-from turnledger.domain.messages import ChatMessage, ConversationMessage
-from turnledger.domain.providers import from_openai_chat, to_openai_chat
+from turnledger.domain.messages import ChatMessage
 from turnledger.integrations import (
-    CONFLICT_BUDGET_SECONDS,
+    IntegrationOptions,
+    OptionKeywords,
     SessionsByName,
-    conflict_budget,
-    fit_window,
+    after_recorded,
     off_loop,
-    open_session,
-    retrying,
-    session_uuid,
+)
+from turnledger.integrations.langchain_history import (
+    TurnledgerChatMessageHistory,
+    history_factory,
+    thread_name,
+)
+from turnledger.integrations.langchain_messages import (
+    fresh_message,
+    from_langchain,
+    from_langchain_messages,
+    recorded_id,
+    to_langchain,
+    to_langchain_messages,
 )
 from turnledger.store.session import Session, Store
-from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
 
 try:
-    from langchain_core.chat_history import BaseChatMessageHistory
-    from langchain_core.messages import (
-        AIMessage,
-        BaseMessage,
-        HumanMessage,
-        SystemMessage,
-        ToolMessage,
-    )
+    from langchain_core.messages import BaseMessage
     from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -83,248 +73,6 @@ __all__ = [
     "to_langchain_messages",
 ]
 
-_ROLES: dict[type[BaseMessage], str] = {
-    HumanMessage: "user",
-    AIMessage: "assistant",
-    SystemMessage: "system",
-    ToolMessage: "tool",
-}
-_CLASSES = {role: cls for cls, role in _ROLES.items()}
-_KEY = "langchain"  # the verbatim LangChain fields, beside the Chat Completions ones
-R = TypeVar("R")
-
-
-def _openai_form(message: BaseMessage, where: str) -> dict[str, Any]:
-    """``message`` as one Chat Completions message plus its other LangChain fields."""
-    role = _ROLES.get(type(message))
-    if role is None:
-        raise InvalidMessage(f"{where}: {type(message).__name__} is not supported (use "
-                             "HumanMessage, AIMessage, SystemMessage or ToolMessage)")
-    rest = message.model_dump(exclude_defaults=True)
-    for key in ("content", "type", "tool_calls", "tool_call_id"):
-        rest.pop(key, None)
-    raw: dict[str, Any] = {"role": role, "content": message.content}
-    if isinstance(message, AIMessage) and message.tool_calls:
-        raw["tool_calls"] = [_call_json(call, where) for call in message.tool_calls]
-    if isinstance(message, ToolMessage):
-        raw["tool_call_id"] = message.tool_call_id
-    if rest:
-        raw[_KEY] = rest
-    return raw
-
-
-def _call_json(call: Mapping[str, Any], where: str) -> dict[str, Any]:
-    if not call.get("id"):
-        raise InvalidMessage(f"{where}: a tool call has no id, so no result can answer it")
-    arguments = json.dumps(call["args"], ensure_ascii=False)
-    return {"id": call["id"], "type": "function",
-            "function": {"name": call["name"], "arguments": arguments}}
-
-
-def from_langchain(message: BaseMessage, *, where: str = "message") -> ConversationMessage:
-    """The turnledger message of one LangChain message (module doc).
-
-    Raises `InvalidMessage` for another message class, a tool call without an id, or fields
-    that are not JSON; nothing is converted with a loss.
-    """
-    try:
-        raw = json.loads(json.dumps(_openai_form(message, where)))
-    except (TypeError, ValueError) as error:
-        raise InvalidMessage(f"{where}: a field is not JSON-serialisable: {error}") from None
-    converted = from_openai_chat([raw])
-    if len(converted) != 1 or to_openai_chat(converted) != [raw]:
-        raise InvalidMessage(f"{where}: {type(message).__name__} would not come back equal")
-    return converted[0]
-
-
-def from_langchain_messages(messages: Iterable[BaseMessage]) -> list[ConversationMessage]:
-    """`from_langchain` of each message; the error names the index of a bad one."""
-    return [from_langchain(m, where=f"messages[{i}]") for i, m in enumerate(messages)]
-
-
-def _message_of(raw: dict[str, Any]) -> BaseMessage:
-    fields = dict(raw.pop(_KEY, None) or {})
-    role = raw["role"]
-    content = raw.get("content")
-    fields["content"] = "" if content is None else content
-    if "tool_calls" in raw:
-        fields["tool_calls"] = [
-            {"id": c["id"], "name": c["function"]["name"],
-             "args": json.loads(c["function"]["arguments"] or "{}"), "type": "tool_call"}
-            for c in raw["tool_calls"]
-        ]
-    if role == "tool":
-        fields["tool_call_id"] = raw["tool_call_id"]
-    message: BaseMessage = _CLASSES[role](**fields)
-    return message
-
-
-def to_langchain_messages(
-    history: Iterable[ConversationMessage | ChatMessage],
-) -> list[BaseMessage]:
-    """The LangChain messages of a turnledger history or chat view (one per provider message:
-    a `ToolResults` of two results is two ``ToolMessage``); the breadcrumb is a
-    ``HumanMessage``."""
-    return [_message_of(raw) for raw in to_openai_chat(history)]
-
-
-def _fresh_json(value: Any) -> Any:
-    """A copy of a JSON value (dicts and lists copied, leaves shared: they are immutable)."""
-    if type(value) is dict:
-        return {key: _fresh_json(inner) for key, inner in value.items()}
-    if type(value) is list:
-        return [_fresh_json(inner) for inner in value]
-    return value
-
-
-def _fresh_message(message: BaseMessage) -> BaseMessage:
-    """A copy of ``message`` sharing nothing mutable with it (its content blocks, tool calls
-    and other dict or list fields copied), ~8x cheaper than building it again."""
-    copied = message.model_copy()
-    fields = copied.__dict__
-    for key, value in fields.items():
-        if value and type(value) in (dict, list):
-            fields[key] = _fresh_json(value)
-    return copied
-
-
-def to_langchain(message: ConversationMessage | ChatMessage) -> BaseMessage:
-    """The LangChain message of one turnledger message (`to_langchain_messages`)."""
-    converted = to_langchain_messages([message])
-    if len(converted) != 1:
-        raise InvalidMessage(f"this message is {len(converted)} LangChain messages: use "
-                             "to_langchain_messages")
-    return converted[0]
-
-
-class TurnledgerChatMessageHistory(BaseChatMessageHistory):
-    """A LangChain chat message history kept in a turnledger session (module doc).
-
-    ``session`` is a `Session`, or a callable that opens one: then nothing is opened, read or
-    written until the first call that needs the session, and an async call opens it in a
-    worker thread (`lazy`, `history_factory`: ``RunnableWithMessageHistory`` calls its
-    factory synchronously inside ``ainvoke``, on the event loop).
-
-    A call that loses a race to another writer of the session is decided again on the newer
-    state, for at most ``conflict_budget_seconds`` (default 30; 0: once), then raises
-    `ConcurrencyConflict` saying so; nothing of a call that raised is recorded (ADR-0065).
-
-    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): ``messages`` shows the turns
-    a token-budget trim drops as its summary in place of the breadcrumb (`TurnsSummarized`; on
-    failure the plain trim, `SummaryRefused`). None: the session's own `Session.summarizer`.
-    """
-
-    def __init__(
-        self,
-        session: Session | Callable[[], Session],
-        *,
-        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-        summarizer: Summarizer | SummaryFunction | None = None,
-    ) -> None:
-        self._budget = conflict_budget(conflict_budget_seconds)
-        self.summarizer = as_summarizer(summarizer)
-        if isinstance(session, Session):
-            self._session: Session | None = session
-            self._open: Callable[[], Session] | None = None
-        elif callable(session):
-            self._session, self._open = None, session
-        else:
-            raise TypeError("TurnledgerChatMessageHistory takes a turnledger Session or a "
-                            f"callable that opens one, got {type(session).__name__}")
-        self._opening = threading.Lock()
-
-    @classmethod
-    def lazy(
-        cls,
-        store: Store,
-        session_id: str | int,
-        *,
-        profile: RuntimeProfile | None = None,
-        providers: Sequence[ProviderProfile] = (),
-        route: Route | None = None,
-        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-        summarizer: Summarizer | SummaryFunction | None = None,
-    ) -> TurnledgerChatMessageHistory:
-        """The history of the conversation named ``session_id`` (`session_uuid`), opened at
-        its first use (restored, or started with ``profile``, ``providers`` and ``route``):
-        building it does no I/O."""
-        if not isinstance(store, Store):
-            raise TypeError(f"store must be a turnledger Store, got {type(store).__name__}")
-        name = _thread_name(session_id)
-        session_uuid(name)  # a name that is no str is refused now, not at first use
-        frozen = tuple(providers)
-
-        def open_it() -> Session:
-            return open_session(store, name, profile=profile, providers=frozen, route=route)
-
-        return cls(open_it, conflict_budget_seconds=conflict_budget_seconds,
-                   summarizer=summarizer)
-
-    @property
-    def session(self) -> Session:
-        """The turnledger session (opened now, once, when the history was built lazily)."""
-        if self._session is None:
-            with self._opening:
-                if self._session is None:
-                    assert self._open is not None, "a history without a session has an opener"
-                    self._session = self._open()
-        return self._session
-
-    @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """What the model should see now; the trims this takes are recorded (fit_window)."""
-        session = self.session
-        window = self._retrying(
-            session, "messages", lambda: fit_window(session, self.summarizer))
-        return to_langchain_messages(window)
-
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Record ``messages`` in one transaction (`Session.extend`)."""
-        converted = from_langchain_messages(messages)  # once: a retry only records again
-        session = self.session
-        self._retrying(session, "add_messages", lambda: session.extend(converted))
-
-    def clear(self) -> None:
-        """Remove every message from the views (recorded; the log keeps them)."""
-        session = self.session
-        self._retrying(session, "clear", session.clear)
-
-    def _retrying(self, session: Session, what: str, write: Callable[[], R]) -> R:
-        return retrying(write, f"{what} of session {session.id}", self._budget)
-
-    async def aget_messages(self) -> list[BaseMessage]:
-        return await off_loop(lambda: self.messages)
-
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await off_loop(self.add_messages, messages)
-
-    async def aclear(self) -> None:
-        await off_loop(self.clear)
-
-
-def history_factory(
-    store: Store,
-    *,
-    profile: RuntimeProfile | None = None,
-    providers: Sequence[ProviderProfile] = (),
-    route: Route | None = None,
-    conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-    summarizer: Summarizer | SummaryFunction | None = None,
-) -> Callable[[str], TurnledgerChatMessageHistory]:
-    """A ``get_session_history`` for ``RunnableWithMessageHistory``: ``session_id`` → its
-    `TurnledgerChatMessageHistory.lazy` history (with ``summarizer``), so the factory never
-    blocks the event loop (LangChain calls it synchronously, in ``ainvoke`` too)."""
-    conflict_budget(conflict_budget_seconds)  # a bad budget is refused here, not at first use
-    summarizer = as_summarizer(summarizer)  # and a summarizer that is not callable
-
-    def get_session_history(session_id: str) -> TurnledgerChatMessageHistory:
-        return TurnledgerChatMessageHistory.lazy(
-            store, session_id, profile=profile, providers=providers, route=route,
-            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
-        )
-
-    return get_session_history
-
 
 def _last_recorded_id(session: Session, recorded: int) -> str | None:
     """The LangChain id of the message ``session`` recorded last (at ``recorded - 1``), read
@@ -335,17 +83,10 @@ def _last_recorded_id(session: Session, recorded: int) -> str | None:
         events = session.events(after_version=max(0, version - back))
         for event in reversed(events):
             if isinstance(event, MessageAppended) and event.position == recorded - 1:
-                last: str | None = to_openai_chat([event.message])[-1].get(_KEY, {}).get("id")
-                return last
+                return recorded_id(event.message)
         if back >= version:
             return None
         back *= 4
-
-
-def _thread_name(session_id: str | int) -> str:
-    """A session id as LangGraph keeps a thread id: an int as its text (``42`` and ``"42"``
-    are one thread); anything else as given, checked as a session name (`session_uuid`)."""
-    return str(session_id) if type(session_id) is int else cast("str", session_id)
 
 
 def _state_messages(state: Mapping[str, Any]) -> Any:
@@ -360,32 +101,23 @@ def _state_messages(state: Mapping[str, Any]) -> Any:
 class TurnledgerTrimmer(SessionsByName):
     """Records a conversation's LangChain messages and answers the whole-turn window.
 
-    One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``,
-    named by `session_uuid`), or the one ``session_id`` given; sessions start with ``profile``,
-    ``providers`` and ``route``. The messages given are the whole conversation so far (a
-    graph's ``messages``): those not recorded yet are recorded in one transaction, then the
-    trims a request would make are decided and recorded, and the window is returned. After a
-    lost race with another writer of the thread, what is new is judged again on the newer state
-    (within ``conflict_budget_seconds``, as `TurnledgerChatMessageHistory`). ``summarizer``:
-    each window shows the turns a token-budget trim drops as its summary (issue 24, as
-    `TurnledgerChatMessageHistory`).
+    One turnledger session per LangGraph thread (``config["configurable"]["thread_id"]``, named
+    by `session_uuid`), or the one ``session_id`` given; sessions start with the ``options``'
+    (`IntegrationOptions`, or its fields as keywords) ``profile`` and ``route``. The messages
+    given are the whole conversation so far (a graph's ``messages``): those not recorded yet are
+    recorded in one transaction, then the trims a request would make are decided and recorded,
+    and the window is returned. After a lost race with another writer of the thread, what is new
+    is judged again on the newer state (within ``conflict_budget_seconds``, as
+    `TurnledgerChatMessageHistory`). ``summarizer``: each window shows the turns a token-budget
+    trim drops as its summary (issue 24, as `TurnledgerChatMessageHistory`).
     """
 
     def __init__(
-        self,
-        store: Store,
-        *,
-        profile: RuntimeProfile | None = None,
-        providers: Sequence[ProviderProfile] = (),
-        route: Route | None = None,
-        session_id: str | int | None = None,
-        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-        summarizer: Summarizer | SummaryFunction | None = None,
+        self, store: Store, *, session_id: str | int | None = None,
+        options: IntegrationOptions | None = None, **keywords: Unpack[OptionKeywords],
     ) -> None:
-        named = None if session_id is None else _thread_name(session_id)
-        super().__init__(store, profile=profile, providers=providers, route=route,
-                         session_id=named, conflict_budget_seconds=conflict_budget_seconds,
-                         summarizer=summarizer)
+        named = None if session_id is None else thread_name(session_id)
+        super().__init__(store, session_id=named, options=options, **keywords)
         # One writer at a time per session in this object: what is new is judged and recorded
         # under it, so calls at once (a step's parallel tool calls) record a message once.
         self._writing: dict[str, threading.Lock] = {}
@@ -461,7 +193,7 @@ class TurnledgerTrimmer(SessionsByName):
                     converted = cache[message] = one[0]
                 same = by_id.get(converted.id) if converted.id else None
                 out.append(same if same is not None and same == converted
-                           else _fresh_message(converted))
+                           else fresh_message(converted))
             return out
 
     def record(
@@ -538,10 +270,10 @@ class TurnledgerTrimmer(SessionsByName):
         if recorded == 0:
             return messages
         last = self._last_of(session, recorded)
-        if last is not None:
-            for i in range(len(messages) - 1, -1, -1):
-                if messages[i].id == last:
-                    return messages[i + 1:]
+        end = None if last is None else after_recorded(
+            messages, [last], same=lambda message, kept: message.id == kept)
+        if end is not None:
+            return messages[end:]
         raise TurnledgerError(
             f"session {session.id}: the messages given do not hold the last one it recorded "
             f"(id {last!r}): give the last window and what came after it (in a LangGraph "

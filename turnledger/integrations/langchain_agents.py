@@ -25,14 +25,12 @@ configuration, not messages of the conversation: they are not recorded, and the 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
-from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import TurnledgerError
-from turnledger.integrations import CONFLICT_BUDGET_SECONDS, off_loop
+from turnledger.integrations import IntegrationOptions, OptionKeywords, off_loop
 from turnledger.integrations.langchain import TurnledgerTrimmer
 from turnledger.store.session import Session, Store
-from turnledger.store.summaries import Summarizer, SummaryFunction
 
 try:
     from langchain.agents.middleware import (
@@ -94,12 +92,13 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Keeps a ``create_agent`` conversation in turnledger and shows the model whole turns
     (module doc).
 
-    ``store`` holds the sessions; they start with ``profile``, ``providers`` and ``route``. A
-    call that loses a race to another writer of the thread is decided again on the newer state
-    (within ``conflict_budget_seconds``, ADR-0065). Raises `TurnledgerError` when the state
-    holds fewer messages than the thread's session recorded (the graph lost its checkpoint).
-    ``summarizer`` (a `Summarizer` or a bare callable; issue 24): before each model call the
-    turns a token-budget trim drops are shown as its summary in place of the breadcrumb
+    ``store`` holds the sessions; ``options`` (`IntegrationOptions`, or its fields as keywords:
+    ``profile``, ``providers``, ``route``, ``summarizer``, ``conflict_budget_seconds``) say how
+    they start. A call that loses a race to another writer of the thread is decided again on the
+    newer state (within ``conflict_budget_seconds``, ADR-0065). Raises `TurnledgerError` when
+    the state holds fewer messages than the thread's session recorded (the graph lost its
+    checkpoint). ``summarizer`` (a `Summarizer` or a bare callable; issue 24): before each model
+    call the turns a token-budget trim drops are shown as its summary in place of the breadcrumb
     (`TurnsSummarized`; when it fails, the plain trim and `SummaryRefused`).
 
     ``state_window=True`` (opt-in): after each model call the graph state's ``messages`` are
@@ -110,23 +109,13 @@ class TurnledgerMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """
 
     def __init__(
-        self,
-        store: Store,
-        *,
-        profile: RuntimeProfile | None = None,
-        providers: Sequence[ProviderProfile] = (),
-        route: Route | None = None,
-        session_id: str | int | None = None,
-        conflict_budget_seconds: float = CONFLICT_BUDGET_SECONDS,
-        summarizer: Summarizer | SummaryFunction | None = None,
-        state_window: bool = False,
+        self, store: Store, *, session_id: str | int | None = None, state_window: bool = False,
+        options: IntegrationOptions | None = None, **keywords: Unpack[OptionKeywords],
     ) -> None:
         super().__init__()
         self.state_window = bool(state_window)
-        self.trimmer = TurnledgerTrimmer(
-            store, profile=profile, providers=providers, route=route, session_id=session_id,
-            conflict_budget_seconds=conflict_budget_seconds, summarizer=summarizer,
-        )
+        self.trimmer = TurnledgerTrimmer(store, session_id=session_id, options=options,
+                                         **keywords)
 
     @property
     def name(self) -> str:
