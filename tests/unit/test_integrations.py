@@ -1,6 +1,7 @@
-"""`fit_then_build` (ADR-0093): an integration's window is built in the event loop's thread
-while its transaction's commit waits on the database in a worker, and only the window the
-transaction returns is handed out."""
+"""What the framework integrations share (`turnledger.integrations`): `fit_then_build`
+(ADR-0093: an integration's window is built in the event loop's thread while its transaction's
+commit waits on the database in a worker, and only the window the transaction returns is handed
+out), `after_recorded` (what is new since the record) and `IntegrationOptions`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,18 @@ from collections.abc import Callable
 
 import pytest
 
+from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import ConcurrencyConflict
 from turnledger.domain.messages import ChatMessage
-from turnledger.integrations import Decided, fit_then_build
+from turnledger.integrations import (
+    CONFLICT_BUDGET_SECONDS,
+    Decided,
+    IntegrationOptions,
+    after_recorded,
+    fit_then_build,
+    options_of,
+)
+from turnledger.store.summaries import Summarizer
 
 WAIT = 10.0
 """Seconds a fit waits for the build it expects to overlap (reached only when it does not)."""
@@ -137,3 +147,69 @@ def test_i22_a_call_cancelled_while_the_fit_writes_leaves_the_write_to_finish() 
 
     asyncio.run(main())
     assert (True, []) == (finished.is_set(), reported)
+
+
+# -- what is new since the record (issue 34: one helper for the four integrations) --
+
+
+def test_i34_after_recorded_is_after_the_newest_place_the_record_lines_up() -> None:
+    """The index after the newest place where the newest recorded items line up; the place
+    where the most line up wins (a question asked again after it is new), else None."""
+    assert 3 == after_recorded(list("xaqq"), list("aq"))  # the second q is asked again
+    assert 2 == after_recorded(list("aqbz"), list("xaq"))
+    assert 2 == after_recorded(list("qq"), list("eq"))  # one lines up: the newest place
+    assert after_recorded(list("abc"), list("z")) is None
+    assert after_recorded(list("abc"), []) is None
+
+
+def test_i34_after_recorded_whole_needs_every_compared_item_to_line_up() -> None:
+    """``whole``: a place counts only where the whole record lines up, or where the given items
+    begin inside it (the Agents SDK's ``limit`` reads); the shortest new tail wins."""
+    assert 5 == after_recorded(list("xabcd"), list("abcd"), whole=True)
+    assert 2 == after_recorded(list("cdef"), list("abcd"), whole=True)  # begins inside
+    assert after_recorded(list("xbcdz"), list("abcd"), whole=True) is None
+    assert 3 == after_recorded(list("bcd"), list("abcd"), whole=True,
+                               same=lambda item, kept: item == kept)
+
+
+def test_i34_after_recorded_compares_keys_once_and_at_most_most_items() -> None:
+    """``key`` is computed once per given item; ``most`` bounds the record compared (so an
+    older difference does not matter)."""
+    seen: list[str] = []
+
+    def key(item: str) -> str:
+        seen.append(item)
+        return item.upper()
+
+    assert 3 == after_recorded(["a", "b", "c", "d"], ["Z", "B", "C"], key=key, most=2)
+    assert sorted(seen) == sorted(set(seen))
+
+
+# -- the options every integration takes (issue 34) --
+
+
+def test_i34_options_keywords_win_over_the_options_value() -> None:
+    """``options=`` is the one value; a keyword given replaces its field; none: the
+    defaults."""
+    profile = RuntimeProfile(max_context_tokens=300)
+    base = IntegrationOptions(profile=profile, conflict_budget_seconds=5)
+    assert base is options_of(base, {})
+    assert IntegrationOptions(profile=profile, conflict_budget_seconds=0.0) == options_of(
+        base, {"conflict_budget_seconds": 0})
+    assert CONFLICT_BUDGET_SECONDS == options_of(None, {}).conflict_budget_seconds
+    named = IntegrationOptions(summarizer=lambda messages, previous: "s").summarizer
+    assert isinstance(named, Summarizer)
+
+
+def test_e11_options_are_checked_when_built() -> None:
+    """A bad budget, a summarizer that is not callable, a value that is no options, or a
+    session's keyword given to an object that was given its session are refused."""
+    with pytest.raises(ValueError, match="conflict_budget_seconds must be a number >= 0"):
+        IntegrationOptions(conflict_budget_seconds=-1)
+    with pytest.raises(TypeError, match="a summarizer must be callable"):
+        options_of(None, {"summarizer": "no"})  # type: ignore[typeddict-item]
+    with pytest.raises(TypeError, match="options must be IntegrationOptions, got dict"):
+        options_of({}, {})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'profile'"):
+        options_of(None, {"profile": None}, session_given=True)  # type: ignore[typeddict-unknown-key]
+

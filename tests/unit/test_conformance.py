@@ -1,4 +1,6 @@
-"""Issue 22: the langchain-core conformance step fails on what it must (its judge, pure)."""
+"""The conformance steps' judges (issue 22): what fails a CI step that runs a framework's own
+test suite through turnledger (`conformance.langchain_core`, `conformance.openai_agents`), and
+what does not. Pure: no suite is fetched or run."""
 
 from __future__ import annotations
 
@@ -6,6 +8,9 @@ import pytest
 
 from conformance import langchain_core
 from conformance.langchain_core import judge
+from conformance.openai_agents import EXCLUDED, _judge
+
+# -- langchain-core --
 
 PASSED = {"runnables/test_history.py::test_input_messages": "passed"}
 BUILT = {"tests/unit_tests/runnables/test_history.py::test_input_messages": 1}
@@ -35,3 +40,25 @@ def test_i22_conformance_fails_on_a_stale_exclusion(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(langchain_core, "EXCLUDED", {name: "why", "gone.py::test_y": "why"})
     assert [f"{name}: excluded (why) but it passed: drop it from EXCLUDED",
             "gone.py::test_y: excluded but not run"] == judge(PASSED, BUILT)
+
+
+# -- the OpenAI Agents SDK --
+
+LISTED = next(iter(EXCLUDED))
+OK = "tests/memory/test_session.py::test_basic"
+
+
+def test_i22_an_unlisted_failure_fails_the_step() -> None:
+    """A failure outside the exclusions: exit 1."""
+    assert 1 == _judge("0", {OK: "passed", "tests/x.py::test_y": "failed"}, {OK})
+
+
+def test_i22_a_listed_failure_and_a_stale_exclusion_pass_the_step() -> None:
+    """An excluded test that fails (any parameters) or passes: exit 0."""
+    assert 0 == _judge("0", {OK: "passed", f"{LISTED}[a]": "failed"}, {OK})
+    assert 0 == _judge("0", {OK: "passed", LISTED: "passed"}, {OK, LISTED})
+
+
+def test_i22_no_swap_fails_the_step() -> None:
+    """All green but no test built a TurnledgerSession (the swap did not happen): exit 1."""
+    assert 1 == _judge("0", {OK: "passed"}, set())
