@@ -18,6 +18,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -39,6 +40,7 @@ from turnledger.domain.messages import (
 )
 from turnledger.replay.timeline import timeline
 from turnledger.replay.whatif import what_if
+from turnledger.store.pipeline import Pipeline, Position
 from turnledger.store.session import Session, Store, open_store
 
 U = ChatMessage.user
@@ -260,3 +262,32 @@ def test_d25_a_call_left_by_a_crashed_process_is_brought_back_by_its_result(
             assert ["user", "assistant", "tool"] == [m.role for m in request.messages]
             assert isinstance(session.events()[-1], RequestPrepared)
             assert [("p1",)] == [e.tool_call_ids for e in _restored_events(session)]
+
+
+def test_e5_a_restore_whose_sweep_loses_the_race_catches_up_instead_of_failing(
+    target_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer commits between a restore's read and its sweep (a second restore, or on
+    PostgreSQL a killed writer's commit the server finishes late): the restore's sweep catches
+    up and decides again instead of raising `ConcurrencyConflict` (the crash loop's PostgreSQL
+    check failed so at version 303); the orphan is swept once."""
+    session_id = _crash_after(target_url, CALL)
+    load = Pipeline.load
+    raced: list[str] = []
+
+    def load_then_lose_the_race(self: Pipeline, uuid: UUID) -> Position:
+        position = load(self, uuid)
+        if not raced:
+            raced.append("another writer swept first")
+            with open_store(target_url) as other:
+                other.restore(session_id)
+        return position
+
+    monkeypatch.setattr(Pipeline, "load", load_then_lose_the_race)
+    with open_store(target_url) as store:
+        session = store.restore(session_id)
+        assert raced
+        assert 1 == sum(isinstance(event, OrphansSwept) for event in session.events())
+        assert CALL not in session.conversation_view()
+        session.append(RESULT)
+        assert [CALL, RESULT] == session.conversation_view()[-2:]

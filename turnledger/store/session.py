@@ -639,10 +639,12 @@ class Store:
         """Rebuild a session from its snapshot and later events, then sweep orphans (E5, R36).
 
         Whatever the sweep removes from the views is recorded (`OrphansSwept`); the removed
-        messages stay in the log. Raises `SessionNotFound`, `CorruptRecord`.
+        messages stay in the log. A writer that appends between the read and the sweep's
+        commit makes the sweep catch up and decide again (`retry_on_conflict`): a restore never
+        fails because the session moved on. Raises `SessionNotFound`, `CorruptRecord`.
         """
         position = self._pipeline.load(parse_session_id(session_id))
-        self._pipeline.save(position, SweepOrphans(_now()))
+        retry_on_conflict(lambda: self._pipeline.save(position, SweepOrphans(_now())))
         return Session(self._pipeline, position)
 
     def read_state(self, session_id: str | UUID) -> SessionView:
