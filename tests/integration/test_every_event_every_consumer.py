@@ -27,6 +27,7 @@ import pytest
 
 import turnledger as tl
 from tests.extras import need
+from turnledger.audit import views_at, what_if
 from turnledger.domain import events as events_module
 from turnledger.domain.budget import Compaction, ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.decider import SessionState, evolve
@@ -487,10 +488,10 @@ FOLDS: dict[str, Callable[[list[DomainEvent]], object]] = {
     "evolve": lambda events: [evolve(SessionState(), event) for event in events],
     "counters": lambda events: Tally().add(events[-1]),
     "fold_counters": fold_counters,
-    "views_at": lambda events: tl.views_at(events, len(events)),
-    "timeline": tl.timeline,
-    "what_if": lambda events: tl.what_if(events, PROFILE),
-    "report": tl.report,
+    "views_at": lambda events: views_at(events, len(events)),
+    "timeline": timeline,
+    "what_if": lambda events: what_if(events, PROFILE),
+    "report": report,
     "record": record_of,
     "summarised": lambda events: collect_summarised({}, events, range(9)),
 }
