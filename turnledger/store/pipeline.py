@@ -173,6 +173,150 @@ class Position:
         self.stale, self.behind = other.stale, other.behind
 
 
+class Recovery:
+    """What a save that failed, or may have failed, leaves behind, and what the next save on
+    the session does about it, in one place (`docs/concurrency.md` explains it whole).
+
+    A save (`Pipeline.save`) decides on a clone of the stored state and appends its batch.
+    When the append fails, `failed` leaves the position in one of three conditions:
+
+    - **nothing stored** (`ConcurrencyConflict`: another writer recorded these versions
+      first; `StoreUnavailable`: the store refused or could not be reached and nothing
+      committed): the position keeps the stored state, marked *behind* (caught up before
+      its next use, not now: the caller may back off first, and a second wait on the same
+      lock would double the caller's wait); after a conflict the next
+      `CONTENDED_HEAD_CHECKS` saves read the stored head first (ADR-0021, ADR-0022,
+      ADR-0035, ADR-0094);
+    - **in doubt** (`AppendInDoubt`: the store could not tell whether the batch committed):
+      the position is *stale* (reloaded before its next use) and the command is remembered,
+      for this session object and for the others of the pipeline (ADR-0020, ADR-0064);
+    - **interrupted** (anything else raised inside the append, a ``KeyboardInterrupt``
+      among them: stored or not): reloaded now; when the reload fails too, left stale.
+
+    `before` runs first in every save: it settles a remembered doubt (a retry of the same
+    command whose batch was stored returns that batch, recorded once), reloads a stale
+    position, catches up one that is behind, and reads the head when a recent conflict asks
+    for it. Nothing of a failed command is ever served.
+    """
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+        self._doubts: dict[UUID, InDoubt] = {}
+        """The last in-doubt command of each session, for every session object (ADR-0064)."""
+        self._doubts_lock = threading.Lock()
+
+    def before(self, position: Position, command: Command) -> Batch | None:
+        """Bring ``position`` to where the store stands before ``command`` is decided; the
+        batch already stored for ``command`` when it retries an in-doubt one (then nothing
+        else is to be done), else None. Raises what settling, reloading or the head check
+        raises (`AppendInDoubt`, `StoreUnavailable`, `ConcurrencyConflict`)."""
+        if position.in_doubt is not None or self._doubts:
+            settled = self._settle(position, command)
+            if settled is not None:
+                return settled
+        self._pipeline.current(position)
+        if position.head_checks > 0 and position.state.session_id is not None:
+            position.head_checks -= 1
+            self._check_head(position)
+        return None
+
+    def failed(
+        self, position: Position, command: Command, batch: Batch, kept: SessionState,
+        error: BaseException,
+    ) -> None:
+        """Leave ``position`` where the store may be after the append of ``batch`` (decided
+        on a clone of ``kept``, the stored state) raised ``error``; the caller raises it."""
+        if isinstance(error, AppendInDoubt):
+            # The batch may be stored: reload before the next use (ADR-0064).
+            position.stale = True
+            self._remember(position, command, batch, error)
+        elif isinstance(error, StoreUnavailable | ConcurrencyConflict):
+            # Nothing stored: back to the stored state, caught up before the next use, not
+            # now: after a database failure a second wait on the same lock or timeout would
+            # double what the caller waits (ADR-0021); after a conflict the caller may back
+            # off first, and a state caught up before that sleep would be behind again when
+            # it retries (ADR-0022).
+            # (A session that failed to start stays blank: nothing of it to catch up.)
+            position.state, position.behind = kept, kept.session_id is not None
+            if isinstance(error, ConcurrencyConflict):  # another writer is active
+                position.head_checks = CONTENDED_HEAD_CHECKS
+        else:
+            self._reload_after(position)  # interrupted inside the append: stored or not
+
+    def _settle(self, position: Position, command: Command) -> Batch | None:
+        """Settle the session's in-doubt command before ``command`` (ADR-0064); the batch
+        stored for it when ``command`` is its retry, else None (``command`` goes on).
+
+        A retry is the same command (`_retry_key`) from the session object that issued it,
+        or from another one standing right after the batch (nothing recorded since). The
+        doubt is forgotten once it is known to be unstored, once it was retried, and once
+        the session has moved past it. Raises `AppendInDoubt` (everything kept) while the
+        store still cannot tell.
+        """
+        session_id = position.state.session_id
+        if session_id is None:
+            return None
+        with self._doubts_lock:
+            doubt = position.in_doubt or self._doubts.get(session_id)
+        if doubt is None:
+            return None
+        own = doubt is position.in_doubt
+        if doubt.stored is None:
+            doubt.stored = self._pipeline.backend.resolve_in_doubt(doubt.error)
+        self._pipeline.current(position)
+        position.in_doubt = None
+        version = position.state.version
+        retry = doubt.stored and doubt.key == _retry_key(command) and (
+            own or version == doubt.error.last
+        )
+        if retry or not doubt.stored or version > doubt.error.last:
+            with self._doubts_lock:
+                if self._doubts.get(session_id) is doubt:
+                    del self._doubts[session_id]
+        if not retry:
+            return None
+        log.warning("session %s: the retried command was recorded by its first attempt "
+                    "(versions %d to %d); not recorded again", session_id, doubt.error.first,
+                    doubt.error.last)
+        return doubt.batch
+
+    def _remember(self, position: Position, command: Command, batch: Batch,
+                  error: AppendInDoubt) -> None:
+        """Keep ``command`` until its doubt is settled (`_settle`)."""
+        key = _retry_key(command)
+        if key is None:
+            return
+        doubt = InDoubt(error, key, batch)
+        position.in_doubt = doubt
+        with self._doubts_lock:
+            self._doubts.pop(position.session_id, None)
+            self._doubts[position.session_id] = doubt
+            while len(self._doubts) > IN_DOUBT_KEPT:
+                del self._doubts[next(iter(self._doubts))]
+
+    def _check_head(self, position: Position) -> None:
+        """`ConcurrencyConflict` when the store holds events after the position (E3)."""
+        version = position.state.version
+        stored, _ = self._pipeline.backend.head(position.session_id)
+        if stored > version:
+            position.behind = True
+            position.head_checks = CONTENDED_HEAD_CHECKS
+            raise ConcurrencyConflict(
+                f"session {position.session_id}: versions {version + 1} to {stored} were "
+                f"recorded by another writer (this session object was at version {version}); "
+                "it catches up before its next use; retry"
+            )
+
+    def _reload_after(self, position: Position) -> None:
+        """Reload after a failed command; when the store cannot be read either, the position
+        stays stale (`current` retries) and the command's own error is the one raised."""
+        try:
+            self._pipeline.reload(position)
+        except TurnledgerError as error:
+            log.warning("session %s: cannot reload after a failed command (%s); it will be "
+                        "reloaded before its next use", position.state.session_id, error)
+
+
 class Pipeline:
     """Loads sessions and saves their commands, for one store (see the module docstring)."""
 
@@ -188,9 +332,8 @@ class Pipeline:
         self.snapshot_interval = snapshot_interval
         self.snapshot_messages = snapshot_messages
         self._publish = publish
-        self._doubts: dict[UUID, InDoubt] = {}
-        """The last in-doubt command of each session, for every session object (ADR-0064)."""
-        self._doubts_lock = threading.Lock()
+        self.recovery = Recovery(self)
+        """What a failed (or maybe failed) save leaves, and what the next one does about it."""
 
     def load(self, session_id: UUID) -> Position:
         """The position of a recorded session: latest snapshot + later events (E5).
@@ -261,14 +404,14 @@ class Pipeline:
         when its last record is no longer what it read); raises what the reload raises
         (`StoreUnavailable` while the store cannot be read: nothing unstored is served)."""
         if position.stale:
-            self._reload(position)
+            self.reload(position)
         elif position.behind:
             try:
                 self._catch_up(position, position.session_id, position.chain)
             except AnchorMismatch:
                 # The record the position ends at no longer carries its chain (the log was
                 # re-chained, or edited): stand where a load says (it checks what it reads).
-                self._reload(position)
+                self.reload(position)
             position.behind = False
         return position
 
@@ -300,17 +443,12 @@ class Pipeline:
         the position to be reloaded. Either way nothing of a failed command is served, and a
         retry decides on the newest state.
 
-        After an `AppendInDoubt` the next command settles the doubt first (`_settle`): a
+        After an `AppendInDoubt` the next command settles the doubt first (`Recovery.before`): a
         retry of the same command whose batch was stored returns that batch, recorded once.
         """
-        if position.in_doubt is not None or self._doubts:
-            settled = self._settle(position, command)
-            if settled is not None:
-                return settled
-        self.current(position)
-        if position.head_checks > 0 and position.state.session_id is not None:
-            position.head_checks -= 1
-            self._check_head(position)
+        settled = self.recovery.before(position, command)
+        if settled is not None:
+            return settled
         kept = position.state
         position.state = kept.clone()
         try:
@@ -318,77 +456,20 @@ class Pipeline:
         except BaseException:
             position.state = kept  # nothing was written: the stored state stands
             raise
-        if batch.events:
-            self._record(position, command, batch, kept, decided)
-            self._take_snapshot(position)
-            self._notify(position, batch.events)
-        else:
+        if not batch.events:
             position.state = kept  # nothing decided: the clone equals it
-        return batch
-
-    def _settle(self, position: Position, command: Command) -> Batch | None:
-        """Settle the session's in-doubt command before ``command`` (ADR-0064); the batch
-        stored for it when ``command`` is its retry, else None (``command`` goes on).
-
-        A retry is the same command (`_retry_key`) from the session object that issued it,
-        or from another one standing right after the batch (nothing recorded since). The
-        doubt is forgotten once it is known to be unstored, once it was retried, and once
-        the session has moved past it. Raises `AppendInDoubt` (everything kept) while the
-        store still cannot tell.
-        """
-        session_id = position.state.session_id
-        if session_id is None:
-            return None
-        with self._doubts_lock:
-            doubt = position.in_doubt or self._doubts.get(session_id)
-        if doubt is None:
-            return None
-        own = doubt is position.in_doubt
-        if doubt.stored is None:
-            doubt.stored = self.backend.resolve_in_doubt(doubt.error)
-        self.current(position)
-        position.in_doubt = None
-        version = position.state.version
-        retry = doubt.stored and doubt.key == _retry_key(command) and (
-            own or version == doubt.error.last
-        )
-        if retry or not doubt.stored or version > doubt.error.last:
-            with self._doubts_lock:
-                if self._doubts.get(session_id) is doubt:
-                    del self._doubts[session_id]
-        if not retry:
-            return None
-        log.warning("session %s: the retried command was recorded by its first attempt "
-                    "(versions %d to %d); not recorded again", session_id, doubt.error.first,
-                    doubt.error.last)
-        return doubt.batch
-
-    def _remember(self, position: Position, command: Command, batch: Batch,
-                  error: AppendInDoubt) -> None:
-        """Keep ``command`` until its doubt is settled (`_settle`)."""
-        key = _retry_key(command)
-        if key is None:
-            return
-        doubt = InDoubt(error, key, batch)
-        position.in_doubt = doubt
-        with self._doubts_lock:
-            self._doubts.pop(position.session_id, None)
-            self._doubts[position.session_id] = doubt
-            while len(self._doubts) > IN_DOUBT_KEPT:
-                del self._doubts[next(iter(self._doubts))]
-
-    def _check_head(self, position: Position) -> None:
-        """`ConcurrencyConflict` when the store holds events after the position (E3)."""
-        version = position.state.version
-        stored, _ = self.backend.head(position.session_id)
-        if stored > version:
-            position.behind = True
-            position.head_checks = CONTENDED_HEAD_CHECKS
-            raise ConcurrencyConflict(
-                f"session {position.session_id}: versions {version + 1} to {stored} were "
-                f"recorded by another writer (this session object was at version {version}); "
-                "it catches up before its next use; retry"
+            return batch
+        try:
+            position.chain = self.backend.append(
+                position.session_id, batch.events, prev_chain=position.chain, head_known=True,
+                told=decided,
             )
+        except BaseException as error:
+            self.recovery.failed(position, command, batch, kept, error)
+            raise
+        self._take_snapshot(position)
+        self._notify(position, batch.events)
+        return batch
 
     def decide(
         self, position: Position, command: Command, summarize: Summarize | None = None
@@ -398,38 +479,6 @@ class Pipeline:
         on a clone instead). ``summarize``: the runtime's summarizer, asked between two
         decisions (`run`)."""
         return run(position.state, command, summarize)
-
-    def _record(
-        self, position: Position, command: Command, batch: Batch, kept: SessionState,
-        decided: Callable[[], None] | None = None,
-    ) -> None:
-        """Append ``batch``, decided on ``position.state`` (a clone of ``kept``, the stored
-        state), telling ``decided`` right before the commit; on a failure, stand where the
-        store may be (`save`)."""
-        try:
-            position.chain = self.backend.append(
-                position.session_id, batch.events, prev_chain=position.chain, head_known=True,
-                told=decided,
-            )
-        except AppendInDoubt as error:
-            # The batch may be stored: reload before the next use (ADR-0064).
-            position.stale = True
-            self._remember(position, command, batch, error)
-            raise
-        except (StoreUnavailable, ConcurrencyConflict) as error:
-            # Nothing stored: back to the stored state, caught up before the next use, not
-            # now: after a database failure a second wait on the same lock or timeout would
-            # double what the caller waits (ADR-0021); after a conflict the caller may back
-            # off first, and a state caught up before that sleep would be behind again when
-            # it retries (ADR-0022).
-            # (A session that failed to start stays blank: nothing of it to catch up.)
-            position.state, position.behind = kept, kept.session_id is not None
-            if isinstance(error, ConcurrencyConflict):  # another writer is active
-                position.head_checks = CONTENDED_HEAD_CHECKS
-            raise
-        except BaseException:
-            self._reload_after(position)  # interrupted inside the append: stored or not
-            raise
 
     def _take_snapshot(self, position: Position) -> None:
         state = position.state
@@ -465,16 +514,7 @@ class Pipeline:
         if notices:
             self._publish(notices)
 
-    def _reload_after(self, position: Position) -> None:
-        """Reload after a failed command; when the store cannot be read either, the position
-        stays stale (`current` retries) and the command's own error is the one raised."""
-        try:
-            self._reload(position)
-        except TurnledgerError as error:
-            log.warning("session %s: cannot reload after a failed command (%s); it will be "
-                        "reloaded before its next use", position.state.session_id, error)
-
-    def _reload(self, position: Position) -> None:
+    def reload(self, position: Position) -> None:
         """Stand where the store says; the position stays stale when this raises."""
         position.stale = True
         session_id = position.state.session_id
