@@ -2,7 +2,7 @@
 
 The public surface (docs/api.md lists it; ADR-0101): the names a newcomer needs first, here,
 and six public submodules for the rest — `turnledger.events`, `.blocks`, `.providers`,
-`.audit`, `.errors` and `.profiles`. See README.md for a tour.
+`.audit`, `.errors` and `.profiles`. See docs/guide/tour.md for a tour.
 
 A name is imported from its module when it is first used (PEP 562): ``import turnledger`` and
 ``turnledger --help`` load no store, driver, audit or report code until a command or a call

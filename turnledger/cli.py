@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 a check failed (verify found violations, a stored record is corrupt),
 2 bad usage or bad input (one-line reason on stderr; a rejected import line is bad input, the
-other lines are still imported: README.md, Exit codes), 3 the store is unavailable (it cannot
+other lines are still imported: docs/cli.md, Exit codes), 3 the store is unavailable (it cannot
 be reached, or a wait ran into a limit of its URL such as ``lock_timeout``: trying again later
 may succeed).
 """

@@ -1,7 +1,8 @@
 """Profile files: read a TOML file and validate it with the domain's pure parser.
 
 The domain (`turnledger.domain.budget`) does no I/O; this module is where a profile file is
-opened and decoded. The file's shape is documented in `turnledger.domain.budget` and the README.
+opened and decoded. The file's shape is documented in `turnledger.domain.budget` and
+docs/profiles.md.
 
 Public (ADR-0101): besides the readers, every name of profiles, routes and budgets — the top
 level keeps the first ones a newcomer needs (`RuntimeProfile`, `ProviderProfile`, `Route`, …).

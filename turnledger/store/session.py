@@ -305,7 +305,7 @@ class Session:
         knows whether its message still makes sense after what the other writer recorded.
         When it does (an append rarely depends on what was read), make the call again:
         ``tl.retry_on_conflict(lambda: session.append(message))`` backs off with jitter and
-        gives up after 30 s by default (README "Several writers on one session"; the
+        gives up after 30 s by default (docs/guide/writers.md; the
         framework integrations do this for every call, ADR-0065).
         Raises `StoreUnavailable` when the database fails; then nothing was recorded, unless
         it is an `AppendInDoubt` (the database did not answer in time to tell): calling again
