@@ -739,6 +739,28 @@ class Store:
         if keyring.is_forgotten(uuid) and self._ends_forgotten(uuid, version):
             keyring.erase()
             return False
+        if_version = self._judged_version(uuid, version, if_version, if_idle_for)
+        self._count_before_forgetting()
+        if if_version is None:
+            retry_on_conflict(lambda: self._record_forgotten(uuid, str(reason)))
+        else:
+            try:
+                self._record_forgotten(uuid, str(reason), if_version=if_version)
+            except ConcurrencyConflict:
+                raise SessionActive(
+                    f"session {uuid} was written after version {if_version} while it was "
+                    "being forgotten: not forgotten", session_id=str(uuid),
+                ) from None
+        keyring.destroyed(uuid)
+        keyring.erase()
+        return True
+
+    def _judged_version(
+        self, uuid: UUID, version: int, if_version: int | None, if_idle_for: timedelta | None
+    ) -> int | None:
+        """The version a conditional `forget` holds the session to (None: unconditional):
+        ``if_version``, or the one `idle` finds when ``if_idle_for`` is given. Raises
+        `SessionActive` when the session is not idle or is past that version already."""
         if if_idle_for is not None:
             judged = {i.session_id: i for i in self.idle(if_idle_for, sessions=[uuid])}
             if str(uuid) not in judged:
@@ -756,20 +778,7 @@ class Store:
                 f"session {uuid} is at version {version}, not {if_version}: it was written "
                 "since it was judged; not forgotten", session_id=str(uuid),
             )
-        self._count_before_forgetting()
-        if if_version is None:
-            retry_on_conflict(lambda: self._record_forgotten(uuid, str(reason)))
-        else:
-            try:
-                self._record_forgotten(uuid, str(reason), if_version=if_version)
-            except ConcurrencyConflict:
-                raise SessionActive(
-                    f"session {uuid} was written after version {if_version} while it was "
-                    "being forgotten: not forgotten", session_id=str(uuid),
-                ) from None
-        keyring.destroyed(uuid)
-        keyring.erase()
-        return True
+        return if_version
 
     def _record_forgotten(
         self, session_id: UUID, reason: str, *, if_version: int | None = None
