@@ -1184,7 +1184,10 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
                    "change")
     _add_json(p)
     p.set_defaults(func=cmd_import)
+    _add_export_commands(sub)
 
+
+def _add_export_commands(sub: _Subparsers) -> None:
     p = sub.add_parser("export", help="a session's record as one JSONL line",
                        description="Print a session's record as one JSONL line in a provider "
                        "format: every message recorded, a trailing tool call still waiting for "
