@@ -1,6 +1,6 @@
 """Child process: restore an ADK conversation and print its window as genai JSON.
 
-``python google_adk_child.py STORE_URL ADK_SESSION_ID``; used by test_i22_google_adk.py.
+``python google_adk_child.py STORE_URL ADK_SESSION_ID``; used by test_integration_google_adk.py.
 """
 
 from __future__ import annotations

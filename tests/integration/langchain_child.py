@@ -2,7 +2,7 @@
 
 ``python langchain_child.py STORE_URL THREAD_ID``; prints ``{"log": [...], "window": [...]}``:
 every recorded message and the window the model would see now, as ``messages_to_dict``. Used by
-test_i22_langchain.py to prove a thread comes back whole in a new process.
+test_integration_langchain.py to prove a thread comes back whole in a new process.
 """
 
 from __future__ import annotations

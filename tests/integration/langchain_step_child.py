@@ -11,7 +11,7 @@
   ``resume`` with the model's inputs (``"inputs"``), a turn a process;
 - ``window`` last: the middleware keeps only the window in the graph state (``state_window``).
 
-Used by test_i22_langchain.py (issue 22): a crash in the middle of a step leaves the log no
+Used by test_integration_langchain.py (issue 22): a crash in the middle of a step leaves the log no
 further than the graph, and the resumed run leaves them equal, message for message.
 """
 

@@ -1,6 +1,6 @@
 """Child process: restore a pydantic-ai conversation and print its window as pydantic-ai JSON.
 
-``python pydantic_ai_child.py STORE_URL NAME``; used by test_i22_pydantic_ai.py to prove the
+``python pydantic_ai_child.py STORE_URL NAME``; used by test_integration_pydantic_ai.py to prove the
 history is restored intact in a new process.
 """
 

@@ -28,7 +28,7 @@ import pytest
 import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
 from tests.extras import need
-from tests.integration.test_i24_summaries import Recorder
+from tests.integration.test_summaries import Recorder
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.events import (
     DomainEvent,
@@ -197,8 +197,8 @@ def _langchain_entries(messages: Sequence[Any]) -> list[Entry]:
 
 
 def _fake_chat(script: list[Any]) -> Any:
-    """langchain-core's fake chat model keeping its inputs (test_i22_langchain's)."""
-    from tests.integration.test_i22_langchain import _scripted
+    """langchain-core's fake chat model keeping its inputs (test_integration_langchain's)."""
+    from tests.integration.test_integration_langchain import _scripted
 
     return _scripted(script)
 
@@ -293,13 +293,13 @@ def _pydantic_ai_loop(store: Store, summarizer: Any) -> Any:
     need("pydantic_ai")
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-    from tests.integration.test_i22_pydantic_ai import _agent
+    from tests.integration.test_integration_pydantic_ai import _agent
     from turnledger.integrations.pydantic_ai import TurnledgerHistory
 
     history = TurnledgerHistory.open(store, "i24-pa", profile=RuntimeProfile(
         max_context_tokens=1500), summarizer=summarizer)
     inputs: list[list[Any]] = []
-    agent = _agent(history, steps_per_run=8, inputs=inputs)  # test_i22_pydantic_ai's
+    agent = _agent(history, steps_per_run=8, inputs=inputs)  # test_integration_pydantic_ai's
     for n in range(3):
         result = agent.run_sync(f"question {n}", message_history=history.messages())
         assert "answer after 8 lookups" == result.output  # the run completes
@@ -313,7 +313,7 @@ def _pydantic_ai_loop(store: Store, summarizer: Any) -> Any:
 
 def _google_adk_loop(store: Store, summarizer: Any) -> Any:
     need("google.adk")
-    from tests.integration.test_i22_google_adk import _run
+    from tests.integration.test_integration_google_adk import _run
     from turnledger.integrations.google_adk import TurnledgerCallback
 
     callback = TurnledgerCallback(store, profile=RuntimeProfile(max_context_tokens=1200),
@@ -469,3 +469,49 @@ def test_i24_a_summarizer_that_is_not_callable_is_refused_when_the_object_is_bui
         assert named == TurnledgerSession("n", store, summarizer=recorder).summarizer
         assert named == TurnledgerCallback(store, summarizer=recorder).summarizer
         assert named == TurnledgerMiddleware(store, summarizer=named).trimmer.summarizer
+
+
+def test_i34_every_integration_takes_one_options_value() -> None:
+    """Each integration object takes the same `IntegrationOptions` as ``options=`` (a keyword
+    of one of its fields replaces that field), and the sessions it opens start with its
+    profile (issue 34: one value for the parameters they all repeat)."""
+    need("agents")
+    need("langchain")
+    need("pydantic_ai")
+    need("google.adk")
+    from turnledger.integrations import IntegrationOptions
+    from turnledger.integrations.google_adk import TurnledgerCallback
+    from turnledger.integrations.langchain import (
+        TurnledgerChatMessageHistory,
+        TurnledgerTrimmer,
+        history_factory,
+    )
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+    from turnledger.integrations.openai_agents import TurnledgerSession
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    profile = RuntimeProfile(max_context_tokens=777)
+    named = tl.Summarizer("recorder-v3", Recorder())
+    options = IntegrationOptions(profile=profile, summarizer=named, conflict_budget_seconds=2)
+    with open_store("memory://") as store:
+        opened = [
+            TurnledgerSession("a", store, options=options).session,
+            TurnledgerTrimmer(store, options=options).session_for(
+                {"configurable": {"thread_id": "b"}}),
+            TurnledgerMiddleware(store, session_id="c", options=options).session_for({}),
+            TurnledgerChatMessageHistory.lazy(store, "d", options=options).session,
+            history_factory(store, options=options)("e").session,
+            TurnledgerHistory.open(store, "f", options=options).session,
+            TurnledgerCallback(store, options=options).session_for("g"),
+        ]
+        assert [777] * 7 == [session.profile.max_context_tokens for session in opened]
+        assert [named, named, named] == [
+            TurnledgerCallback(store, options=options).summarizer,
+            TurnledgerHistory(opened[0], options=options).summarizer,
+            TurnledgerChatMessageHistory(opened[0], options=options).summarizer]
+        assert [2.0, 0.0] == [
+            TurnledgerSession("a", store, options=options).options.conflict_budget_seconds,
+            TurnledgerSession("a", store, options=options, conflict_budget_seconds=0
+                              ).options.conflict_budget_seconds]
+        with pytest.raises(TypeError, match="unexpected keyword argument 'profile'"):
+            TurnledgerHistory(opened[0], profile=profile)  # type: ignore[call-arg]
