@@ -282,8 +282,12 @@ class _Pool(ConnectionPool[Any]):
             with self.tl_lock:
                 if self.tl_handing:
                     self.tl_handing = False
-                    super().open(wait=True, timeout=timeout)
-                    return
+                    handed = self.connection_class.handed
+                    # Only a live one: else the pool starts as the library's does (a wait
+                    # for a connection not made yet would close the pool when it times out).
+                    if any(not connection.closed for connection in handed):
+                        super().open(wait=True, timeout=timeout)
+                        return
         super().open(wait, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
