@@ -672,7 +672,7 @@ def keyed_store(tmp_path: Path) -> tuple[Path, Path, str]:
     """A SQLite store keyed at creation (audit key file), one session forged as issue 19's
     attacker did: a message changed, every record re-chained unkeyed, snapshots deleted."""
     need("cryptography")
-    from tests.integration.test_i19_verify_agrees_with_restore import forge
+    from tests.integration.test_verify_agrees_with_restore import forge
 
     key_file = tmp_path / "audit.key"
     key_file.write_text(new_key_text())
