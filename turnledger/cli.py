@@ -1121,6 +1121,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_audit_commands(sub)
     _add_analytics_commands(sub)
     _add_privacy_commands(sub)
+    from turnledger.server.cli import add_server_commands  # argparse only (issue 37)
+
+    add_server_commands(sub)
     for command in sub.choices.values():
         _add_key_options(command, True)
     return parser

@@ -1,0 +1,230 @@
+"""The Conversations API's operations on a store, blocking (the app runs them in worker threads).
+
+One `Conversations` object serves one process: it keeps a `Session` per conversation it has
+written to (the session catches up after a `ConcurrencyConflict`, so another replica's writes
+cost a retry, never a wrong decision: `retry_on_conflict`, E3), and reads items from the log
+itself, so any replica answers a read with what is committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+
+import turnledger as tl
+from turnledger.events import HistoryTrimmed
+from turnledger.providers import to_openai_responses
+from turnledger.server.ids import conversation_id, session_id
+from turnledger.server.items import ItemError, StoredItem, items_of, prepare_items
+from turnledger.server.registry import ConversationRecord, Registry
+
+__all__ = ["Conversations", "NotFound", "Refused"]
+
+T = TypeVar("T")
+Item = dict[str, Any]
+_CACHED_SESSIONS = 1024
+
+
+class NotFound(LookupError):
+    """No conversation or item of this id that the caller may see (404)."""
+
+
+class Refused(ValueError):
+    """A request the record cannot honour (400); ``param`` and ``code`` as OpenAI's errors."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+def event_json(event: tl.DomainEvent) -> dict[str, Any]:
+    """An event as JSON: its class, position, time and its plain fields."""
+    out: dict[str, Any] = {"type": type(event).__name__, "position": event.originator_version,
+                           "timestamp": event.timestamp.isoformat()}
+    for field in attrs.fields(type(event)):
+        if field.name in ("originator_id", "originator_version", "timestamp"):
+            continue
+        value = getattr(event, field.name)
+        if hasattr(value, "value") and isinstance(value.value, str | int):  # an enum
+            value = value.value
+        if isinstance(value, str | int | float | bool) or value is None:
+            out[field.name] = value
+        elif isinstance(value, tuple) and all(isinstance(v, str | int) for v in value):
+            out[field.name] = list(value)
+    return out
+
+
+class Conversations:
+    """The operations of the API (module doc); ``owner`` is the caller's tenant."""
+
+    def __init__(self, store: tl.Store, registry: Registry,
+                 profile: tl.RuntimeProfile | None = None,
+                 providers: tuple[tl.ProviderProfile, ...] = ()) -> None:
+        self.store = store
+        self.registry = registry
+        self.profile = profile or tl.RuntimeProfile()
+        self.providers = providers
+        self._sessions: OrderedDict[str, tl.Session] = OrderedDict()
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    # -- helpers --
+
+    def record(self, conversation: str, owner: str) -> ConversationRecord:
+        """The conversation's row, or `NotFound` (a malformed id, another tenant's, deleted)."""
+        try:
+            session_id(conversation)
+        except LookupError:
+            raise NotFound(f"Conversation with id '{conversation}' not found.") from None
+        found = self.registry.conversation(conversation)
+        if found is None or found.deleted or found.owner != owner:
+            raise NotFound(f"Conversation with id '{conversation}' not found.")
+        return found
+
+    def _writing(self, conversation: str, write: Callable[[tl.Session], T]) -> T:
+        """``write`` on the conversation's session, serialized in this process and retried on
+        another replica's conflicting write."""
+        with self._lock:
+            lock = self._locks.setdefault(conversation, threading.Lock())
+        with lock:
+            with self._lock:
+                session = self._sessions.get(conversation)
+            if session is None:
+                session = self.store.restore(session_id(conversation))
+            with self._lock:
+                self._sessions[conversation] = session
+                self._sessions.move_to_end(conversation)
+                while len(self._sessions) > _CACHED_SESSIONS:
+                    self._sessions.popitem(last=False)
+            return tl.retry_on_conflict(lambda: write(session))
+
+    def items(self, conversation: str) -> list[StoredItem]:
+        return items_of(self.store.events_of(session_id(conversation)))
+
+    def _prepare(self, conversation: str | None, items: object,
+                 ) -> tuple[list[Item], list[tl.ConversationMessage]]:
+        existing = [] if conversation is None else [
+            s.item.get("id", "") for s in self.items(conversation)]
+        try:
+            return prepare_items(items, existing, self.profile.max_tool_result_chars)
+        except ItemError as error:
+            raise Refused(str(error), error.param, "invalid_value") from None
+
+    # -- conversations --
+
+    def create(self, owner: str, items: object, metadata: dict[str, str],
+               ) -> ConversationRecord:
+        """A new session holding ``items`` in one transaction, then its row."""
+        _, messages = self._prepare(None, items if items is not None else [])
+        session = self.store.import_conversation(messages, self.profile, self.providers)
+        return self.registry.add_conversation(conversation_id(session.id), owner, metadata)
+
+    def update(self, conversation: str, owner: str, metadata: dict[str, str],
+               ) -> ConversationRecord:
+        self.record(conversation, owner)
+        self.registry.set_metadata(conversation, metadata)
+        return self.record(conversation, owner)
+
+    def delete(self, conversation: str, owner: str) -> None:
+        """Hide the conversation: its row is marked deleted and its views cleared (recorded);
+        on an encrypted store its content is erased too (`Store.forget`). A plain store's log
+        keeps the items: it is append-only, and erasure is what encryption is for (ADR-0103)."""
+        self.record(conversation, owner)
+        self._writing(conversation, lambda s: s.clear())
+        self.registry.delete_conversation(conversation)
+        with self._lock:
+            self._sessions.pop(conversation, None)
+        if self.store.encrypted:
+            self.store.forget(session_id(conversation), "conversation deleted")
+
+    # -- items --
+
+    def add_items(self, conversation: str, owner: str, items: object) -> list[Item]:
+        self.record(conversation, owner)
+        stored, messages = self._prepare(conversation, items)
+        if messages:
+            self._writing(conversation, lambda s: s.extend(messages))
+        return stored
+
+    def item(self, conversation: str, owner: str, item: str) -> Item:
+        self.record(conversation, owner)
+        for stored in self.items(conversation):
+            if stored.item.get("id") == item:
+                return stored.item
+        raise NotFound(f"Item with id '{item}' not found.")
+
+    def delete_item(self, conversation: str, owner: str, item: str) -> None:
+        """Pop the item when it is the newest (recorded as `MessagePopped`); an older one is
+        refused: the log is append-only, and a pop is the one removal the views record."""
+        self.item(conversation, owner, item)
+
+        def pop(session: tl.Session) -> None:
+            view = session.conversation_view()
+            newest = to_openai_responses(view[-1:]) if view else []
+            if not newest or newest[-1].get("id") != item:
+                raise Refused(
+                    f"Item '{item}' is not the newest item of the conversation: turnledger's "
+                    "log is append-only and only the newest item can be removed (recorded as "
+                    "MessagePopped)", "item_id", "item_not_newest")
+            session.pop()
+
+        self._writing(conversation, pop)
+
+    # -- what only turnledger answers --
+
+    def window(self, conversation: str, owner: str, tools: list[Any], api: str,
+               ) -> dict[str, Any]:
+        """Prepare the next model call (`Session.prepare_request`): the kept items, the
+        capacity verdict with both numbers, the body for ``api`` and the trims it recorded."""
+        self.record(conversation, owner)
+
+        def prepare(session: tl.Session) -> dict[str, Any]:
+            before = session.version
+            try:
+                prepared = session.prepare_request(tools=tools)
+            except tl.ContextWindowExceeded as error:
+                raise Refused(str(error), None, "context_length_exceeded") from None
+            except tl.UnansweredToolCalls as error:
+                raise Refused(str(error), None, "unanswered_tool_calls") from None
+            caused = session.events(after_version=before)
+            bodies = {"openai_responses": prepared.to_openai_responses,
+                      "openai_chat": prepared.to_openai_chat,
+                      "anthropic": prepared.to_anthropic}
+            if api not in bodies:
+                raise Refused(f"api must be one of {sorted(bodies)}", "api", "invalid_value")
+            return {
+                "object": "conversation.window",
+                "conversation_id": conversation,
+                "items": to_openai_responses(prepared.messages),
+                "capacity": {"fits": True, "estimated_tokens": prepared.estimated_tokens,
+                             "model_context_window": prepared.model_context_window,
+                             "budget": prepared.budget, "window": prepared.window},
+                "body": bodies[api](),
+                "history_trimmed": [event_json(e) for e in caused
+                                    if isinstance(e, HistoryTrimmed)],
+                "events": [event_json(e) for e in caused],
+            }
+
+        return self._writing(conversation, prepare)
+
+    def recover(self, conversation: str, owner: str, error: str) -> dict[str, Any]:
+        """Overflow recovery (R25, R26) from the provider's error text."""
+        self.record(conversation, owner)
+
+        def recover(session: tl.Session) -> dict[str, Any]:
+            before = session.version
+            recovered = session.recover_from_overflow(error)
+            caused = session.events(after_version=before)
+            return {"object": "conversation.overflow_recovery", "recovered": recovered,
+                    "events": [event_json(e) for e in caused]}
+
+        return self._writing(conversation, recover)
+
+    def events(self, conversation: str, owner: str) -> list[tl.DomainEvent]:
+        self.record(conversation, owner)
+        return self.store.events_of(session_id(conversation))
