@@ -87,7 +87,7 @@ def cmd_keys(args: argparse.Namespace, out: TextIO) -> int:
                 return EXIT_USAGE
             print(f"revoked {args.key_id}", file=out)
             return EXIT_OK
-        keys = registry.keys()
+        keys = registry.api_keys()
         if args.json:
             print(json.dumps([dataclasses.asdict(k) for k in keys]), file=out)
         for key in [] if args.json else keys:

@@ -184,7 +184,7 @@ class Registry:
                          " WHERE id = ? AND revoked_at IS NULL",
                          (int(time.time()), key_id)) == 1
 
-    def keys(self) -> list[ApiKey]:
+    def api_keys(self) -> list[ApiKey]:
         with self._cursor() as cursor:
             cursor.execute("SELECT id, name, tenant, created_at, revoked_at"
                            " FROM turnledger_server_keys ORDER BY created_at, id")
