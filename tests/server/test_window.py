@@ -1,0 +1,85 @@
+"""Issue 37 point 3: the window for the next model call and overflow recovery, over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import turnledger as tl
+from tests.backends import ALL_BACKENDS, fresh_target
+from tests.extras import need
+from tests.server.live import serving
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def small_window(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A server whose conversations start with a 600-token budget on a 2,000-token model."""
+    need("starlette")
+    from turnledger.server.app import Settings, create_app
+
+    settings_of = {"profile": tl.RuntimeProfile(max_context_tokens=600),
+                   "providers": (tl.ProviderProfile("p", "m", context_window=2000),)}
+    with fresh_target(request.param, tmp_path) as target, tl.open_store(target.url) as store:
+        app = create_app(store, Settings(store_url=target.url, **settings_of))
+        with serving(app) as url:
+            yield url
+
+
+def _turns(n: int) -> list[dict[str, str]]:
+    return [item for i in range(n) for item in (
+        {"role": "user", "content": f"question {i} " + "word " * 60},
+        {"role": "assistant", "content": f"answer {i} " + "word " * 60})]
+
+
+def test_i37_p3_window_trims_whole_turns_and_reports_both_numbers(small_window: str) -> None:
+    """R7, R18, R19, R32: the window keeps the newest whole turns after the breadcrumb, says
+    the estimate and the model's window, carries the body, and names the HistoryTrimmed; the
+    items list still holds every item (the record)."""
+    import httpx
+
+    conversation = httpx.post(small_window + "/v1/conversations", json={}).json()["id"]
+    base = f"{small_window}/v1/conversations/{conversation}"
+    for start in range(0, 20, 10):
+        assert 200 == httpx.post(base + "/items",
+                                 json={"items": _turns(10)[start:start + 10]}).status_code
+    window = httpx.post(base + "/window", json={"api": "openai_chat"}).json()
+    capacity = window["capacity"]
+    assert 2000 == capacity["model_context_window"]
+    assert 0 < capacity["estimated_tokens"] <= 600
+    assert tl.BREADCRUMB_TEXT == window["items"][0]["content"]
+    assert window["items"][-1]["content"][0]["text"].startswith("answer 9 ")
+    assert ["user", "assistant"] == [m["role"] for m in window["body"][-2:]]
+    assert window["body"][-1]["content"].startswith("answer 9 ")
+    assert 1 == len(window["history_trimmed"])
+    assert "token_budget" == window["history_trimmed"][0]["reason"]
+    listed = httpx.get(base + "/items", params={"limit": 100}).json()["data"]
+    assert 20 == len(listed)
+
+
+def test_i37_p3_a_refused_window_says_why_and_overflow_recovery_trims(small_window: str) -> None:
+    """R18: unanswered tool calls refuse the window (400, code); R25: a provider's overflow
+    error recovers by trimming, recorded."""
+    import httpx
+
+    conversation = httpx.post(small_window + "/v1/conversations",
+                              json={"items": _turns(4)}).json()["id"]
+    base = f"{small_window}/v1/conversations/{conversation}"
+    # Added to the server's open session: a session restored after the call would have swept
+    # it from the views (R36, E5) and prepared the request without it.
+    httpx.post(base + "/items", json={"items": [
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]})
+    refused = httpx.post(base + "/window", json={})
+    assert (400, "unanswered_tool_calls") == (refused.status_code,
+                                              refused.json()["error"]["code"])
+    httpx.post(base + "/items", json={"items": [
+        {"type": "function_call_output", "call_id": "c", "output": "ok"}]})
+    recovered = httpx.post(base + "/overflow", json={
+        "error": "This model's maximum context length is 2000 tokens."}).json()
+    assert recovered["recovered"] is True
+    assert "OverflowRecovered" in [e["type"] for e in recovered["events"]]
+    timeline = httpx.get(base + "/timeline").json()["data"]
+    assert "OverflowReported" in [e["type"] for e in timeline]
+    assert httpx.get(base + "/verify").json()["ok"] is True
+    assert "<html" in httpx.get(base + "/report").text.lower()
