@@ -51,7 +51,7 @@ def test_i37_p3_window_trims_whole_turns_and_reports_both_numbers(small_window: 
     assert tl.BREADCRUMB_TEXT == window["items"][0]["content"]
     assert window["items"][-1]["content"][0]["text"].startswith("answer 9 ")
     assert ["user", "assistant"] == [m["role"] for m in window["body"][-2:]]
-    assert window["body"][-1]["content"].startswith("answer 9 ")
+    assert "answer 9 " in str(window["body"][-1]["content"])
     assert 1 == len(window["history_trimmed"])
     assert "token_budget" == window["history_trimmed"][0]["reason"]
     listed = httpx.get(base + "/items", params={"limit": 100}).json()["data"]
