@@ -86,15 +86,18 @@ class Conversations:
             raise NotFound(f"Conversation with id '{conversation}' not found.")
         return found
 
-    def _writing(self, conversation: str, write: Callable[[tl.Session], T]) -> T:
+    def _writing(self, conversation: str, write: Callable[[tl.Session], T], *,
+                 fresh: bool = False) -> T:
         """``write`` on the conversation's session, serialized in this process and retried on
-        another replica's conflicting write."""
+        another replica's conflicting write. ``fresh``: restore the session first, for a
+        write that decides on what it reads before it records (a cached session catches up
+        only when its own append conflicts)."""
         with self._lock:
             lock = self._locks.setdefault(conversation, threading.Lock())
         with lock:
             with self._lock:
                 session = self._sessions.get(conversation)
-            if session is None:
+            if session is None or fresh:
                 session = self.store.restore(session_id(conversation))
             with self._lock:
                 self._sessions[conversation] = session
@@ -106,12 +109,9 @@ class Conversations:
     def items(self, conversation: str) -> list[StoredItem]:
         return items_of(self.store.events_of(session_id(conversation)))
 
-    def _prepare(self, conversation: str | None, items: object,
-                 ) -> tuple[list[Item], list[tl.ConversationMessage]]:
-        existing = [] if conversation is None else [
-            s.item.get("id", "") for s in self.items(conversation)]
+    def _prepare(self, items: object) -> tuple[list[Item], list[tl.ConversationMessage]]:
         try:
-            return prepare_items(items, existing, self.profile.max_tool_result_chars)
+            return prepare_items(items, (), self.profile.max_tool_result_chars)
         except ItemError as error:
             raise Refused(str(error), error.param, "invalid_value") from None
 
@@ -120,7 +120,7 @@ class Conversations:
     def create(self, owner: str, items: object, metadata: dict[str, str],
                ) -> ConversationRecord:
         """A new session holding ``items`` in one transaction, then its row."""
-        _, messages = self._prepare(None, items if items is not None else [])
+        _, messages = self._prepare(items if items is not None else [])
         session = self.store.import_conversation(messages, self.profile, self.providers)
         return self.registry.add_conversation(conversation_id(session.id), owner, metadata)
 
@@ -145,10 +145,23 @@ class Conversations:
     # -- items --
 
     def add_items(self, conversation: str, owner: str, items: object) -> list[Item]:
+        """Record the items in one transaction. Their ids are checked against the items the
+        session holds inside the retried write: an append is conditional on the version the
+        check read, so another replica's item of the same id makes it conflict and check
+        again, never store a duplicate."""
         self.record(conversation, owner)
-        stored, messages = self._prepare(conversation, items)
+        stored, messages = self._prepare(items)
+
+        def extend(session: tl.Session) -> None:
+            held = {s.item.get("id") for s in items_of(session.events())}
+            for index, item in enumerate(stored):
+                if item["id"] in held:
+                    raise Refused(f"items[{index}]: an item with id {item['id']!r} is already "
+                                  "in this conversation", f"items[{index}].id", "invalid_value")
+            session.extend(messages)
+
         if messages:
-            self._writing(conversation, lambda s: s.extend(messages))
+            self._writing(conversation, extend)
         return stored
 
     def item(self, conversation: str, owner: str, item: str) -> Item:
@@ -173,7 +186,7 @@ class Conversations:
                     "MessagePopped)", "item_id", "item_not_newest")
             session.pop()
 
-        self._writing(conversation, pop)
+        self._writing(conversation, pop, fresh=True)
 
     # -- what only turnledger answers --
 

@@ -215,6 +215,14 @@ def _pg_connection(store_url: str) -> Any:
         dbname=parts.path.lstrip("/") or None, autocommit=True, connect_timeout=10,
     )
     name = psycopg.sql.Identifier(schema)
-    connection.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
-    connection.execute(psycopg.sql.SQL("SET search_path TO {}").format(name))
+    # Replicas starting together would race on CREATE ... IF NOT EXISTS (a unique violation
+    # in the catalog): one creates at a time, under a session advisory lock.
+    connection.execute("SELECT pg_advisory_lock(hashtext('turnledger_server_tables'))")
+    try:
+        connection.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+        connection.execute(psycopg.sql.SQL("SET search_path TO {}").format(name))
+        for statement in _TABLES:
+            connection.execute(statement.encode())
+    finally:
+        connection.execute("SELECT pg_advisory_unlock(hashtext('turnledger_server_tables'))")
     return connection
