@@ -71,6 +71,7 @@ class Conversations:
         self.providers = providers
         self._sessions: OrderedDict[str, tl.Session] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
+        self._ids: dict[str, tuple[int, frozenset[str]]] = {}
         self._lock = threading.Lock()
 
     # -- helpers --
@@ -103,8 +104,18 @@ class Conversations:
                 self._sessions[conversation] = session
                 self._sessions.move_to_end(conversation)
                 while len(self._sessions) > _CACHED_SESSIONS:
-                    self._sessions.popitem(last=False)
+                    evicted, _ = self._sessions.popitem(last=False)
+                    self._ids.pop(evicted, None)
             return tl.retry_on_conflict(lambda: write(session))
+
+    def _ids_at(self, conversation: str, session: tl.Session) -> frozenset[str]:
+        """The item ids the conversation holds at the session's version: remembered from this
+        process's last append when nothing was recorded since, else read from the log."""
+        with self._lock:
+            known = self._ids.get(conversation)
+        if known is not None and known[0] == session.version:
+            return known[1]
+        return frozenset(str(s.item.get("id")) for s in items_of(session.events()))
 
     def items(self, conversation: str) -> list[StoredItem]:
         return items_of(self.store.events_of(session_id(conversation)))
@@ -153,12 +164,15 @@ class Conversations:
         stored, messages = self._prepare(items)
 
         def extend(session: tl.Session) -> None:
-            held = {s.item.get("id") for s in items_of(session.events())}
+            held = self._ids_at(conversation, session)
             for index, item in enumerate(stored):
                 if item["id"] in held:
                     raise Refused(f"items[{index}]: an item with id {item['id']!r} is already "
                                   "in this conversation", f"items[{index}].id", "invalid_value")
             session.extend(messages)
+            with self._lock:
+                self._ids[conversation] = (session.version,
+                                           held | {item["id"] for item in stored})
 
         if messages:
             self._writing(conversation, extend)
