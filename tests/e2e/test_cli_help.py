@@ -64,10 +64,11 @@ def _flat(text: str) -> str:
 
 
 def test_e11_commands_are_discovered_from_the_parser() -> None:
-    """The walk finds the top level, every subcommand and `projections run`."""
+    """The walk finds the top level, every subcommand, `projections run` and `keys`'s."""
     expected = [(), ("demo",), ("import",), ("export",), ("sessions",), ("replay",), ("verify",),
                 ("what-if",), ("report",), ("stats",), ("projections",), ("projections", "run"),
-                ("keygen",), ("forget",), ("purge",), ("rekey",), ("anchor",), ("rechain",)]
+                ("keygen",), ("forget",), ("purge",), ("rekey",), ("anchor",), ("rechain",),
+                ("serve",), ("keys",), ("keys", "create"), ("keys", "revoke"), ("keys", "list")]
     assert sorted(expected) == sorted(path for path, _ in COMMANDS)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import stat
 import subprocess
 import sys
@@ -73,8 +75,37 @@ def _import(cli: KeyedCli) -> str:
 
 COVERED = {
     "demo", "import", "export", "sessions", "replay", "verify", "what-if", "report", "stats",
-    "projections", "keygen", "forget", "purge", "rekey", "anchor", "rechain",
+    "projections", "keygen", "forget", "purge", "rekey", "anchor", "rechain", "keys", "serve",
 }
+
+
+def _served(keyed: KeyedCli, bearer: str, *options: str) -> str:
+    """`turnledger serve` on the encrypted store (a subprocess: the server is the process):
+    one conversation whose item holds MARKER, read back through the API; its conversation id."""
+    httpx = need("httpx")
+    need("uvicorn")
+    server = subprocess.Popen(keyed.argv("serve", "--port", "0", *options), cwd=keyed.cwd,
+                              stderr=subprocess.PIPE, text=True,
+                              env=clean_env() | {"PYTHONUNBUFFERED": "1"})
+    try:
+        assert server.stderr is not None
+        base = next(found.group(1) for line in server.stderr
+                    if (found := re.search(r"running on (http://127\.0\.0\.1:\d+)", line)))
+        headers = {"Authorization": f"Bearer {bearer}"}
+        item = {"type": "message", "role": "user", "content": MARKER}
+        made = httpx.post(base + "/v1/conversations", json={"items": [item]}, headers=headers)
+        assert 200 == made.status_code, made.text
+        conversation = str(made.json()["id"])
+        listed = httpx.get(f"{base}/v1/conversations/{conversation}/items", headers=headers)
+        assert MARKER in listed.text
+        assert 401 == httpx.get(f"{base}/v1/conversations/{conversation}").status_code
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    return conversation
 
 
 def test_the_round_trip_below_covers_every_command() -> None:
@@ -118,8 +149,14 @@ def test_every_command_round_trips_on_an_encrypted_store(keyed: KeyedCli) -> Non
     assert "--yes" in keyed.ok("rechain", "--audit-key-file", audit)
     assert "re-chained" in keyed.ok("rechain", "--audit-key-file", audit, "--yes")
     assert "OK" in keyed.ok("verify", "--audit-key-file", audit)
+    made = keyed.json("keys", "--audit-key-file", audit, "create", "--json")
+    assert made["id"] in keyed.ok("keys", "--audit-key-file", audit, "list")
+    _served(keyed, made["secret"], "--audit-key-file", str(audit))
+    keyed.ok("keys", "--audit-key-file", audit, "revoke", made["id"])
+    assert "revoked" in keyed.ok("keys", "--audit-key-file", audit, "list")
     raw = b"".join(p.read_bytes() for p in keyed.cwd.glob("stores/store.db*"))
     assert MARKER.encode() not in raw
+    assert made["secret"].encode() not in raw
 
 
 # One command per way the command line opens a store (for reading, with salvage, for writing,

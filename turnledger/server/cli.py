@@ -44,13 +44,19 @@ def add_server_commands(sub: Any) -> None:
                        "tenant defaults to the key's own id.")
     ksub = p.add_subparsers(dest="keys_command", metavar="ACTION")
     ksub.required = True
-    create = ksub.add_parser("create", help="make a key and print its secret (shown once)")
+    create = ksub.add_parser("create", help="make a key and print its secret (shown once)",
+                             description="Make an API key and print its id, tenant and secret; "
+                             "the secret is shown this once (only its SHA-256 hash is kept).")
     create.add_argument("--name", default="", help="a label for the key")
     create.add_argument("--tenant", help="share conversations with the keys of this tenant")
     create.add_argument("--json", action="store_true", help="machine-readable output")
-    revoke = ksub.add_parser("revoke", help="revoke a key by its id")
-    revoke.add_argument("key_id")
-    listing = ksub.add_parser("list", help="list the keys (never their secrets)")
+    revoke = ksub.add_parser("revoke", help="revoke a key by its id",
+                             description="Revoke a key: requests bearing it are refused (401) "
+                             "from now on; its conversations stay.")
+    revoke.add_argument("key_id", help="the key's id (key_..., from `turnledger keys list`)")
+    listing = ksub.add_parser("list", help="list the keys (never their secrets)",
+                              description="List the keys: id, live or revoked, tenant, name; "
+                              "never a secret.")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_keys)
 
