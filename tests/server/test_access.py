@@ -24,7 +24,7 @@ def keyed(tmp_path: Path) -> Iterator[tuple[str, Any]]:
 
     url = f"sqlite:///{tmp_path}/store.db"
     with tl.open_store(url) as store:
-        registry = Registry.open(url)
+        registry = Registry.beside(store)
         app = create_app(store, Settings(store_url=url, require_keys=True, max_body_bytes=4096,
                                          registry=registry))
         with serving(app) as base:

@@ -326,7 +326,7 @@ def _stream_routes(store: tl.Store) -> tuple[list[BaseRoute], Callable[[], Any] 
 def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
     """The server's ASGI application on ``store`` (module doc)."""
     settings = settings or Settings()
-    registry = settings.registry or Registry.open(settings.store_url)
+    registry = settings.registry or Registry.beside(store)
     conversations = Conversations(store, registry, settings.profile, settings.providers)
     api = _Api(conversations)
     stream, close_stream = _stream_routes(store)

@@ -75,8 +75,11 @@ def cmd_keys(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.cli import _open
     from turnledger.server.registry import Registry
 
-    _open(args).close()  # the store first: a new SQLite store's directory and file
-    registry = Registry.open(args.store)
+    store = _open(args)  # the store first: a new SQLite store's directory and file
+    try:
+        registry = Registry.beside(store)
+    finally:
+        store.close()
     try:
         if args.keys_command == "create":
             key, secret = registry.create_key(args.name, args.tenant)
@@ -117,13 +120,6 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     from turnledger.server.app import Settings, create_app
     from turnledger.server.registry import Registry
 
-    registry = Registry.open(args.store)
-    keyed = registry.has_live_keys()
-    registry.close()
-    if not keyed and not is_loopback(args.host):
-        print(f"turnledger: error: refusing to serve on {args.host} without API keys: "
-              "make one with 'turnledger keys create', or bind to 127.0.0.1", file=sys.stderr)
-        return EXIT_USAGE
     profile: Any = None
     providers: tuple[Any, ...] = ()
     if args.profile:
@@ -133,6 +129,14 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         providers = tuple(loaded)
     store = _open(args)
     try:
+        registry = Registry.beside(store)
+        keyed = registry.has_live_keys()
+        registry.close()
+        if not keyed and not is_loopback(args.host):
+            print(f"turnledger: error: refusing to serve on {args.host} without API keys: "
+                  "make one with 'turnledger keys create', or bind to 127.0.0.1",
+                  file=sys.stderr)
+            return EXIT_USAGE
         settings = Settings(store_url=args.store, require_keys=keyed,
                             max_body_bytes=args.max_body_bytes,
                             cors_origins=tuple(args.cors_origin), profile=profile,

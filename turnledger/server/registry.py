@@ -5,11 +5,11 @@ them (``metadata``, ``created_at``, the key or tenant that owns it, whether it w
 the API keys are not events of the history, so they live beside the store, never in it: the
 store's records stay what its codec, `verify` and the CLI read (ADR-0103).
 
-Where: for ``postgresql://`` two tables of our own (``turnledger_server_conversations``,
-``turnledger_server_keys``) in the store's database and schema, through psycopg, so every
-replica reads the same rows; for ``sqlite:///path.db`` a SQLite file beside the store,
-``path.db.server`` (the store's file is the store's alone, ADR-0062); for ``memory://`` an
-in-process SQLite database, living as long as the server.
+Where (the backend's `side_sql`): for ``postgresql://`` two tables of our own
+(``turnledger_server_conversations``, ``turnledger_server_keys``) in the store's database and
+schema, so every replica reads the same rows; for ``sqlite:///path.db`` a SQLite file beside
+the store, ``path.db.server`` (the store's file is the store's alone, ADR-0062); for
+``memory://`` an in-process SQLite database, living as long as the server.
 
 A key is stored as the SHA-256 of its secret: the secret is 32 random bytes, so a hash needs no
 salt or stretching to resist guessing (bcrypt and argon2 protect low-entropy passwords, and
@@ -21,16 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import TYPE_CHECKING, Any
 
-from turnledger.errors import InvalidStoreURL, StoreUnavailable
+from turnledger.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from turnledger import Store
 
 __all__ = ["KEY_PREFIX", "ApiKey", "ConversationRecord", "Registry", "hash_secret"]
 
@@ -90,25 +91,15 @@ class Registry:
                 cursor.execute(statement)
 
     @classmethod
-    def open(cls, store_url: str) -> Registry:
-        """The registry of the store at ``store_url`` (module doc: where it lives)."""
-        parts = urlsplit(store_url)
-        if parts.scheme == "memory":
-            return cls(sqlite3.connect(":memory:", check_same_thread=False,
-                                       isolation_level=None), placeholder="?")
-        if parts.scheme == "sqlite":
-            path = unquote(parts.path)[1:]  # sqlite:///rel.db, sqlite:////abs.db
-            try:
-                connection = sqlite3.connect(path + ".server", check_same_thread=False,
-                                             isolation_level=None, timeout=30.0)
-            except sqlite3.Error as error:
-                raise StoreUnavailable(f"the server's tables beside the store, {path}.server, "
-                                       f"cannot be opened: {error}") from None
-            connection.execute("PRAGMA journal_mode=WAL")
-            return cls(connection, placeholder="?")
-        if parts.scheme in ("postgresql", "postgres"):
-            return cls(_pg_connection(store_url), placeholder="%s")
-        raise InvalidStoreURL(f"the server cannot keep its tables beside {store_url!r}")
+    def beside(cls, store: Store) -> Registry:
+        """The registry of ``store`` (module doc: where it lives), on a connection the store's
+        backend opens for it (`side_sql`): no driver is named outside the backends."""
+        try:
+            sql = store.backend.side_sql()
+        except Exception as error:  # the driver's own error: say where, keep nothing open
+            raise StoreUnavailable(f"the server's tables beside {store.backend.url} cannot be "
+                                   f"opened: {type(error).__name__}: {error}") from error
+        return cls(sql.connection, placeholder=sql.dialect.placeholder)
 
     def close(self) -> None:
         with self._lock:
@@ -200,29 +191,3 @@ class Registry:
         row = self._one("SELECT id, name, tenant, created_at FROM turnledger_server_keys"
                         " WHERE hash = ? AND revoked_at IS NULL", (hash_secret(secret),))
         return None if row is None else ApiKey(row[0], row[1], row[2], int(row[3]), False)
-
-
-def _pg_connection(store_url: str) -> Any:
-    """An autocommit psycopg connection to the store's database, in its schema."""
-    import psycopg
-
-    parts = urlsplit(store_url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    schema = query.get("schema", "public")
-    connection = psycopg.connect(
-        host=parts.hostname or "localhost", port=parts.port or 5432,
-        user=unquote(parts.username or ""), password=unquote(parts.password or ""),
-        dbname=parts.path.lstrip("/") or None, autocommit=True, connect_timeout=10,
-    )
-    name = psycopg.sql.Identifier(schema)
-    # Replicas starting together would race on CREATE ... IF NOT EXISTS (a unique violation
-    # in the catalog): one creates at a time, under a session advisory lock.
-    connection.execute("SELECT pg_advisory_lock(hashtext('turnledger_server_tables'))")
-    try:
-        connection.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
-        connection.execute(psycopg.sql.SQL("SET search_path TO {}").format(name))
-        for statement in _TABLES:
-            connection.execute(statement.encode())
-    finally:
-        connection.execute("SELECT pg_advisory_unlock(hashtext('turnledger_server_tables'))")
-    return connection

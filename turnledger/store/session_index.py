@@ -182,6 +182,12 @@ class SessionIndex(BackendCore):
         """
         return self.database.connect_sql()
 
+    def side_sql(self) -> SqlConnection:
+        """A new connection to where a component keeps tables that are not this store's
+        records (the server's conversations and API keys; `Database.side_sql`). Raises what
+        the driver raises (`database_errors`)."""
+        return self.database.side_sql()
+
     # -- audits of the whole store --
 
     def unlisted_sessions(self, listed: Collection[UUID]) -> list[UUID | str]:

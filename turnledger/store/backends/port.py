@@ -591,6 +591,12 @@ class Database(abc.ABC):
         Raises what the driver raises (one of `database_errors`); the caller translates.
         """
 
+    def side_sql(self) -> SqlConnection:
+        """A new connection to where a component keeps tables that are not the store's own
+        records (the server's conversations and API keys): the store's SQL database unless a
+        backend keeps its file to itself (SQLite: a file beside it)."""
+        return self.connect_sql()
+
     def key_sql(self) -> SqlConnection:
         """A new connection to where the store keeps its keys and settings tables
         (`turnledger.store.keys`): its SQL database, unless a backend says otherwise."""

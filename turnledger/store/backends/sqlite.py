@@ -49,6 +49,7 @@ from turnledger.store.backends.port import (
     open_library_recorders,
     redact_url,
     rewrite_in_place,
+    scratch_sql,
     url_options,
     url_seconds,
 )
@@ -395,6 +396,19 @@ class SQLiteDatabase(Database):
     def stored_id(self, session_id: object) -> object:
         """32 hex digits, the library's form of a UUID in SQLite."""
         return _uuid(cast(UUID | str, session_id)).hex
+
+    def side_sql(self) -> SqlConnection:
+        """``PATH.server`` beside the store's file, in WAL mode: the store's file holds its
+        records alone (ADR-0062); a read-only store gets a private in-memory database."""
+        if self.read_only:
+            return scratch_sql()
+        side = self.path + ".server"
+        if not os.path.exists(side):
+            create_owner_only(side)  # it holds key hashes: as private as the store
+        connection = sqlite3.connect(side, isolation_level=None,
+                                     check_same_thread=False, timeout=self.limits.lock)
+        connection.execute("PRAGMA journal_mode=WAL")
+        return SqlConnection(connection, SQLITE_DIALECT)
 
     def connect_sql(self) -> SqlConnection:
         if self.read_only:  # projections compute in memory: nothing is written to the file
