@@ -118,7 +118,15 @@ def test_i20_p6_every_rule_id_the_code_cites_is_a_heading_of_docs_behaviour() ->
 ERRORS = PACKAGE / "domain" / "errors.py"
 BUILTIN_ERRORS = {"Exception", "ValueError", "TypeError", "RuntimeError", "LookupError",
                   "KeyError", "OSError", "BaseException"}
-INTERNAL_ERRORS = {("turnledger/cli.py", "UsageError")}  # the CLI's exit 2, never raised out
+INTERNAL_ERRORS = {
+    ("turnledger/cli.py", "UsageError"),  # the CLI's exit 2, never raised out
+    # The server's answers: each becomes an HTTP error (404, 400) inside its request, never
+    # raised out of the server (MalformedConversationId is a SessionNotFound for callers).
+    ("turnledger/server/conversations.py", "NotFound"),
+    ("turnledger/server/conversations.py", "Refused"),
+    ("turnledger/server/ids.py", "MalformedConversationId"),
+    ("turnledger/server/items.py", "ItemError"),
+}
 
 
 def _error_classes(path: Path, known: set[str]) -> list[str]:

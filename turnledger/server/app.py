@@ -31,7 +31,7 @@ from turnledger.server.ids import session_id
 from turnledger.server.openapi import openapi_document
 from turnledger.server.registry import ConversationRecord, Registry
 
-__all__ = ["Settings", "create_app", "error_response"]
+__all__ = ["Settings", "create_app"]
 
 log = logging.getLogger("turnledger.server")
 T = TypeVar("T")

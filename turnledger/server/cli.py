@@ -12,7 +12,7 @@ import ipaddress
 import json
 from typing import Any, TextIO
 
-__all__ = ["add_server_commands", "cmd_keys", "cmd_serve", "is_loopback"]
+__all__ = ["add_server_commands"]
 
 EXIT_OK, EXIT_USAGE = 0, 2
 

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from turnledger.errors import SessionNotFound
 
-__all__ = ["CONVERSATION_PREFIX", "MalformedConversationId", "conversation_id", "session_id"]
+__all__ = ["MalformedConversationId", "conversation_id", "session_id"]
 
 CONVERSATION_PREFIX = "conv_"
 _HEX_DIGITS = 32

@@ -26,7 +26,7 @@ import turnledger as tl
 from turnledger.events import HistoryCleared, MessageAppended, MessagePopped
 from turnledger.providers import from_openai_responses, to_openai_responses
 
-__all__ = ["ItemError", "StoredItem", "item_id_prefix", "items_of", "prepare_items"]
+__all__ = ["ItemError", "StoredItem", "items_of", "prepare_items"]
 
 Item = dict[str, Any]
 

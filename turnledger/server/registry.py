@@ -33,7 +33,7 @@ from turnledger.errors import StoreUnavailable
 if TYPE_CHECKING:
     from turnledger import Store
 
-__all__ = ["KEY_PREFIX", "ApiKey", "ConversationRecord", "Registry", "hash_secret"]
+__all__ = ["ConversationRecord", "Registry"]
 
 KEY_PREFIX = "tlk_"
 

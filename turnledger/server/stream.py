@@ -69,14 +69,7 @@ if TYPE_CHECKING:
     from turnledger import Store
     from turnledger.events import DomainEvent
 
-__all__ = [
-    "EventHub",
-    "Position",
-    "Visibility",
-    "format_event_id",
-    "parse_event_id",
-    "stream_routes",
-]
+__all__ = ["EventHub", "stream_routes"]
 
 log = logging.getLogger(__name__)
 
