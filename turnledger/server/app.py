@@ -30,6 +30,7 @@ from turnledger.server.conversations import Conversations, NotFound, Refused
 from turnledger.server.ids import session_id
 from turnledger.server.openapi import openapi_document
 from turnledger.server.registry import ConversationRecord, Registry
+from turnledger.server.stream import EventHub, Visibility, stream_routes
 
 __all__ = ["Settings", "create_app"]
 
@@ -308,19 +309,25 @@ def routes(api: _Api) -> list[BaseRoute]:
     ]
 
 
-def _stream_routes(store: tl.Store) -> tuple[list[BaseRoute], Callable[[], Any] | None]:
-    """The SSE stream's routes (`turnledger.server.stream`, written beside this module) and
-    its close hook, when that module provides them."""
-    import importlib
+def _visibility(registry: Registry) -> Visibility:
+    """The streams' scoping (issue 37 point 5): a request sees the conversations its tenant
+    owns, as the items API does. Ownership is fixed when a conversation is created, so each
+    stream asks the registry once per conversation it meets."""
 
-    try:
-        stream = importlib.import_module("turnledger.server.stream")
-    except ImportError:  # the mount point: not written yet
-        return [], None
-    make = getattr(stream, "stream_routes", None)
-    if make is None:
-        return [], None
-    return list(make(store)), getattr(stream, "close", None)
+    async def visible_to(request: Request) -> Callable[[str], bool]:
+        tenant = tenant_of(request)
+        known: dict[str, bool] = {}
+
+        def visible(conversation_id: str) -> bool:
+            if conversation_id not in known:
+                found = registry.conversation(conversation_id)
+                known[conversation_id] = (found is not None and not found.deleted
+                                          and found.owner == tenant)
+            return known[conversation_id]
+
+        return visible
+
+    return visible_to
 
 
 def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
@@ -329,7 +336,9 @@ def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
     registry = settings.registry or Registry.beside(store)
     conversations = Conversations(store, registry, settings.profile, settings.providers)
     api = _Api(conversations)
-    stream, close_stream = _stream_routes(store)
+    hub = EventHub(store)
+    stream = stream_routes(store, hub=hub, visibility=(
+        _visibility(registry) if settings.require_keys else None))
     all_routes = routes(api) + stream
 
     async def openapi(request: Request) -> Response:
@@ -342,10 +351,7 @@ def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
         try:
             yield
         finally:
-            if close_stream is not None:
-                result = close_stream()
-                if hasattr(result, "__await__"):
-                    await result
+            await hub.close()  # already closed when `serve` began shutting down (handle_exit)
             if settings.registry is None:
                 registry.close()
 
@@ -359,4 +365,5 @@ def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
                     exception_handlers={Refused: _refused, NotFound: _not_found,
                                         tl.TurnledgerError: _store_error})
     app.state.conversations = conversations
+    app.state.event_hub = hub
     return app

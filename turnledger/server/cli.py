@@ -7,6 +7,8 @@ imported when ``serve`` runs, so ``import turnledger.cli`` loads neither.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import dataclasses
 import ipaddress
 import json
@@ -143,8 +145,35 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
                             providers=providers)
         # uvicorn handles SIGTERM and SIGINT: it stops accepting, lets the requests in flight
         # finish (their store writes are one transaction each), runs the lifespan's shutdown.
-        uvicorn.run(create_app(store, settings), host=args.host, port=args.port,
-                    log_level="info", access_log=False)
+        app = create_app(store, settings)
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                                access_log=False)
+        _server_class()(app, config).run()
     finally:
         store.close()
     return EXIT_OK
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which also ends the event streams when shutdown begins: uvicorn
+        waits for every open response before the lifespan's shutdown runs, and a stream never
+        ends on its own (SIGTERM would wait forever). Each stream gets its ``shutdown`` frame
+        and resumes elsewhere with its last id."""
+
+        def __init__(self, app: Any, config: Any) -> None:
+            super().__init__(config)
+            self.hub = app.state.event_hub
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # no loop running: nothing streams
+                asyncio.get_running_loop().create_task(self.hub.close())
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
+def _Server(app: Any, config: Any) -> Any:  # a class, made on first use
+    return _server_class()(app, config)
