@@ -28,9 +28,10 @@ from conformance.openai_agents import REPO, _extract, _fetch, _outcomes, select
 
 PLUGIN = "conformance._openai_conversations_plugin"
 
-EXCLUDED: dict[str, str] = dict(AGENTS_EXCLUDED)
-"""Test node id -> why it cannot pass; those of `conformance.openai_agents` (SQLiteSession's
-private connections and tables) and the ones below."""
+EXCLUDED: dict[str, str] = {}
+"""Test node id -> why it fails against any Conversations API server (to be filled from a
+full run: most assert SQLiteSession's exact echo of an item, where the API answers with the
+item's id and OpenAI's item shape)."""
 
 
 DESELECTED: dict[str, str] = {
@@ -39,7 +40,9 @@ DESELECTED: dict[str, str] = {
         "loop; the session's asyncio.Lock belongs to one loop and the test hangs (the SDK's "
         "session, whatever the server)",
 }
-"""Tests not run at all (they hang), and why."""
+DESELECTED.update(AGENTS_EXCLUDED)  # SQLiteSession's own connections and tables: not run (a
+# failing one leaves its helper loop thread running, and pytest never exits)
+"""Tests not run at all, and why."""
 
 
 def main(argv: list[str] | None = None) -> int:
