@@ -52,6 +52,7 @@ from turnledger.domain.estimate import (
 )
 from turnledger.domain.events import (
     EVENT_TYPES,
+    STAMP_FIELDS,
     BreadcrumbInserted,
     ChangesViews,
     Deciders,
@@ -1263,16 +1264,13 @@ def _decide_clear(state: SessionState, batch: Batch) -> None:
         batch.add(HistoryCleared, next_position=state.next_position, removed=removed)
 
 
-_POSITION_FIELDS: Final = frozenset({"originator_id", "originator_version", "timestamp"})
-
-
 def _decide_record(command: RecordEvent, batch: Batch) -> None:
     kind = command.kind
     if kind not in registered_events() or kind in EVENT_TYPES:
         said = "is recorded by its own command" if kind in EVENT_TYPES else (
             "is not registered (register_event)")
         raise InvalidMessage(f"record: {getattr(kind, '__name__', kind)!r} {said}")
-    taken = _POSITION_FIELDS.intersection(command.fields)
+    taken = STAMP_FIELDS.intersection(command.fields)
     if taken:
         raise InvalidMessage(f"record: {', '.join(sorted(taken))} are the session's to set")
     try:

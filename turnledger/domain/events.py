@@ -27,6 +27,7 @@ from turnledger.domain.messages import (
 
 __all__ = [
     "EVENT_TYPES",
+    "STAMP_FIELDS",
     "Audited",
     "BreadcrumbInserted",
     "ChangesLogItems",
@@ -152,6 +153,10 @@ class DomainEvent:
     """The timeline's line (E6) for an event the timeline has no words of its own for
     (`register_event`): `str.format` over its fields, ``"note: {text}"``; empty: the class
     name and its fields."""
+
+
+STAMP_FIELDS: Final = frozenset(field.name for field in attrs.fields(DomainEvent))
+"""The fields every event has and the session sets (id, version, time): not its payload."""
 
 
 @attrs.frozen

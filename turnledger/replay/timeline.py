@@ -36,6 +36,7 @@ from turnledger.domain.decider import SessionState, evolve, request_digest
 from turnledger.domain.errors import CorruptRecord, InvalidPosition, ReplayError
 from turnledger.domain.estimate import message_tokens
 from turnledger.domain.events import (
+    STAMP_FIELDS,
     BreadcrumbInserted,
     Deciders,
     DomainEvent,
@@ -99,7 +100,6 @@ __all__ = [
     "views_at",
 ]
 
-_STAMP_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
 _PREVIEW_CHARS = 40
 
 
@@ -251,7 +251,7 @@ def _event_data(event: DomainEvent) -> dict[str, Any]:
     return {
         f.name: to_jsonable(getattr(event, f.name))
         for f in attrs.fields(type(event))
-        if f.name not in _STAMP_FIELDS
+        if f.name not in STAMP_FIELDS
     }
 
 
@@ -342,7 +342,7 @@ def _registered(event: DomainEvent) -> str:
     """The line of an event outside `Described`: its class's `DomainEvent.timeline` over its
     fields, or its class name and fields."""
     fields = {name: value for name, value in attrs.asdict(event, recurse=False).items()
-              if name not in _POSITION_FIELDS}
+              if name not in STAMP_FIELDS}
     line = type(event).timeline
     if not line:
         said = ", ".join(f"{name}={_preview(str(value))}" for name, value in fields.items())
@@ -351,9 +351,6 @@ def _registered(event: DomainEvent) -> str:
         return line.format(**fields)
     except (KeyError, IndexError, ValueError, AttributeError) as error:
         return f"{type(event).__name__} (its timeline line {line!r} fails: {error!r})"
-
-
-_POSITION_FIELDS: Final = frozenset({"originator_id", "originator_version", "timestamp"})
 
 
 def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per event type
