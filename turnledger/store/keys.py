@@ -383,7 +383,7 @@ class KeyTable:
     ) -> None:
         """Run ``statements`` in one transaction of the keys database, then ``then()``, and
         commit; when ``then`` raises, roll back and raise what it raised, untranslated (the
-        insert of a store whose keys live apart from its events, `Recorders.insert_with_keys`).
+        insert of a store whose keys live apart from its events, `BackendCore._insert_apart`).
         """
         failure: BaseException | None = None
         try:

@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, NamedTuple, Self, cast, get_origin
+from typing import Any, ClassVar, Final, NamedTuple, Self, cast, get_origin
 from uuid import UUID
 
 import psycopg
@@ -117,6 +117,10 @@ def _reconnecting(method: Any) -> Callable[..., Any]:
     return call
 
 
+_INSERT_HEAD: Final = SQL("INSERT INTO {} (originator_id, originator_version, topic, state) ")
+"""The head of every insert of records turnledger writes itself (events and snapshots)."""
+
+
 class _ApplicationRecorder(PostgresApplicationRecorder):
     select_events = _reconnecting(PostgresAggregateRecorder.select_events)
     select_notifications = _reconnecting(PostgresApplicationRecorder.select_notifications)
@@ -126,24 +130,12 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
     """The store's insert (`ThinInsert`), set by the store once it is opened: every insert of
     events, the recorder's own ``insert_events`` included, is that one statement."""
 
-    def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
-        super().__init__(datastore, **kwargs)
-        # The library's "SET LOCAL lock_timeout = '<int>s'" would replace the connection's
-        # own (millisecond) setting inside the insert: drop it, keep the LOCK TABLE.
-        self.lock_table_statements = [
-            s for s in self.lock_table_statements if "lock_timeout" not in repr(s)
-        ]
-
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
         """The store's insert (`ThinInsert`, unfenced: raw access for audits and tests), run
         once (no retry loop); None (the notification ids are not read back)."""
-        if self.insert is None:  # not opened by the store: the library's own, run once
-            inner: Callable[..., Sequence[int] | None] = (
-                PostgresApplicationRecorder.insert_events.__wrapped__
-            )
-            return inner(self, stored_events, **kwargs)
+        assert self.insert is not None, "the store sets its insert when it opens"
         self.insert(stored_events, BeforeCommit())
         return None
 
@@ -151,9 +143,9 @@ class _ApplicationRecorder(PostgresApplicationRecorder):
 def set_log_order(recorder: PostgresApplicationRecorder, *, lock: bool) -> ThinInsert:
     """Give ``recorder`` the store's insert: one that takes the library's table lock and
     notifies (``lock``) or not (ADR-0083); that insert."""
+    assert isinstance(recorder, _ApplicationRecorder), "the recorder bounded_factory builds"
     insert = ThinInsert(recorder, lock=lock)
-    if isinstance(recorder, _ApplicationRecorder):
-        recorder.insert = insert
+    recorder.insert = insert
     return insert
 
 
@@ -868,7 +860,7 @@ class ThinInsert:
         condition, parameters = fence.condition("%s", self._settings.as_string(connection))
         statement = self._statements.get((key, fence.expected))
         if statement is None:
-            head = SQL("INSERT INTO {} (originator_id, originator_version, topic, state) ")
+            head = _INSERT_HEAD
             values: Composable = (
                 SQL("VALUES ") + SQL(", ").join(
                     [SQL("(%b::uuid, %b::int8, %b::text, %b::bytea)")] * rows
@@ -986,10 +978,9 @@ def replace_snapshot(recorder: object, record: StoredEvent) -> None:
     a taken (session, version) raises the library's ``IntegrityError`` as its own would."""
     snapshots = _snapshot_recorder(recorder)
     session_id = _uuid(record.originator_id)
-    insert = SQL(
-        "INSERT INTO {} (originator_id, originator_version, topic, state)"
-        " VALUES (%s, %s, %s, %s)"
-    ).format(Identifier(snapshots.datastore.schema, snapshots.events_table_name))
+    insert = _INSERT_HEAD.format(
+        Identifier(snapshots.datastore.schema, snapshots.events_table_name)
+    ) + SQL("VALUES (%s, %s, %s, %s)")
     with snapshots.datastore.transaction(commit=True) as cursor:
         cursor.execute(insert, (session_id, record.originator_version, record.topic,
                                 record.state))
