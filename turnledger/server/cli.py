@@ -173,7 +173,3 @@ def _server_class() -> Any:
             super().handle_exit(sig, frame)
 
     return Server
-
-
-def _Server(app: Any, config: Any) -> Any:  # a class, made on first use
-    return _server_class()(app, config)

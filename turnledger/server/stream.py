@@ -183,6 +183,22 @@ class _Queue:
         self.wake.set()
 
 
+
+class _Scope:
+    """One stream's view of the access layer's predicate: each conversation is asked about
+    once (a database read), off the event loop."""
+
+    def __init__(self, visible: Callable[[str], bool]) -> None:
+        self._visible = visible
+        self._known: dict[str, bool] = {}
+
+    async def allows(self, session: str) -> bool:
+        known = self._known.get(session)
+        if known is None:
+            known = self._known[session] = await asyncio.to_thread(
+                self._visible, conversation_id(session))
+        return known
+
 class EventHub:
     """One follower of a store's log and its fan-out to every subscriber of one server process.
 
@@ -388,6 +404,7 @@ class EventHub:
         await self.start()
         self._subscribers += 1
         queue: _Queue | None = None
+        scope = None if visible is None else _Scope(visible)
         try:
             last = self._head if after is None else after
             if session is not None:
@@ -400,7 +417,7 @@ class EventHub:
                 async for entries in self._read_log(last, upto, session):
                     if entries:
                         last = entries[-1].position
-                        yield self._join(entries, visible)
+                        yield await self._join(entries, scope)
                 last = max(last, upto)
             else:
                 backlog = [
@@ -409,11 +426,11 @@ class EventHub:
                 ]
                 if backlog:
                     last = backlog[-1].position
-                    yield self._join(backlog, visible)
+                    yield await self._join(backlog, scope)
             if queue is not None:
-                frames = self._queued(queue, last, visible)
+                frames = self._queued(queue, last, scope)
             else:
-                frames = self._shared(sequence, last, visible)
+                frames = self._shared(sequence, last, scope)
             async for chunk in frames:
                 yield chunk
         except _Lagged:
@@ -431,7 +448,7 @@ class EventHub:
                         del self._queues[session]
 
     async def _shared(
-        self, sequence: int, last: Position, visible: Callable[[str], bool] | None
+        self, sequence: int, last: Position, scope: _Scope | None
     ) -> AsyncIterator[bytes]:
         """A store-wide subscriber's frames from the shared ring, from ``sequence`` on."""
         while True:
@@ -446,7 +463,7 @@ class EventHub:
             sequence = self._ring_end
             if fresh:
                 last = fresh[-1].position
-                chunk = self._join(fresh, visible)
+                chunk = await self._join(fresh, scope)
                 if chunk:
                     yield chunk
                 continue
@@ -457,7 +474,7 @@ class EventHub:
                 yield b": keepalive\n\n"
 
     async def _queued(
-        self, queue: _Queue, last: Position, visible: Callable[[str], bool] | None
+        self, queue: _Queue, last: Position, scope: _Scope | None
     ) -> AsyncIterator[bytes]:
         """A conversation subscriber's frames from its own bounded queue."""
         while True:
@@ -468,7 +485,7 @@ class EventHub:
             queue.entries.clear()
             if fresh:
                 last = fresh[-1].position
-                chunk = self._join(fresh, visible)
+                chunk = await self._join(fresh, scope)
                 if chunk:
                     yield chunk
                 continue
@@ -488,18 +505,10 @@ class EventHub:
         return True
 
     @staticmethod
-    def _join(entries: Iterable[_Entry], visible: Callable[[str], bool] | None) -> bytes:
-        if visible is None:
+    async def _join(entries: Iterable[_Entry], scope: _Scope | None) -> bytes:
+        if scope is None:
             return b"".join(e.frame for e in entries)
-        seen: dict[str, bool] = {}
-        kept = []
-        for e in entries:
-            allowed = seen.get(e.session)
-            if allowed is None:
-                allowed = seen[e.session] = visible(conversation_id(e.session))
-            if allowed:
-                kept.append(e.frame)
-        return b"".join(kept)
+        return b"".join([e.frame for e in entries if await scope.allows(e.session)])
 
 
 # -- the routes --
@@ -549,7 +558,7 @@ def stream_routes(
         visible = await scope_of(request)
         try:
             session = session_id(wire_id)
-            if visible is not None and not visible(wire_id):
+            if visible is not None and not await asyncio.to_thread(visible, wire_id):
                 raise SessionNotFound(wire_id)
             await asyncio.to_thread(store.sessions, after=session, limit=1)
         except (MalformedConversationId, SessionNotFound):
