@@ -37,6 +37,7 @@ __all__ = [
     "ToolResult",
     "ToolResults",
     "as_conversation_message",
+    "assistant_blocks",
     "assistant_envelope",
     "chat_tool_call_id",
     "chat_tool_calls",
@@ -759,3 +760,11 @@ def classify_appended(message: ConversationMessage | ChatMessage) -> Conversatio
     parsed = parse_assistant_envelope(chat.content)
     canonical = parsed is not None and assistant_envelope(*parsed) == chat.content
     return Chat(attrs.evolve(chat, envelope=canonical))
+
+
+def assistant_blocks(message: AssistantToolCalls) -> list[ContentBlock | ToolCall]:
+    """A tool-call step's blocks in order; one recorded without blocks (by another runtime)
+    is its text, then its calls: how every provider format writes the step."""
+    if message.blocks:
+        return list(message.blocks)
+    return [*([TextBlock(message.text)] if message.text else []), *message.tool_calls]

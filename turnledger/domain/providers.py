@@ -62,6 +62,7 @@ from turnledger.domain.messages import (
     ToolCall,
     ToolResult,
     ToolResults,
+    assistant_blocks,
     compact_json,
     from_chat_messages,
     to_chat_messages,
@@ -778,11 +779,9 @@ class _AnthropicWriter:
             return
         results, self.results = self.results, None
         if isinstance(item, AssistantToolCalls):
-            blocks = item.blocks or (
-                *((TextBlock(item.text),) if item.text else ()), *item.tool_calls
-            )
             self.messages.append(_with(
-                {"role": "assistant", "content": [block_json(b) for b in blocks]}, item.extra,
+                {"role": "assistant", "content": [block_json(b) for b in assistant_blocks(item)]},
+                item.extra,
                 nulls=False,
             ))
             return

@@ -25,15 +25,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
-from turnledger.domain.blocks import ContentBlock, TextBlock, canonical_json, extra_fields
+from turnledger.domain.blocks import canonical_json, extra_fields
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.messages import (
     AssistantToolCalls,
     Chat,
     ChatMessage,
     ConversationMessage,
-    ToolCall,
     ToolResults,
+    assistant_blocks,
     from_chat_messages,
 )
 
@@ -139,11 +139,3 @@ def split_groups(items: Iterable[T], opening: Callable[[T], bool | None]) -> lis
         groups[-1].append(item)
         in_user_side = True
     return groups
-
-
-def assistant_blocks(message: AssistantToolCalls) -> list[ContentBlock | ToolCall]:
-    """A tool-call step's blocks in order; one recorded without blocks (by another runtime)
-    is its text, then its calls."""
-    if message.blocks:
-        return list(message.blocks)
-    return [*([TextBlock(message.text)] if message.text else []), *message.tool_calls]
