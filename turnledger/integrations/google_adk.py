@@ -1,6 +1,4 @@
-"""Google ADK agents on turnledger sessions (issue 22).
-
-Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
+"""Google ADK agents on turnledger sessions (issue 22; ``pip install 'turnledger[google-adk]'``).
 
 - **Conversions** (`from_genai`, `to_genai`): ``google.genai.types.Content`` ⇄ turnledger
   messages through the provider format `turnledger.domain.formats.genai` (ADR-0081); a content
@@ -11,15 +9,13 @@ Needs ``pip install 'turnledger[google-adk]'`` (google-adk, with google-genai).
   transaction (`Session.fit_window`), and replaces ``llm_request.contents`` with that window;
   ADK's own session keeps every event. ``after_model`` records each reply without function
   calls as it arrives; a reply with calls is recorded by the next model call, with its
-  responses. With ``LlmAgent(include_contents="none")`` ADK sends only the current turn and
-  turnledger's window supplies the history (``benchmarks.agent_step --parts adk``).
+  responses (docs/integrations/google-adk.md: ``include_contents="none"``).
 
-One turnledger session per ADK session (named by `session_uuid`), or the one ``session_id``
-given. What is new is told per ADK session (`_new_contents`, `after_recorded`). ADK's system
-instruction lives in the request's config: it is neither recorded nor trimmed. Store calls run
-in a worker thread (`off_loop`), the conversions in the event loop's (ADR-0092), the window
-built while the step's commit waits on the database (`fit_then_build`, ADR-0093); a write
-that loses a race is decided again (`retrying`, ADR-0065).
+One turnledger session per ADK session (`session_uuid`), or the ``session_id`` given; what
+is new is told per ADK session (`_new_contents`, `after_recorded`). ADK's system instruction
+lives in the request's config: neither recorded nor trimmed. Store calls run in a worker thread
+(`off_loop`), the conversions in the event loop's (ADR-0092), the window built while the
+step's commit waits (`fit_then_build`, ADR-0093); a lost race is decided again (ADR-0065).
 """
 
 from __future__ import annotations
@@ -143,6 +139,12 @@ def _fresh_part(part: types.Part) -> types.Part:
     subs = {name: value.model_copy() for name in part.model_fields_set
             if isinstance(value := getattr(part, name), BaseModel)}
     return part.model_copy(update=subs)
+
+
+def _pending(session: Session, contents: Sequence[types.Content]) -> list[ToolCall]:
+    """The calls awaiting a response: a whole-window scan, so only for a function part."""
+    parts = any(p.function_call or p.function_response for c in contents for p in c.parts or [])
+    return unanswered_calls(session.chat_view()) if parts else []
 
 
 def _has_calls(content: types.Content) -> bool:
@@ -283,7 +285,7 @@ class TurnledgerCallback(SessionsByName):
         seen = self._seen.get(name)
         recorded = to_genai(session.conversation_view()) if seen is None else []
         start = _new_contents(contents, seen, recorded, invocation, user_content)
-        new, checked = _from_genai(contents[start:], unanswered_calls(session.chat_view()),
+        new, checked = _from_genai(contents[start:], _pending(session, contents[start:]),
                                    _seed(session))
         self._built.seed(checked)  # the window's contents of them, validated by the check
         # The step's new contents and the window's trims: one transaction.
@@ -311,7 +313,7 @@ class TurnledgerCallback(SessionsByName):
         session = self.session_for(name)
 
         def write() -> None:
-            new, checked = _from_genai([content], unanswered_calls(session.chat_view()),
+            new, checked = _from_genai([content], _pending(session, [content]),
                                        _seed(session))
             session.extend(new)
             self._built.seed(checked)
