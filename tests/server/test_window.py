@@ -83,3 +83,19 @@ def test_i37_p3_a_refused_window_says_why_and_overflow_recovery_trims(small_wind
     assert "OverflowReported" in [e["type"] for e in timeline]
     assert httpx.get(base + "/verify").json()["ok"] is True
     assert "<html" in httpx.get(base + "/report").text.lower()
+
+
+def test_i37_p3_a_window_for_an_unknown_api_is_refused_before_anything_is_recorded(
+    small_window: str,
+) -> None:
+    """A bad ``api`` is a 400 naming the parameter, and the conversation's log is as it was:
+    before, the trims of the request were recorded first, then the request refused."""
+    import httpx
+
+    base = small_window + "/v1/conversations"
+    made = httpx.post(base, json={"items": _turns(8)}).json()["id"]
+    before = httpx.get(f"{base}/{made}/timeline").json()
+    refused = httpx.post(f"{base}/{made}/window", json={"api": "cohere"})
+    assert 400 == refused.status_code
+    assert "api" == refused.json()["error"]["param"]
+    assert before == httpx.get(f"{base}/{made}/timeline").json()

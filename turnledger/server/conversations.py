@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -57,6 +57,10 @@ def event_json(event: tl.DomainEvent) -> dict[str, Any]:
         elif isinstance(value, tuple) and all(isinstance(v, str | int) for v in value):
             out[field.name] = list(value)
     return out
+
+
+_BODY_APIS: Final = frozenset({"openai_responses", "openai_chat", "anthropic"})
+"""The request bodies a window answers with (``api``)."""
 
 
 class Conversations:
@@ -207,7 +211,10 @@ class Conversations:
     def window(self, conversation: str, owner: str, tools: list[Any], api: str,
                ) -> dict[str, Any]:
         """Prepare the next model call (`Session.prepare_request`): the kept items, the
-        capacity verdict with both numbers, the body for ``api`` and the trims it recorded."""
+        capacity verdict with both numbers, the body for ``api`` and the trims it recorded.
+        A bad ``api`` is refused before anything is recorded."""
+        if api not in _BODY_APIS:
+            raise Refused(f"api must be one of {sorted(_BODY_APIS)}", "api", "invalid_value")
         self.record(conversation, owner)
 
         def prepare(session: tl.Session) -> dict[str, Any]:
@@ -222,8 +229,6 @@ class Conversations:
             bodies = {"openai_responses": prepared.to_openai_responses,
                       "openai_chat": prepared.to_openai_chat,
                       "anthropic": prepared.to_anthropic}
-            if api not in bodies:
-                raise Refused(f"api must be one of {sorted(bodies)}", "api", "invalid_value")
             return {
                 "object": "conversation.window",
                 "conversation_id": conversation,
