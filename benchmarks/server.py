@@ -6,9 +6,13 @@ window for the next model call is prepared, up to ``--turns`` turns per conversa
 
 - in process: ``from_openai_responses`` per item, `Session.extend`, `Session.prepare_request`
   and the Responses body, on a store of its own;
-- over HTTP: ``POST /v1/conversations/{id}/items`` then ``POST .../window`` to a
-  ``turnledger serve`` subprocess (one worker) on a store of its own, through one keep-alive
-  ``httpx`` client.
+- over HTTP: ``POST /v1/conversations/{id}/items`` then ``POST .../window`` (the same
+  answer: the body, the capacity, the trims) to a ``turnledger serve`` subprocess (one
+  worker) on a store of its own, through one keep-alive connection of two clients: the
+  standard library's ``http.client`` (the transport's floor) and ``httpx`` (the client of
+  the ``openai`` SDK, which spends about 0.4 ms of its own per request);
+- in one request (``one_request``): ``POST .../window {"items": [...]}`` appends and
+  prepares in one round trip (``http.client``).
 
 Reports p50 and p99 of a turn (append + window) both ways, the overhead and the ratio; then
 the requests per second one server process answers with ``--clients`` concurrent clients
@@ -20,6 +24,7 @@ each writing its own conversation for ``--seconds``. Prints a table and writes
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +71,8 @@ def in_process(url: str, conversations: int, turns: int) -> list[float]:
                 start = time.perf_counter()
                 messages = [m for item in _items(turn) for m in from_openai_responses([item])]
                 session.extend(messages)
-                session.prepare_request().to_openai_responses()
+                prepared = session.prepare_request()
+                prepared.to_openai_responses()
                 samples.append(time.perf_counter() - start)
     return samples
 
@@ -83,7 +90,7 @@ def _serve(url: str) -> tuple[subprocess.Popen[str], str]:
     raise SystemExit("error: the server did not start")
 
 
-def over_http(base: str, conversations: int, turns: int) -> list[float]:
+def over_httpx(base: str, conversations: int, turns: int) -> list[float]:
     samples: list[float] = []
     with httpx.Client(base_url=base, timeout=60) as http:
         for _ in range(conversations):
@@ -92,8 +99,39 @@ def over_http(base: str, conversations: int, turns: int) -> list[float]:
             for turn in range(turns):
                 start = time.perf_counter()
                 http.post(path + "/items", json={"items": _items(turn)}).raise_for_status()
-                http.post(path + "/window", json={}).raise_for_status()
+                http.post(path + "/window", json={}).json()
                 samples.append(time.perf_counter() - start)
+    return samples
+
+
+def over_http_client(base: str, conversations: int, turns: int, *,
+                     one_request: bool = False) -> list[float]:
+    address = urllib.parse.urlsplit(base)
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
+    headers = {"content-type": "application/json"}
+
+    def post(path: str, body: object) -> Any:
+        connection.request("POST", path, json.dumps(body), headers)
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+        if response.status != 200:
+            raise SystemExit(f"error: {path} answered {response.status}: {answer}")
+        return answer
+
+    samples: list[float] = []
+    try:
+        for _ in range(conversations):
+            path = "/v1/conversations/" + post("/v1/conversations", {})["id"]
+            for turn in range(turns):
+                start = time.perf_counter()
+                if one_request:
+                    post(path + "/window", {"items": _items(turn)})
+                else:
+                    post(path + "/items", {"items": _items(turn)})
+                    post(path + "/window", {})
+                samples.append(time.perf_counter() - start)
+    finally:
+        connection.close()
     return samples
 
 
@@ -129,38 +167,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    lanes: dict[str, list[float]] = {"in_process": [], "http.client": [], "httpx": [],
+                                     "one_request": []}
     with tempfile.TemporaryDirectory(prefix="tl-bench-server-") as tmp:
-        local = in_process(f"sqlite:///{tmp}/local.db", args.conversations, args.turns)
         process, base = _serve(f"sqlite:///{tmp}/served.db")
         try:
-            remote = over_http(base, args.conversations, args.turns)
+            # One conversation of each lane in turn: a drift of the machine reaches all three.
+            for n in range(args.conversations):
+                lanes["in_process"] += in_process(f"sqlite:///{tmp}/local{n}.db", 1, args.turns)
+                lanes["http.client"] += over_http_client(base, 1, args.turns)
+                lanes["httpx"] += over_httpx(base, 1, args.turns)
+                lanes["one_request"] += over_http_client(base, 1, args.turns, one_request=True)
             rps = throughput(base, args.clients, args.seconds)
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
     ms = 1000.0
-    rows = {
-        "in_process": {"p50_ms": statistics.median(local) * ms,
-                       "p99_ms": _percentile(local, 0.99) * ms},
-        "http": {"p50_ms": statistics.median(remote) * ms,
-                 "p99_ms": _percentile(remote, 0.99) * ms},
-    }
+    rows = {name: {"p50_ms": statistics.median(samples) * ms,
+                   "p99_ms": _percentile(samples, 0.99) * ms}
+            for name, samples in lanes.items()}
+    base_p50 = rows["in_process"]["p50_ms"]
+    for name in ("http.client", "httpx", "one_request"):
+        rows[name]["overhead_p50_ms"] = rows[name]["p50_ms"] - base_p50
+        rows[name]["ratio_p50"] = rows[name]["p50_ms"] / base_p50
     result = {
         "benchmark": "server", "store": "sqlite", "turns": args.turns,
-        "conversations": args.conversations, **rows,
-        "overhead_p50_ms": rows["http"]["p50_ms"] - rows["in_process"]["p50_ms"],
-        "ratio_p50": rows["http"]["p50_ms"] / rows["in_process"]["p50_ms"],
+        "conversations": args.conversations, "lanes": rows,
         "requests_per_second_one_worker": rps, "clients": args.clients,
         "python": platform.python_version(), "machine": platform.machine(),
         "cpus": os.cpu_count(), "load": os.getloadavg()[0],
     }
     print(f"append + window per turn, {args.turns} turns x {args.conversations} "
           "conversations, SQLite, loopback")
-    print(f"{'':12} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'':12} {'p50 ms':>8} {'p99 ms':>8} {'overhead p50':>13} {'ratio':>6}")
     for name, row in rows.items():
-        print(f"{name:12} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f}")
-    print(f"overhead p50 {result['overhead_p50_ms']:.2f} ms, ratio {result['ratio_p50']:.2f}x; "
-          f"one worker: {rps:.0f} requests/s with {args.clients} clients")
+        extra = (f" {row['overhead_p50_ms']:13.2f} {row['ratio_p50']:6.2f}"
+                 if "ratio_p50" in row else "")
+        print(f"{name:12} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f}{extra}")
+    print(f"one worker: {rps:.0f} requests/s with {args.clients} httpx clients")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -44,7 +44,8 @@ def test_i37_p3_window_trims_whole_turns_and_reports_both_numbers(small_window: 
     for start in range(0, 20, 10):
         assert 200 == httpx.post(base + "/items",
                                  json={"items": _turns(10)[start:start + 10]}).status_code
-    window = httpx.post(base + "/window", json={"api": "openai_chat"}).json()
+    window = httpx.post(base + "/window", json={"api": "openai_chat",
+                                                "include": ["items", "events"]}).json()
     capacity = window["capacity"]
     assert 2000 == capacity["model_context_window"]
     assert 0 < capacity["estimated_tokens"] <= 600
@@ -54,6 +55,7 @@ def test_i37_p3_window_trims_whole_turns_and_reports_both_numbers(small_window: 
     assert "answer 9 " in str(window["body"][-1]["content"])
     assert 1 == len(window["history_trimmed"])
     assert "token_budget" == window["history_trimmed"][0]["reason"]
+    assert ["HistoryTrimmed", "RequestPrepared"] == [e["type"] for e in window["events"]][-2:]
     listed = httpx.get(base + "/items", params={"limit": 100}).json()["data"]
     assert 20 == len(listed)
 
@@ -99,3 +101,54 @@ def test_i37_p3_a_window_for_an_unknown_api_is_refused_before_anything_is_record
     assert 400 == refused.status_code
     assert "api" == refused.json()["error"]["param"]
     assert before == httpx.get(f"{base}/{made}/timeline").json()
+
+
+def test_i37_p3_a_window_answers_items_and_events_only_when_asked(small_window: str) -> None:
+    """The default answer is what a runtime sends (body, capacity, trims); ``include`` adds the
+    kept items and every recorded event; an unknown ``include`` is a 400 naming it, before
+    anything is recorded."""
+    import httpx
+
+    base = small_window + "/v1/conversations"
+    made = httpx.post(base, json={"items": _turns(2)}).json()["id"]
+    plain = httpx.post(f"{base}/{made}/window", json={}).json()
+    assert {"object", "conversation_id", "capacity", "body", "history_trimmed"} == set(plain)
+    assert [] == plain["history_trimmed"]
+    asked = httpx.post(f"{base}/{made}/window", json={"include": ["items"]}).json()
+    assert ["user", "assistant"] * 2 == [i["role"] for i in asked["items"]]
+    assert "events" not in asked
+    before = httpx.get(f"{base}/{made}/timeline").json()
+    refused = httpx.post(f"{base}/{made}/window", json={"include": ["items", "secrets"]})
+    assert (400, "include") == (refused.status_code, refused.json()["error"]["param"])
+    assert "secrets" in refused.json()["error"]["message"]
+    assert before == httpx.get(f"{base}/{made}/timeline").json()
+
+
+def test_i37_p3_a_window_records_new_items_first_in_one_request(small_window: str) -> None:
+    """``items`` on a window: appended as items.create would (ids given back in
+    ``added_items``), then the window prepared from them; an invalid item refuses the whole
+    request before anything is recorded; a window refused after the append says the items
+    were recorded."""
+    import httpx
+
+    base = small_window + "/v1/conversations"
+    made = httpx.post(base, json={}).json()["id"]
+    window = httpx.post(f"{base}/{made}/window", json={"items": _turns(1),
+                                                       "include": ["items"]}).json()
+    assert 2 == len(window["added_items"])
+    assert [i["id"] for i in window["added_items"]] == [
+        i["id"] for i in httpx.get(f"{base}/{made}/items",
+                                   params={"order": "asc"}).json()["data"]]
+    assert "answer 0 " in window["items"][-1]["content"][0]["text"]
+    before = httpx.get(f"{base}/{made}/timeline").json()
+    bad = httpx.post(f"{base}/{made}/window",
+                     json={"items": [{"role": "user", "content": "ok"}, 7]})
+    assert (400, "items[1]") == (bad.status_code, bad.json()["error"]["param"])
+    assert before == httpx.get(f"{base}/{made}/timeline").json()
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    refused = httpx.post(f"{base}/{made}/window", json={"items": [call]})
+    assert (400, "unanswered_tool_calls") == (refused.status_code,
+                                              refused.json()["error"]["code"])
+    assert "1 items were recorded" in refused.json()["error"]["message"]
+    listed = httpx.get(f"{base}/{made}/items", params={"order": "asc"}).json()["data"]
+    assert "function_call" == listed[-1]["type"]

@@ -186,9 +186,14 @@ class _Api:
         tools = body.get("tools") or []
         if not isinstance(tools, list):
             raise Refused("tools must be an array", "tools", "invalid_value")
+        include = body.get("include") or []
+        if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+            raise Refused("include must be an array of strings", "include", "invalid_value")
+        items = _items_param(body, required=False) if "items" in body else None
         answer = await self._call(self.c.window, request.path_params["conversation_id"],
                                   tenant_of(request), tools,
-                                  body.get("api", "openai_responses"))
+                                  body.get("api", "openai_responses"), frozenset(include),
+                                  items)
         return JSONResponse(answer)
 
     async def overflow(self, request: Request) -> Response:

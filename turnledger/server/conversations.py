@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
+from uuid import UUID
 
 import attrs
 
@@ -19,7 +20,7 @@ import turnledger as tl
 from turnledger.events import HistoryTrimmed
 from turnledger.providers import to_openai_responses
 from turnledger.server.ids import conversation_id, session_id
-from turnledger.server.items import ItemError, StoredItem, items_of, prepare_items
+from turnledger.server.items import ItemError, ItemFold, StoredItem, prepare_items
 from turnledger.server.registry import ConversationRecord, Registry
 
 __all__ = ["Conversations", "NotFound", "Refused"]
@@ -61,6 +62,10 @@ def event_json(event: tl.DomainEvent) -> dict[str, Any]:
 
 _BODY_APIS: Final = frozenset({"openai_responses", "openai_chat", "anthropic"})
 """The request bodies a window answers with (``api``)."""
+WINDOW_INCLUDES: Final = frozenset({"items", "events"})
+"""What a window answers with only when asked (``include``): the kept items in Responses
+form and every event the call recorded. A runtime that sends the body needs neither, and
+they were half of the answer's bytes and a third of its cost (benchmarks/server.py)."""
 
 
 class Conversations:
@@ -75,7 +80,7 @@ class Conversations:
         self.providers = providers
         self._sessions: OrderedDict[str, tl.Session] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
-        self._ids: dict[str, tuple[int, frozenset[str]]] = {}
+        self._folds: OrderedDict[str, ItemFold] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- helpers --
@@ -108,21 +113,21 @@ class Conversations:
                 self._sessions[conversation] = session
                 self._sessions.move_to_end(conversation)
                 while len(self._sessions) > _CACHED_SESSIONS:
-                    evicted, _ = self._sessions.popitem(last=False)
-                    self._ids.pop(evicted, None)
+                    self._sessions.popitem(last=False)
             return tl.retry_on_conflict(lambda: write(session))
 
-    def _ids_at(self, conversation: str, session: tl.Session) -> frozenset[str]:
-        """The item ids the conversation holds at the session's version: remembered from this
-        process's last append when nothing was recorded since, else read from the log."""
-        with self._lock:
-            known = self._ids.get(conversation)
-        if known is not None and known[0] == session.version:
-            return known[1]
-        return frozenset(str(s.item.get("id")) for s in items_of(session.events()))
-
     def items(self, conversation: str) -> list[StoredItem]:
-        return items_of(self.store.events_of(session_id(conversation)))
+        """The conversation's items as committed now (`ItemFold`: this process keeps them
+        folded and reads only the events recorded since its last read)."""
+        with self._lock:
+            fold = self._folds.get(conversation)
+            if fold is None:
+                fold = self._folds[conversation] = ItemFold()
+            self._folds.move_to_end(conversation)
+            while len(self._folds) > _CACHED_SESSIONS:
+                self._folds.popitem(last=False)
+        sid = UUID(session_id(conversation))
+        return fold.current(lambda after: self.store.backend.read(sid, after_version=after))
 
     def _prepare(self, items: object) -> tuple[list[Item], list[tl.ConversationMessage]]:
         try:
@@ -160,27 +165,27 @@ class Conversations:
     # -- items --
 
     def add_items(self, conversation: str, owner: str, items: object) -> list[Item]:
-        """Record the items in one transaction. Their ids are checked against the items the
-        session holds inside the retried write: an append is conditional on the version the
-        check read, so another replica's item of the same id makes it conflict and check
-        again, never store a duplicate."""
+        """Record the items in one transaction (`_extend`)."""
         self.record(conversation, owner)
         stored, messages = self._prepare(items)
-
-        def extend(session: tl.Session) -> None:
-            held = self._ids_at(conversation, session)
-            for index, item in enumerate(stored):
-                if item["id"] in held:
-                    raise Refused(f"items[{index}]: an item with id {item['id']!r} is already "
-                                  "in this conversation", f"items[{index}].id", "invalid_value")
-            session.extend(messages)
-            with self._lock:
-                self._ids[conversation] = (session.version,
-                                           held | {item["id"] for item in stored})
-
         if messages:
-            self._writing(conversation, extend)
+            self._writing(conversation, lambda s: self._extend(conversation, s, stored,
+                                                               messages))
         return stored
+
+    def _extend(self, conversation: str, session: tl.Session, stored: list[Item],
+                messages: list[tl.ConversationMessage]) -> None:
+        """Append inside the retried write, the ids checked first: the append is conditional
+        on the version the check read, so another replica's item of the same id makes it
+        conflict and check again, never store a duplicate."""
+        # At least as new as the session: a newer item of another replica is refused here
+        # or makes this append conflict and check again.
+        held = {s.item["id"] for s in self.items(conversation)}
+        for index, item in enumerate(stored):
+            if item["id"] in held:
+                raise Refused(f"items[{index}]: an item with id {item['id']!r} is already "
+                              "in this conversation", f"items[{index}].id", "invalid_value")
+        session.extend(messages)
 
     def item(self, conversation: str, owner: str, item: str) -> Item:
         self.record(conversation, owner)
@@ -209,38 +214,61 @@ class Conversations:
     # -- what only turnledger answers --
 
     def window(self, conversation: str, owner: str, tools: list[Any], api: str,
+               include: frozenset[str] = frozenset(), items: object = None,
                ) -> dict[str, Any]:
-        """Prepare the next model call (`Session.prepare_request`): the kept items, the
-        capacity verdict with both numbers, the body for ``api`` and the trims it recorded.
-        A bad ``api`` is refused before anything is recorded."""
+        """Prepare the next model call (`Session.prepare_request`): the capacity verdict with
+        both numbers, the body for ``api`` and the trims it recorded; with ``include``, the
+        kept items (``"items"``) and every event it recorded (``"events"``). ``items``: new
+        items recorded first, as `add_items` does, in the same write (one request for a
+        model call's new input and its window; ``added_items`` answers with them). A bad
+        ``api``, ``include`` or item is refused before anything is recorded; a window refused
+        after the items were recorded says so (the log is append-only)."""
         if api not in _BODY_APIS:
             raise Refused(f"api must be one of {sorted(_BODY_APIS)}", "api", "invalid_value")
+        if not include <= WINDOW_INCLUDES:
+            raise Refused(f"include may name only {sorted(WINDOW_INCLUDES)}, got "
+                          f"{sorted(include - WINDOW_INCLUDES)}", "include", "invalid_value")
         self.record(conversation, owner)
+        stored, messages = self._prepare(items) if items is not None else ([], [])
+        appended = False
 
         def prepare(session: tl.Session) -> dict[str, Any]:
+            nonlocal appended
+            if messages and not appended:  # a retry after a conflict does not add them again
+                self._extend(conversation, session, stored, messages)
+                appended = True
+            recorded = (f" (the request's {len(stored)} items were recorded first)"
+                        if stored else "")
             before = session.version
             try:
                 prepared = session.prepare_request(tools=tools)
             except tl.ContextWindowExceeded as error:
-                raise Refused(str(error), None, "context_length_exceeded") from None
+                raise Refused(f"{error}{recorded}", None, "context_length_exceeded") from None
             except tl.UnansweredToolCalls as error:
-                raise Refused(str(error), None, "unanswered_tool_calls") from None
-            caused = session.events(after_version=before)
+                raise Refused(f"{error}{recorded}", None, "unanswered_tool_calls") from None
+            # One new event is the RequestPrepared alone: nothing was trimmed, nothing to read.
+            caused = (session.events(after_version=before)
+                      if session.version - before > 1 or "events" in include else [])
             bodies = {"openai_responses": prepared.to_openai_responses,
                       "openai_chat": prepared.to_openai_chat,
                       "anthropic": prepared.to_anthropic}
-            return {
+            answer: dict[str, Any] = {
                 "object": "conversation.window",
                 "conversation_id": conversation,
-                "items": to_openai_responses(prepared.messages),
                 "capacity": {"fits": True, "estimated_tokens": prepared.estimated_tokens,
                              "model_context_window": prepared.model_context_window,
                              "budget": prepared.budget, "window": prepared.window},
                 "body": bodies[api](),
                 "history_trimmed": [event_json(e) for e in caused
                                     if isinstance(e, HistoryTrimmed)],
-                "events": [event_json(e) for e in caused],
             }
+            if stored:
+                answer["added_items"] = stored
+            if "items" in include:
+                answer["items"] = to_openai_responses(prepared.messages)
+            if "events" in include:
+                answer["events"] = [event_json(e) for e in caused]
+            return answer
 
         return self._writing(conversation, prepare)
 

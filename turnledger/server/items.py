@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import turnledger as tl
 from turnledger.events import HistoryCleared, MessageAppended, MessagePopped
 from turnledger.providers import from_openai_responses, to_openai_responses
 
-__all__ = ["ItemError", "StoredItem", "items_of", "prepare_items"]
+__all__ = ["ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items"]
 
 Item = dict[str, Any]
 
@@ -143,9 +144,7 @@ class StoredItem:
         self.item = item
 
 
-def items_of(events: Sequence[tl.DomainEvent]) -> list[StoredItem]:
-    """The conversation's items, oldest first: the fold of the module doc."""
-    shown: dict[int, StoredItem] = {}
+def _fold(shown: dict[int, StoredItem], events: Sequence[tl.DomainEvent]) -> None:
     for event in events:
         if isinstance(event, MessageAppended):
             (item,) = to_openai_responses([event.message])
@@ -154,4 +153,30 @@ def items_of(events: Sequence[tl.DomainEvent]) -> list[StoredItem]:
             shown.pop(event.position, None)
         elif isinstance(event, HistoryCleared):
             shown.clear()
+
+
+def items_of(events: Sequence[tl.DomainEvent]) -> list[StoredItem]:
+    """The conversation's items, oldest first: the fold of the module doc."""
+    shown: dict[int, StoredItem] = {}
+    _fold(shown, events)
     return sorted(shown.values(), key=lambda s: s.position)
+
+
+class ItemFold:
+    """The items of one conversation, kept folded by one process: each read asks the log
+    only for what was recorded after the version it last saw (by this process or another
+    replica), so a list or an id check costs the new events, not the whole log."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._shown: dict[int, StoredItem] = {}
+        self._lock = threading.Lock()
+
+    def current(self, read: Callable[[int], Sequence[tl.DomainEvent]]) -> list[StoredItem]:
+        """The items as committed now; ``read(v)`` gives the events after version ``v``."""
+        with self._lock:
+            events = read(self.version)
+            if events:
+                _fold(self._shown, events)
+                self.version = events[-1].originator_version
+            return sorted(self._shown.values(), key=lambda s: s.position)

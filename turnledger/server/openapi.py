@@ -81,12 +81,16 @@ def openapi_document() -> dict[str, Any]:
                               params=(_ID, _ITEM)),
             },
             one + "/window": {"post": _op(
-                "The window for the next model call (Session.prepare_request): the kept "
-                "items, the capacity verdict (estimated_tokens, model_context_window), the "
-                "request body for the API, the HistoryTrimmed it recorded. 400 "
-                "context_length_exceeded or unanswered_tool_calls when refused (R18)",
-                body=_object(tools={"type": "array"}, api={
-                    "enum": ["openai_responses", "openai_chat", "anthropic"]}))},
+                "The window for the next model call (Session.prepare_request): the capacity "
+                "verdict (estimated_tokens, model_context_window, budget, window), the "
+                "request body for the API, the HistoryTrimmed it recorded; with include, the "
+                "kept items in Responses form (items) and every event it recorded (events). "
+                "items: new items recorded first in the same write (added_items), as "
+                "items.create would. 400 context_length_exceeded or unanswered_tool_calls "
+                "when refused (R18)",
+                body=_object(tools={"type": "array"}, items=items, api={
+                    "enum": ["openai_responses", "openai_chat", "anthropic"]}, include={
+                    "type": "array", "items": {"enum": ["items", "events"]}}))},
             one + "/overflow": {"post": _op(
                 "Overflow recovery from the provider's error text (R25, R26)",
                 body=_object(error={"type": "string"}))},
