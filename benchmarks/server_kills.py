@@ -58,13 +58,11 @@ import turnledger as tl
 from tests.backends import fresh_target, postgres_problem
 from turnledger.audit import verify
 from turnledger.server.ids import session_id
-from turnledger.server.items import items_of
+from turnledger.server.items import DUPLICATE_ID, items_of
 
 RESULTS = Path(__file__).parent / "results" / "server_kills.json"
 COLUMNS = ("backend", "replicas", "kills", "in_flight", "acknowledged", "retried", "cut",
            "stored_before_kill", "lost", "duplicated", "phantom", "verify_ok", "seconds")
-ALREADY = "is already in this conversation"
-"""The 400 a retry gets when its items were stored before the kill cut the answer."""
 START_LIMIT = 30.0
 """Seconds a replica may take to say it is running."""
 REQUEST_TIMEOUT = 20.0
@@ -247,6 +245,15 @@ def _error_message(answer: httpx.Response) -> str:
         return answer.text[:200]
 
 
+def _error_code(answer: httpx.Response) -> str | None:
+    """The ``code`` of OpenAI's error envelope, None when the answer has none."""
+    try:
+        code = answer.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return str(code) if code is not None else None
+
+
 def _listed(http: httpx.Client, base: str, conversation: str) -> list[str]:
     """Every item id of the conversation as ``base`` lists it, oldest first (paged)."""
     ids: list[str] = []
@@ -312,7 +319,8 @@ class _Lane:
                 if stored != ids:
                     self.figures.unexpected.append(f"{conversation} {ids}: 200 with {stored}")
                     return
-            elif answer.status_code == 400 and ALREADY in message and attempts > 1:
+            elif (answer.status_code == 400 and _error_code(answer) == DUPLICATE_ID
+                  and attempts > 1):
                 self.count("stored_before_kill")
             else:
                 self.figures.unexpected.append(f"{conversation} {ids} attempt {attempts}: "

@@ -100,5 +100,11 @@ def test_i37_p2_errors_use_openais_envelope_and_status_codes(server_url: str) ->
                           json={"items": [{"role": "user", "content": "x"}] * 21})
     assert 400 == too_many.status_code
     duplicate = [{"role": "user", "content": "x", "id": "msg_same"}] * 2
-    assert 400 == httpx.post(f"{server_url}/v1/conversations/{conversation.id}/items",
-                             json={"items": duplicate}).status_code
+    twice = httpx.post(f"{server_url}/v1/conversations/{conversation.id}/items",
+                       json={"items": duplicate})
+    assert (400, "duplicate_item_id") == (twice.status_code, twice.json()["error"]["code"])
+    httpx.post(f"{server_url}/v1/conversations/{conversation.id}/items",
+               json={"items": duplicate[:1]})
+    again = httpx.post(f"{server_url}/v1/conversations/{conversation.id}/items",
+                       json={"items": duplicate[:1]})  # a retry whose answer was lost
+    assert (400, "duplicate_item_id") == (again.status_code, again.json()["error"]["code"])

@@ -4,7 +4,7 @@ A small run of ``benchmarks/server_kills.py``'s loop (`run_lane`): six client th
 items with ids they chose over ``turnledger serve`` processes (three on one PostgreSQL store,
 one on a SQLite file) while a replica is SIGKILLed five times at random moments and restarted
 on a new port; a request that gets no answer is retried with the same ids on the next live
-replica until it is answered (200, or 400 "already in this conversation" when the kill cut the
+replica until it is answered (200, or 400 `duplicate_item_id` when the kill cut the
 answer of a stored write). Then nothing acknowledged is missing, no id is stored twice, no item
 appears that no client sent, every replica lists what the store holds and the store verifies.
 At least one kill must cut a request in flight, else the run proved nothing. The seed is

@@ -20,7 +20,7 @@ import turnledger as tl
 from turnledger.events import HistoryTrimmed
 from turnledger.providers import to_openai_responses
 from turnledger.server.ids import conversation_id, session_id
-from turnledger.server.items import ItemError, ItemFold, StoredItem, prepare_items
+from turnledger.server.items import DUPLICATE_ID, ItemError, ItemFold, StoredItem, prepare_items
 from turnledger.server.registry import ConversationRecord, Registry
 
 __all__ = ["Conversations", "NotFound", "Refused"]
@@ -133,7 +133,7 @@ class Conversations:
         try:
             return prepare_items(items, (), self.profile.max_tool_result_chars)
         except ItemError as error:
-            raise Refused(str(error), error.param, "invalid_value") from None
+            raise Refused(str(error), error.param, error.code) from None
 
     # -- conversations --
 
@@ -184,7 +184,7 @@ class Conversations:
         for index, item in enumerate(stored):
             if item["id"] in held:
                 raise Refused(f"items[{index}]: an item with id {item['id']!r} is already "
-                              "in this conversation", f"items[{index}].id", "invalid_value")
+                              "in this conversation", f"items[{index}].id", DUPLICATE_ID)
         session.extend(messages)
 
     def item(self, conversation: str, owner: str, item: str) -> Item:

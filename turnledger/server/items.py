@@ -21,13 +21,13 @@ import copy
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import turnledger as tl
 from turnledger.events import HistoryCleared, MessageAppended, MessagePopped
 from turnledger.providers import from_openai_responses, to_openai_responses
 
-__all__ = ["ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items"]
+__all__ = ["DUPLICATE_ID", "ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items"]
 
 Item = dict[str, Any]
 
@@ -54,9 +54,15 @@ _TEXT_PART = {"assistant": "output_text"}
 class ItemError(ValueError):
     """An item the server refuses; ``param`` names it as OpenAI's errors do (``items[2]``)."""
 
-    def __init__(self, message: str, param: str) -> None:
+    def __init__(self, message: str, param: str, code: str = "invalid_value") -> None:
         super().__init__(message)
         self.param = param
+        self.code = code
+
+
+DUPLICATE_ID: Final = "duplicate_item_id"
+"""The error code of an item whose id the conversation (or the request) already holds: a
+client that retries a request whose answer it lost reads it as "stored before"."""
 
 
 def item_id_prefix(item_type: str) -> str:
@@ -113,7 +119,7 @@ def prepare_items(items: object, existing_ids: Iterable[str], max_tool_result_ch
         item = _normalized(given, index)
         if item["id"] in seen:
             raise ItemError(f"items[{index}]: an item with id {item['id']!r} is already in "
-                            "this conversation", f"items[{index}].id")
+                            "this conversation", f"items[{index}].id", DUPLICATE_ID)
         seen.add(item["id"])
         try:
             converted = from_openai_responses([item])
