@@ -99,8 +99,11 @@ class Agents:
             if all(len(self.acks(i)) >= start[i] + count for i in range(len(self.outputs))):
                 return
             for process in self.processes:
-                if process.poll() is not None:
-                    raise AssertionError(f"an agent ended: {process.stderr.read().decode()}")  # type: ignore[union-attr]
+                if process.poll() is not None:  # exit 0 without output: its 60 s were up
+                    raise AssertionError(
+                        f"an agent ended (exit {process.returncode}) before {count} more"
+                        f" appends: {process.stderr.read().decode()}"  # type: ignore[union-attr]
+                    )
             time.sleep(0.05)
         raise AssertionError(f"the agents did not write {count} more appends in {timeout} s")
 

@@ -253,6 +253,29 @@ def test_e7_stop_after_bounds_one_catch_up(store: Store) -> None:
         assert 10 == analytics.session_stats()[0]["events"]
 
 
+def test_e7_catch_up_ends_at_the_log_as_it_was_when_it_began(store: Store) -> None:
+    """Issue 33 (`forget` under writers): a writer that never pauses cannot keep a catch-up
+    running. Events committed while it runs (here, 2 per batch it applies) are left to the next
+    call; before, the call chased them (a `forget` waited on it for a minute in CI)."""
+    session = store.start_session(providers=[WIDE])
+    for i in range(10):
+        session.append(U(f"before {i}"))
+    before = store.backend.max_notification_id()
+    written: list[int] = []
+
+    def keep_writing(position: int, head: int) -> None:
+        if len(written) < 400:  # bounded, so the old behaviour fails instead of hanging
+            session.append(U(f"during {len(written)}"))
+            session.append(A(f"answer {len(written)}"))
+            written.append(position)
+
+    with Analytics(store.backend) as analytics:
+        assert before == analytics.catch_up(batch_size=2, progress=keep_writing)
+        assert before == analytics.position()
+        assert 2 * len(written) == analytics.catch_up()
+        assert 10 + 2 * len(written) == analytics.session_stats()[0]["appends"]
+
+
 def test_e7_bad_arguments_are_refused(store: Store) -> None:
     """A batch size below 1 or a negative bound is a ValueError, not a silent no-op."""
     with Analytics(store.backend) as analytics:

@@ -477,6 +477,9 @@ class Analytics:
         commit in parallel, the call first waits until no older transaction is still in
         progress (the horizon, ADR-0083), for at most `SETTLE_SECONDS`; a transaction open
         longer than that anywhere on the server leaves its followers' events to the next call.
+        The call stops at the end of the log as it was when it began: what writers commit
+        while it runs is left to the next call, so writers that never pause cannot keep it
+        (or a `Store.forget` that waits on it) running.
 
         Raises ``ValueError`` for a ``batch_size`` < 1 or a negative ``stop_after``,
         `CorruptRecord` for an event that cannot be decoded (nothing of its batch is applied),
@@ -652,7 +655,11 @@ class Analytics:
         if stop_after is not None and stop_after < 0:
             raise ValueError(f"stop_after must be >= 0, got {stop_after}")
         head = self.backend.max_notification_id()
+        # A catch-up ends at what was committed when it began: writers that go on would
+        # otherwise keep it (and a `forget` waiting on it) running as long as they write.
+        target = None
         if settle:
+            target = self.backend.log_end()
             with self._database("apply events") as db:
                 self.backend.settle_horizon(self._cursor(db), SETTLE_SECONDS)
         applied = 0
@@ -662,6 +669,8 @@ class Analytics:
             limit = batch_size if stop_after is None else min(batch_size, stop_after - applied)
             with self._database("apply events") as db:
                 cursor = self._cursor(db)
+                if target is not None and cursor >= target:
+                    break
                 page, end = self.backend.follow_notifications(cursor, limit)
                 if end == cursor:
                     break

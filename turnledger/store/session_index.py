@@ -152,6 +152,13 @@ class SessionIndex(BackendCore):
                 continue  # erased content: what was counted before stays counted
         return found, (page[-1][0] if page else after)
 
+    def log_end(self) -> LogCursor:
+        """The cursor of the last record committed now, in `follow_notifications` order
+        (``(0, 0)``: none); a follower at or past it has read everything committed before."""
+        self._check_open()
+        with self._translate("read the notification log"):
+            return self.database.log_end(self.recorder)
+
     def settle_horizon(self, after: LogCursor, timeout: float) -> bool:
         """Wait, up to ``timeout`` seconds, until every event committed now after the cursor
         ``after`` can be followed; True when it can (at once but on PostgreSQL, where a

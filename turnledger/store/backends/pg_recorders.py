@@ -589,6 +589,24 @@ def follows_after(recorder: PostgresApplicationRecorder, after: tuple[int, int])
         return bool(row is not None and row["found"])
 
 
+def log_end(recorder: PostgresApplicationRecorder) -> tuple[int, int]:
+    """`Database.log_end` on PostgreSQL: the last committed row in (transaction id,
+    notification id) order, read backwards along the horizon index; ``(0, 0)`` when empty."""
+    from psycopg.sql import SQL, Identifier
+
+    statement = SQL(
+        "SELECT {column}::text AS horizon, notification_id FROM {table}"
+        " ORDER BY {column} DESC, notification_id DESC LIMIT 1"
+    ).format(
+        column=Identifier(HORIZON_COLUMN),
+        table=Identifier(recorder.datastore.schema, recorder.events_table_name),
+    )
+    with recorder.datastore.get_connection() as conn, conn.cursor() as curs:
+        curs.execute(statement, prepare=True)
+        row = curs.fetchone()
+    return (0, 0) if row is None else (int(row["horizon"]), int(row["notification_id"]))
+
+
 def settle_horizon(
     recorder: PostgresApplicationRecorder, after: tuple[int, int], timeout: float
 ) -> bool:

@@ -440,6 +440,13 @@ class Database(abc.ABC):
         applied everything committed now). Raises what the library or the driver raises."""
         return (recorder.max_notification_id() or 0) > after[1]
 
+    def log_end(self, recorder: ApplicationRecorder) -> LogCursor:
+        """The cursor of the last record committed now, in the order `follow_page` returns
+        records (``(0, 0)``: none): a follower that reached it has read every record committed
+        before this call, so a catch-up can stop there instead of chasing writers that go on.
+        Raises what the library or the driver raises."""
+        return (0, recorder.max_notification_id() or 0)
+
     def settle_horizon(
         self, recorder: ApplicationRecorder, after: LogCursor, timeout: float
     ) -> bool:

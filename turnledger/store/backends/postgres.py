@@ -586,6 +586,11 @@ class PostgresDatabase(Database):
 
         return pg_recorders.write_times(_application(recorder))
 
+    def log_end(self, recorder: ApplicationRecorder) -> tuple[int, int]:
+        from turnledger.store.backends import pg_recorders
+
+        return pg_recorders.log_end(_application(recorder))
+
     def settle_horizon(
         self, recorder: ApplicationRecorder, after: tuple[int, int], timeout: float
     ) -> bool:
