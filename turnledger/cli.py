@@ -403,13 +403,18 @@ def _import_lines(
 ) -> None:
     from turnledger.providers import TranscriptError
 
-    with _open(args) as store:
+    # The store is opened at the first line that can be recorded: a file of refused lines
+    # leaves no store file behind (issue 36).
+    with contextlib.ExitStack() as opened:
+        store = None
         try:
             for parsed in lines:
                 if isinstance(parsed, TranscriptError):
                     _reject(rejected, f"{path}:{parsed}")
                     continue
                 progress(parsed.line, None)
+                if store is None:
+                    store = opened.enter_context(_open(args))
                 try:
                     row = _import_line(store, parsed, args, settings)
                 except TurnledgerError as error:  # e.g. a lone surrogate: none of it stored

@@ -125,7 +125,37 @@ def _parse(line: str, fmt: str) -> tuple[Any, list[ConversationMessage], str]:
         raise TranscriptError(str(exc)) from exc
     if not history:
         raise TranscriptError("an empty conversation: there is no message to record")
+    _check_given_back(body, history, fmt)
     return value, history, fmt
+
+
+def _check_given_back(body: Any, history: list[ConversationMessage], fmt: str) -> None:
+    """Refuse a line whose record its own format could not give back (issue 36): a block
+    of no shape the format defines (one without a ``type``: a Bedrock Converse ``{"text":
+    ...}`` read as another format) is named where it sits in the line; a message the
+    format's export would leave out whole is named as `write_record` numbers it. Never store
+    what no reader of the record can give back."""
+    messages = body.get("messages") if isinstance(body, dict) else body
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        for number, block in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(block, dict) and not isinstance(block.get("type"), str):
+                raise TranscriptError(
+                    f"message {index}, block {number} has no type, so it is no block of the "
+                    f"{fmt} format: {_shown(block)}; nothing of this line was stored (is it "
+                    "another provider's format?)"
+                )
+    lost = [entry for entry in write_record(history, fmt)[1] if entry.what == "message"]
+    if lost:
+        raise TranscriptError(
+            f"message {lost[0].message} of the record: the {fmt} format could give nothing of "
+            f"it back ({lost[0].reason}); nothing of this line was stored"
+        )
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    text = compact_json(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 
