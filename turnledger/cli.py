@@ -1181,8 +1181,10 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
     p.add_argument("--format", default=AUTO, choices=(*FORMATS, AUTO),
                    help="the provider format of the lines: openai (Chat Completions "
                    "messages), anthropic (system + messages), responses (Responses input "
-                   "items), or auto (default: each line is read in the format it is written "
-                   "in); a line plainly in another format than the one named is refused")
+                   "items), bedrock (Bedrock Converse system + messages), or auto (default: "
+                   "each line is read in the format it is written in); a line plainly in "
+                   "another format than the one named, or holding a block of no shape of its "
+                   "format, is refused")
     p.add_argument("--again", action="store_true",
                    help="import a line even when the store holds it already (a new session)")
     p.add_argument("--profile", help="TOML profile for the imported sessions")

@@ -37,6 +37,12 @@ from turnledger.domain.events import (
     MessageAppended,
     MessagePopped,
 )
+from turnledger.domain.formats.bedrock import (
+    BLOCK_KINDS,
+    from_bedrock_json,
+    to_bedrock_json,
+    to_bedrock_record,
+)
 from turnledger.domain.messages import (
     ChatMessage,
     ConversationMessage,
@@ -70,6 +76,7 @@ _CODECS: Final[dict[str, tuple[_Importer, _Exporter, str]]] = {
     "openai": (from_openai_chat, to_openai_chat, "messages"),
     "anthropic": (from_anthropic, to_anthropic, ""),
     "responses": (from_openai_responses, to_openai_responses, "input"),
+    "bedrock": (from_bedrock_json, to_bedrock_json, ""),
 }
 assert tuple(_CODECS) == FORMATS, "turnledger.replay.formats names every codec, in order"
 
@@ -115,7 +122,8 @@ def _parse(line: str, fmt: str) -> tuple[Any, list[ConversationMessage], str]:
         )
     importer = _CODECS[fmt][0]
     body = _messages_of(value, fmt)
-    if not isinstance(body, list | dict) or (fmt != "anthropic" and not isinstance(body, list)):
+    if not isinstance(body, list | dict) or (
+            fmt not in ("anthropic", "bedrock") and not isinstance(body, list)):
         raise TranscriptError(f"expected a JSON list of messages, got {type(value).__name__}")
     try:
         history = importer(body)
@@ -136,6 +144,8 @@ def _check_given_back(body: Any, history: list[ConversationMessage], fmt: str) -
     format's export would leave out whole is named as `write_record` numbers it. Never store
     what no reader of the record can give back."""
     messages = body.get("messages") if isinstance(body, dict) else body
+    if fmt == "bedrock":  # its blocks have no type: each is one member naming its kind
+        messages = None
     for index, message in enumerate(messages if isinstance(messages, list) else ()):
         content = message.get("content") if isinstance(message, dict) else None
         for number, block in enumerate(content if isinstance(content, list) else ()):
@@ -179,16 +189,26 @@ def detect_format(value: Any) -> tuple[str, str | None]:
     if isinstance(value, dict):
         if "messages" not in value and "input" in value:
             return "responses", "it has an input key"
-        if "system" in value:
-            return "anthropic", "it has a top-level system key"
         messages = value.get("messages")
+        if "system" in value:
+            if _converse_blocks(value["system"]):
+                return "bedrock", "its system blocks have no type (Bedrock Converse)"
+            found = _messages_format(messages)
+            if found is not None and found[0] == "bedrock":  # e.g. an empty system list
+                return found
+            return "anthropic", "it has a top-level system key"
     if not isinstance(messages, list):
         return ("anthropic" if isinstance(value, dict) else "openai"), None
-    for index, message in enumerate(messages):
+    return _messages_format(messages) or ("openai", None)
+
+
+def _messages_format(messages: object) -> tuple[str, str] | None:
+    """The format the first message that says one is in, with the evidence."""
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
         found = _message_format(message)
         if found is not None:
             return found[0], f"message {index} {found[1]}"
-    return "openai", None
+    return None
 
 
 def _message_format(message: object) -> tuple[str, str] | None:
@@ -202,6 +222,8 @@ def _message_format(message: object) -> tuple[str, str] | None:
     if message.get("tool_calls"):
         return "openai", "has tool_calls"
     content = message.get("content")
+    if _converse_blocks(content):
+        return "bedrock", "holds blocks with no type (Bedrock Converse)"
     for part in content if isinstance(content, list) else ():
         part_type = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part_type, str):
@@ -215,6 +237,13 @@ def _message_format(message: object) -> tuple[str, str] | None:
         if part_type in _OPENAI_PARTS:
             return "openai", f"holds an {part_type!r} part"
     return None
+
+
+def _converse_blocks(blocks: object) -> bool:
+    """Whether ``blocks`` is a non-empty list of Converse blocks: objects of one member among
+    Converse's block kinds, none with a ``type``."""
+    return isinstance(blocks, list) and bool(blocks) and all(
+        isinstance(b, dict) and len(b) == 1 and next(iter(b)) in BLOCK_KINDS for b in blocks)
 
 
 Line = str | TranscriptError
@@ -421,6 +450,9 @@ def write_record(
     recorded field kept), with what was left out.
     """
     _check_format(fmt)
+    if fmt == "bedrock":  # no request body of turnledger's: the format's own writer says
+        body, left_out = to_bedrock_record(history)
+        return compact_json(body), left_out
     messages = to_chat_messages(history)
     sent, left_out = fit_messages(messages, _FORMAT_API[fmt], fields=False)
     if not left_out:
@@ -437,7 +469,12 @@ def changes(conversation: Conversation, fmt: str) -> list[str]:
         others = sorted(k for k in conversation.raw if k != _CODECS[fmt][2])
         if others:
             found.append(f"not recorded (request fields, not messages): {', '.join(others)}")
-    elif isinstance(body, list) and fmt == "anthropic":
+    elif fmt == "bedrock" and isinstance(body, dict):  # a Converse request as sent
+        others = sorted(k for k in body if k not in ("system", "messages"))
+        if others:
+            found.append(f"not recorded (request fields, not messages): {', '.join(others)}")
+        body = {k: v for k, v in body.items() if k == "messages" or (k == "system" and v)}
+    elif isinstance(body, list) and fmt in ("anthropic", "bedrock"):
         found.append("a bare list of messages is exported as {\"messages\": [...]}")
         body = {"messages": body}
     exported = json.loads(write_conversation(conversation.history, fmt))
