@@ -1181,7 +1181,8 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
     p.add_argument("--format", default=AUTO, choices=(*FORMATS, AUTO),
                    help="the provider format of the lines: openai (Chat Completions "
                    "messages), anthropic (system + messages), responses (Responses input "
-                   "items), bedrock (Bedrock Converse system + messages), or auto (default: "
+                   "items), bedrock (Bedrock Converse system + messages), gemini (Gemini "
+                   "contents, google-genai's or the REST API's field names), or auto (default: "
                    "each line is read in the format it is written in); a line plainly in "
                    "another format than the one named, or holding a block of no shape of its "
                    "format, is refused")

@@ -10,7 +10,7 @@ from typing import Final
 
 __all__ = ["AUTO", "FORMATS"]
 
-FORMATS: Final = ("openai", "anthropic", "responses", "bedrock")
+FORMATS: Final = ("openai", "anthropic", "responses", "bedrock", "gemini")
 """Every transcript format, in the order the codecs are listed."""
 AUTO: Final = "auto"
 """The format name that lets each line say its own format (`detect_format`)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import codecs
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Final, assert_never, cast
 
@@ -43,6 +44,7 @@ from turnledger.domain.formats.bedrock import (
     to_bedrock_json,
     to_bedrock_record,
 )
+from turnledger.domain.formats.genai import from_genai_json, to_genai_json
 from turnledger.domain.messages import (
     ChatMessage,
     ConversationMessage,
@@ -77,6 +79,8 @@ _CODECS: Final[dict[str, tuple[_Importer, _Exporter, str]]] = {
     "anthropic": (from_anthropic, to_anthropic, ""),
     "responses": (from_openai_responses, to_openai_responses, "input"),
     "bedrock": (from_bedrock_json, to_bedrock_json, ""),
+    "gemini": (lambda body: from_genai_json(_snake_case_contents(body)), to_genai_json,
+               "contents"),
 }
 assert tuple(_CODECS) == FORMATS, "turnledger.replay.formats names every codec, in order"
 
@@ -189,6 +193,8 @@ def detect_format(value: Any) -> tuple[str, str | None]:
     if isinstance(value, dict):
         if "messages" not in value and "input" in value:
             return "responses", "it has an input key"
+        if "messages" not in value and "contents" in value:
+            return "gemini", "it has a contents key"
         messages = value.get("messages")
         if "system" in value:
             if _converse_blocks(value["system"]):
@@ -215,6 +221,8 @@ def _message_format(message: object) -> tuple[str, str] | None:
     if not isinstance(message, dict):
         return None
     kind, role = message.get("type"), message.get("role")
+    if isinstance(message.get("parts"), list) and "content" not in message:
+        return "gemini", "has parts (a Gemini content)"
     if isinstance(kind, str) and kind in _RESPONSES_ITEMS:
         return "responses", f"is a {kind!r} item"
     if role == "tool":
@@ -237,6 +245,37 @@ def _message_format(message: object) -> tuple[str, str] | None:
         if part_type in _OPENAI_PARTS:
             return "openai", f"holds an {part_type!r} part"
     return None
+
+
+_CAMEL: Final = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _snake(key: str) -> str:
+    return _CAMEL.sub("_", key).lower()
+
+
+def _snake_case_contents(contents: Any) -> Any:
+    """Gemini contents as google-genai's JSON names their fields (``function_call``,
+    ``inline_data``, ``mime_type``): the REST API's camelCase names (``functionCall``) are
+    renamed, in each part and one level inside it (``inlineData.mimeType``); the values below
+    that (a call's ``args``, a response's ``response``: the caller's JSON) are never touched."""
+    if not isinstance(contents, list):
+        return contents
+    renamed = []
+    for content in contents:
+        if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+            renamed.append(content)
+            continue
+        parts = []
+        for part in content["parts"]:
+            if not isinstance(part, dict):
+                parts.append(part)
+                continue
+            parts.append({_snake(k): ({_snake(f): w for f, w in v.items()}
+                                      if isinstance(v, dict) else v)
+                          for k, v in part.items()})
+        renamed.append({**content, "parts": parts})
+    return renamed
 
 
 def _converse_blocks(blocks: object) -> bool:
@@ -453,6 +492,12 @@ def write_record(
     if fmt == "bedrock":  # no request body of turnledger's: the format's own writer says
         body, left_out = to_bedrock_record(history)
         return compact_json(body), left_out
+    if fmt == "gemini":  # its writer refuses by name what has no genai form
+        try:
+            return write_conversation(history, fmt), ()
+        except InvalidMessage as error:
+            raise InvalidMessage(f"the gemini format cannot carry this record ({error}); "
+                                 "export it in another format") from error
     messages = to_chat_messages(history)
     sent, left_out = fit_messages(messages, _FORMAT_API[fmt], fields=False)
     if not left_out:
@@ -477,6 +522,10 @@ def changes(conversation: Conversation, fmt: str) -> list[str]:
     elif isinstance(body, list) and fmt in ("anthropic", "bedrock"):
         found.append("a bare list of messages is exported as {\"messages\": [...]}")
         body = {"messages": body}
+    if fmt == "gemini" and _snake_case_contents(body) != body:
+        found.append("the REST API's camelCase field names are exported as google-genai's "
+                     "snake_case (functionCall as function_call)")
+        body = _snake_case_contents(body)
     exported = json.loads(write_conversation(conversation.history, fmt))
     where = _first_difference(body, exported, "")
     if where is not None:
