@@ -3,23 +3,64 @@
 `problems(api, body)` validates a body part against the ``openai`` and ``anthropic`` SDKs'
 ``*Param`` TypedDicts with pydantic (no extra field allowed: a field the type does not define
 is a problem), and checks the rules the types cannot express: no foreign signature, every tool
-call answered by the next message(s), no result without its call.
+call answered by the next message(s), no result without its call, at most four
+``cache_control`` breakpoints and none on an empty text block (issue 35).
+`request_problems(api, body, fields)` validates the whole request (the body with its request
+fields, such as ``prompt_cache_key``) against the SDKs' ``*CreateParams`` types.
+
+The Anthropic SDK's ``BetaContentBlockParam`` also admits its response blocks (pydantic models
+that keep any extra field), which would accept a block of any shape: the checks use the union's
+``TypedDict`` members only (`_params_only`).
 """
 
 from __future__ import annotations
 
 import typing
+import warnings
 from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
 from anthropic.types.beta import BetaContentBlockParam, BetaTextBlockParam
+from anthropic.types.beta.message_create_params import (
+    MessageCreateParamsNonStreaming as AnthropicRequest,
+)
 from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat.completion_create_params import (
+    CompletionCreateParamsNonStreaming as ChatRequest,
+)
 from openai.types.responses import ResponseInputItemParam
+from openai.types.responses.response_create_params import (
+    ResponseCreateParamsNonStreaming as ResponsesRequest,
+)
 from pydantic import ConfigDict, TypeAdapter, ValidationError
+from typing_extensions import is_typeddict
 
 _STRICT = ConfigDict(extra="forbid")
 _ITERATOR = type(TypeAdapter(typing.Iterable[int]).validate_python([]))
+
+
+MAX_BREAKPOINTS = 4
+"""Anthropic's limit of ``cache_control`` breakpoints in one request."""
+
+
+def _members(kind: object) -> list[object]:
+    origin = typing.get_origin(kind)
+    if origin is typing.Union:
+        return [m for arg in typing.get_args(kind) for m in _members(arg)]
+    if origin is typing.Annotated:
+        return _members(typing.get_args(kind)[0])
+    return [kind]
+
+
+def _params_only(kind: object) -> object:
+    """The union of the request ``TypedDict`` members of ``kind``: without the SDK's response
+    models, which keep extra fields and so would accept any block of their ``type``."""
+    members = tuple(m for m in _members(kind) if is_typeddict(m))
+    return typing.Union[members]  # noqa: UP007 - a union built at run time
+
+
+_ANTHROPIC_BLOCK = _params_only(BetaContentBlockParam)
 
 
 @cache
@@ -75,10 +116,47 @@ def _anthropic_messages(body: dict[str, Any]) -> list[str]:
         content = message.get("content")
         if isinstance(content, str):
             continue
-        kind = BetaTextBlockParam if message.get("role") == "system" else BetaContentBlockParam
+        kind = BetaTextBlockParam if message.get("role") == "system" else _ANTHROPIC_BLOCK
         found += [p for j, b in enumerate(content or [])
                   for p in _check(kind, b, f"{where}.content[{j}]")]
+    return found + _anthropic_breakpoints(body)
+
+
+def cache_breakpoints(body: dict[str, Any]) -> list[str]:
+    """Where an Anthropic body carries ``cache_control`` (``system[0]``,
+    ``messages[3].content[1]``, ``messages[2].content[0].content[1]`` inside a tool result),
+    in request order: found here on its own, not by turnledger's code."""
+    found: list[str] = []
+
+    def walk(blocks: object, where: str) -> None:
+        for j, block in enumerate(blocks if isinstance(blocks, list) else []):
+            if isinstance(block, dict):
+                if "cache_control" in block:
+                    found.append(f"{where}[{j}]")
+                walk(block.get("content") if block.get("type") == "tool_result" else None,
+                     f"{where}[{j}].content")
+
+    walk(body.get("system"), "system")
+    for i, message in enumerate(body.get("messages", [])):
+        walk(message.get("content"), f"messages[{i}].content")
     return found
+
+
+def _anthropic_breakpoints(body: dict[str, Any]) -> list[str]:
+    """The rules of breakpoints the types cannot express: at most `MAX_BREAKPOINTS`, and none
+    on an empty text block (the API refuses both)."""
+    places = cache_breakpoints(body)
+    found = ([f"body: {len(places)} cache_control breakpoints, more than {MAX_BREAKPOINTS}"]
+             if len(places) > MAX_BREAKPOINTS else [])
+
+    def block(where: str) -> Any:
+        value: Any = body
+        for part in where.replace("]", "").replace("[", ".").split("."):
+            value = value[int(part)] if part.isdigit() else value[part]
+        return value
+
+    return found + [f"{where}: cache_control on an empty text block" for where in places
+                    if block(where).get("type") == "text" and not block(where).get("text")]
 
 
 def problems(api: str, body: Any) -> list[str]:
@@ -93,6 +171,21 @@ def problems(api: str, body: Any) -> list[str]:
     found = [p for i, item in enumerate(body)
              for p in _check(ResponseInputItemParam, item, f"input[{i}]")]
     return found + _responses_pairs(body)
+
+
+def request_problems(api: str, body: Any, fields: dict[str, Any] | None = None) -> list[str]:
+    """What the provider's request type refuses in the whole request: ``body`` (as `problems`
+    takes it) with the request ``fields`` beside it (``prompt_cache_key``), a model and, for
+    Anthropic, ``max_tokens``; no field the type does not define."""
+    extra = dict(fields or {})
+    if api == "anthropic":
+        request = {"model": "m", "max_tokens": 1, **body, **extra}
+        with warnings.catch_warnings():  # the SDK's fallback entry is an open TypedDict
+            warnings.filterwarnings("ignore", message=".*allows extra items")
+            return _check(AnthropicRequest, request, "request")
+    if api == "openai_chat":
+        return _check(ChatRequest, {"model": "m", "messages": body, **extra}, "request")
+    return _check(ResponsesRequest, {"model": "m", "input": body, **extra}, "request")
 
 
 def _chat_pairs(messages: list[dict[str, Any]]) -> list[str]:

@@ -43,6 +43,7 @@ from turnledger.domain.blocks import (
     extra_fields,
     extra_text,
 )
+from turnledger.domain.cache import mark_anthropic, prompt_cache_key
 from turnledger.domain.errors import InvalidProfile
 from turnledger.domain.messages import (
     AssistantToolCalls,
@@ -57,9 +58,11 @@ from turnledger.domain.providers import (
     marker_blocks,
     structured_item,
     to_anthropic,
+    to_anthropic_marked,
     to_openai_chat,
     to_openai_responses,
 )
+from turnledger.domain.turns import segment
 
 __all__ = [
     "APIS",
@@ -69,6 +72,7 @@ __all__ = [
     "LeftOut",
     "check_api",
     "fit_messages",
+    "prompt_cache_key",
     "render_body",
 ]
 
@@ -499,8 +503,29 @@ _RENDER: Final[dict[str, Callable[[Sequence[ChatMessage]], Any]]] = {
 }
 
 
-def render_body(messages: Sequence[ChatMessage], api: str) -> Any:
+def render_body(
+    messages: Sequence[ChatMessage], api: str, *, cache_breakpoints: bool = False
+) -> Any:
     """The request body part of ``api`` for messages already fitted to it (`fit_messages`):
-    Chat ``messages``, Responses ``input`` items, or Anthropic ``{"system", "messages"}``."""
+    Chat ``messages``, Responses ``input`` items, or Anthropic ``{"system", "messages"}``.
+
+    ``cache_breakpoints`` (issue 35, ADR-0105): an Anthropic body carries ``cache_control``
+    where its prefix is stable, by the rule of `turnledger.domain.cache` (system, the last
+    block before the newest turn, the last block), in place of any recorded one. A pure
+    function of ``messages``, so a replayed request renders the same body. The OpenAI bodies
+    are lists with no request field: their ``prompt_cache_key`` is `prompt_cache_key` of the
+    session, sent beside them. False (the default, what an export of the record uses) renders
+    the messages as recorded.
+    """
     check_api("api", api)
+    if cache_breakpoints and api == API_ANTHROPIC:
+        body, history_end = to_anthropic_marked(messages, _newest_turn_start(messages))
+        return mark_anthropic(body, history_end)
     return _RENDER[api](messages)
+
+
+def _newest_turn_start(messages: Sequence[ChatMessage]) -> int:
+    """Where the newest turn starts (its real user message, R1); the end when there is none,
+    so every message before it belongs to the stable history."""
+    start = segment(messages).last_turn_start
+    return len(messages) if start is None else start

@@ -81,6 +81,7 @@ __all__ = [
     "plain",
     "structured_item",
     "to_anthropic",
+    "to_anthropic_marked",
     "to_openai_chat",
     "to_openai_responses",
 ]
@@ -793,6 +794,16 @@ class _AnthropicWriter:
         self.messages.append(_with({"role": chat.role, "content": content}, chat.extra,
                                    nulls=False))
 
+    def mark(self) -> tuple[int, int] | None:
+        """Where the messages added so far end in ``messages``: the index of the last message
+        and its number of content blocks then (a string content counts as one block), or None
+        before any message. Later messages only append messages or join the open tool-result
+        message, so the mark stays where it is (`to_anthropic_marked`)."""
+        if not self.messages:
+            return None
+        content = self.messages[-1].get("content")
+        return len(self.messages) - 1, len(content) if isinstance(content, list) else 1
+
     def result(self) -> Json:
         out: Json = {}
         if len(self.system) == 1:
@@ -816,6 +827,21 @@ def to_anthropic(history: Iterable[ConversationMessage | ChatMessage]) -> Json:
     for message in _chat_items(history):
         writer.add(message)
     return writer.result()
+
+
+def to_anthropic_marked(
+    messages: Sequence[ChatMessage], end: int
+) -> tuple[Json, tuple[int, int] | None]:
+    """`to_anthropic` of ``messages``, and where its first ``end`` messages end in the body's
+    ``messages`` (`_AnthropicWriter.mark`; None when they hold none but system messages): the
+    prefix a cache breakpoint marks (`turnledger.domain.cache`), found in the one pass."""
+    writer = _AnthropicWriter()
+    for message in messages[:end]:
+        writer.add(message)
+    mark = writer.mark()
+    for message in messages[end:]:
+        writer.add(message)
+    return writer.result(), mark
 
 
 # --- OpenAI Responses -----------------------------------------------------------------------
