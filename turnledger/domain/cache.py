@@ -99,6 +99,15 @@ def _unmarked(block: Any) -> Any:
     return block
 
 
+def _marked(block: Any) -> bool:
+    """Whether a block carries a recorded ``cache_control`` (or a tool result's content does)."""
+    if not isinstance(block, dict):
+        return False
+    inner = block.get("content") if block.get("type") == "tool_result" else None
+    return CACHE_CONTROL in block or (isinstance(inner, list) and any(
+        isinstance(b, dict) and CACHE_CONTROL in b for b in inner))
+
+
 def _blocks(content: Any) -> list[Any]:
     """A content as a list of blocks (a string as one text block; an empty one as none)."""
     if isinstance(content, list):
@@ -152,8 +161,9 @@ def mark_anthropic(body: dict[str, Any], history_end: tuple[int, int] | None) ->
             out["system"] = blocks
     messages: list[dict[str, Any]] = []
     for message in body.get("messages", []):
-        if isinstance(message.get("content"), list):
-            message = {**message, "content": _blocks(message["content"])}
+        content = message.get("content")
+        if isinstance(content, list) and any(_marked(b) for b in content):
+            message = {**message, "content": _blocks(content)}
         messages.append(message)
     ends = [history_end] if history_end is not None else []
     if messages and messages[-1].get("role") == "user":
