@@ -29,7 +29,7 @@ from turnledger.domain.errors import (
     TurnledgerError,
     bounded,
 )
-from turnledger.replay.formats import AUTO, FORMATS
+from turnledger.replay.formats import AGENT_FORMATS, AUTO, FORMATS
 from turnledger.store import DEFAULT_STORE_URL
 
 if TYPE_CHECKING:
@@ -1178,11 +1178,13 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
                        "imported; exit 2 when a line was rejected.")
     p.add_argument("file", help="JSONL file: one conversation per line (a provider's message "
                    "list, or a request object holding it)")
-    p.add_argument("--format", default=AUTO, choices=(*FORMATS, AUTO),
+    p.add_argument("--format", default=AUTO, choices=(*FORMATS, *AGENT_FORMATS, AUTO),
                    help="the provider format of the lines: openai (Chat Completions "
                    "messages), anthropic (system + messages), responses (Responses input "
                    "items), bedrock (Bedrock Converse system + messages), gemini (Gemini "
-                   "contents, google-genai's or the REST API's field names), or auto (default: "
+                   "contents, google-genai's or the REST API's field names), claude-code or "
+                   "codex (a coding agent's whole transcript file: each session of it one "
+                   "session), or auto (default: "
                    "each line is read in the format it is written in); a line plainly in "
                    "another format than the one named, or holding a block of no shape of its "
                    "format, is refused")

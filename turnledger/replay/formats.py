@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["AUTO", "FORMATS"]
+__all__ = ["AGENT_FORMATS", "AUTO", "CLAUDE_CODE", "CODEX", "FORMATS"]
 
 FORMATS: Final = ("openai", "anthropic", "responses", "bedrock", "gemini")
 """Every transcript format, in the order the codecs are listed."""
 AUTO: Final = "auto"
 """The format name that lets each line say its own format (`detect_format`)."""
+CLAUDE_CODE: Final = "claude-code"
+CODEX: Final = "codex"
+AGENT_FORMATS: Final = (CLAUDE_CODE, CODEX)
+"""The coding agents' transcripts, read as whole files of events (`import` only: nothing
+writes them back; `turnledger.replay.agent_transcripts`)."""

@@ -60,7 +60,7 @@ from turnledger.domain.providers import (
     to_openai_chat,
     to_openai_responses,
 )
-from turnledger.replay.formats import AUTO, FORMATS
+from turnledger.replay.formats import AGENT_FORMATS, AUTO, CLAUDE_CODE, FORMATS
 
 __all__ = [
     "changes",
@@ -94,10 +94,13 @@ class Conversation:
     raw: Any
     history: list[ConversationMessage]
     format: str = ""
+    notes: tuple[str, ...] = ()
+    """What an agent transcript's session did not record (`agent_transcripts`); a line of a
+    provider format says it through `changes`."""
 
 
 def _check_format(fmt: str, *, auto: bool = False) -> None:
-    if auto and fmt == AUTO:
+    if auto and (fmt == AUTO or fmt in AGENT_FORMATS):
         return
     if fmt not in _CODECS:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -159,11 +162,15 @@ def _check_given_back(body: Any, history: list[ConversationMessage], fmt: str) -
                     f"{fmt} format: {_shown(block)}; nothing of this line was stored (is it "
                     "another provider's format?)"
                 )
-    lost = [entry for entry in write_record(history, fmt)[1] if entry.what == "message"]
+    left_out = write_record(history, fmt)[1]
+    lost = [entry for entry in left_out if entry.what == "message"]
     if lost:
+        index = lost[0].message
+        first = next((e for e in left_out if e.message == index and e.what != "message"),
+                     lost[0])
         raise TranscriptError(
-            f"message {lost[0].message} of the record: the {fmt} format could give nothing of "
-            f"it back ({lost[0].reason}); nothing of this line was stored"
+            f"message {index} of the record: the {fmt} format could give nothing of it back "
+            f"(its {first.what}: {first.reason}); nothing of this line was stored"
         )
 
 
@@ -426,7 +433,49 @@ def read_conversations(
         ValueError: ``fmt`` is not one of `FORMATS` or auto (at the call, before any reading).
     """
     _check_format(fmt, auto=True)
-    return _read(text.split("\n") if isinstance(text, str) else text, fmt)
+    lines = iter(text.split("\n") if isinstance(text, str) else text)
+    if fmt == AUTO:
+        seen: list[Line] = []
+        for line in lines:
+            seen.append(line)
+            if isinstance(line, TranscriptError) or line.strip():
+                fmt = _agent_format(line) or AUTO
+                break
+        lines = itertools.chain(seen, lines)
+    if fmt in AGENT_FORMATS:
+        return _read_agent(lines, fmt)
+    return _read(lines, fmt)
+
+
+def _agent_format(line: Line) -> str | None:
+    """The agent transcript format a file's first line says (None: one conversation a line)."""
+    from turnledger.replay.agent_transcripts import detect_agent_format
+
+    if isinstance(line, TranscriptError):
+        return None
+    try:
+        return detect_agent_format(json.loads(line))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _read_agent(lines: Iterable[Line], fmt: str) -> Iterator[Conversation | TranscriptError]:
+    """The sessions of a whole agent transcript, each checked as a line of its provider's
+    format would be (nothing stored that no reader could give back)."""
+    from turnledger.replay.agent_transcripts import read_agent_transcript
+
+    base = "anthropic" if fmt == CLAUDE_CODE else "responses"
+    for found in read_agent_transcript(lines, fmt):
+        if isinstance(found, TranscriptError):
+            yield found
+            continue
+        try:
+            _check_given_back(None, found.history, base)
+        except TranscriptError as exc:
+            yield TranscriptError(f"{found.source_id or 'session'}: {exc.reason}",
+                                  line=found.line)
+            continue
+        yield Conversation(found.line, found.raw, found.history, fmt, tuple(found.notes))
 
 
 def _read(lines: Iterable[Line], fmt: str) -> Iterator[Conversation | TranscriptError]:
@@ -507,6 +556,8 @@ def write_record(
 
 def changes(conversation: Conversation, fmt: str) -> list[str]:
     """What ``export`` would not give back of this line; empty when it gives it back exactly."""
+    if fmt in AGENT_FORMATS:  # no writing it back: what its reader said it left
+        return list(conversation.notes)
     _check_format(fmt)
     body = _messages_of(conversation.raw, fmt)
     found: list[str] = []
