@@ -1182,9 +1182,9 @@ def _add_transcript_commands(sub: _Subparsers) -> None:
                    help="the provider format of the lines: openai (Chat Completions "
                    "messages), anthropic (system + messages), responses (Responses input "
                    "items), bedrock (Bedrock Converse system + messages), gemini (Gemini "
-                   "contents, google-genai's or the REST API's field names), claude-code or "
-                   "codex (a coding agent's whole transcript file: each session of it one "
-                   "session), or auto (default: "
+                   "contents, google-genai's or the REST API's field names), claude-code, "
+                   "codex or gemini-cli (a coding agent's whole transcript: each of its "
+                   "sessions one session), or auto (default: "
                    "each line is read in the format it is written in); a line plainly in "
                    "another format than the one named, or holding a block of no shape of its "
                    "format, is refused")

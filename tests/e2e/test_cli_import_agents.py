@@ -8,6 +8,7 @@ Fixtures and their sources: tests/fixtures/agents/README.md.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,56 @@ def test_i36_p2_the_public_codex_sample_is_refused_naming_the_part_it_cannot_giv
             "Responses takes no such block in a assistant message (it came from another "
             "provider, or the target cannot replay it)); nothing of this line was stored\n"
             ) == result.stderr
+
+
+@pytest.mark.parametrize("named", [[], ["--format", "gemini-cli"]])
+def test_i36_p2_a_gemini_cli_session_document_is_one_session(
+    cli: Cli, named: list[str]
+) -> None:
+    """One pretty-printed JSON document (the 579 "invalid JSON" lines of the issue): read
+    whole, each gemini message a model content and its calls' results; the CLI's info message
+    and thought summaries not recorded; the cancelled call recorded unanswered and swept from
+    what the model would see."""
+    result = cli.run("import", AGENTS / "gemini_cli_session.json", *named)
+
+    assert 0 == result.returncode, describe(result)
+    [session] = imported_ids(result.stdout)
+    read_as = " (read as gemini-cli)" if not named else ""
+    assert f"{session}\tline 1: 5 messages, 2 turns{read_as}\n" == result.stdout
+    assert [
+        "turnledger: warning: line 1: not recorded (the CLI's own): info messages (1), thought "
+        "summaries (1)",
+        "turnledger: warning: line 1: 1 call with no result (cancelled) recorded unanswered: "
+        "the chat view sweeps it (R36)",
+        "turnledger: warning: line 1: not recorded: each message's id, timestamp, token counts "
+        "and model",
+    ] == result.stderr.splitlines()
+    listing = {"name": "list_directory", "id": "list_directory-1", "args": {"path": "."}}
+    answer = {"function_response": {"name": "list_directory", "id": "list_directory-1",
+                                    "response": {"output": "README.md\nsrc"}}}
+    cancelled = {"name": "read_file", "id": "read_file-2",
+                 "args": {"absolute_path": "/w/README.md"}}
+    tail = [{"role": "user", "parts": [answer]},
+            {"role": "user", "parts": [{"text": "Just summarize."}]},
+            {"role": "model", "parts": [{"text": "There is a README and a src folder."}]}]
+    first = {"role": "user", "parts": [{"text": "List the files in the current directory"}]}
+    assert [first, {"role": "model", "parts": [{"function_call": listing},
+                                               {"function_call": cancelled}]}, *tail] == (
+        json.loads(cli.ok("export", session, "--format", "gemini")))
+    assert [first, {"role": "model", "parts": [{"function_call": listing}]}, *tail] == (
+        json.loads(cli.ok("export", session, "--format", "gemini", "--view", "chat")))
+
+
+def test_i36_p2_a_pretty_printed_conversation_is_read_as_one_line(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A provider conversation written over several lines (json.dumps(indent=2)) is one
+    conversation, not a refusal per line."""
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps([{"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": "hello"}], indent=2))
+    result = cli.run("import", path)
+
+    assert (0, "") == (result.returncode, result.stderr), describe(result)
+    [session] = imported_ids(result.stdout)
+    assert f"{session}\tline 1: 2 messages, 1 turn (read as openai)\n" == result.stdout

@@ -24,6 +24,14 @@ first; a ``compacted`` record's summary is a user message, as the agent gives it
 Not recorded, and counted: ``event_msg`` and ``turn_context`` records (the agent's UI events
 and per-turn settings) and Codex's own ``ghost_snapshot`` items (undo points, never sent).
 
+**Gemini CLI** (``~/.gemini/tmp/<project>/chats/session-*.json``; `GEMINI_CLI`): one JSON
+document (``sessionId``, ``messages``), not JSONL. A ``user`` message is a user content; a
+``gemini`` message is a model content (its text, then a ``function_call`` per ``toolCalls``
+entry) followed by a user content of the calls' results (each result's ``functionResponse``
+parts, or its text as ``{"output": ...}``), read as the ``gemini`` format. Not recorded, and
+counted: ``info``, ``error`` and ``warning`` messages (the CLI's own), thought summaries, token
+counts, and a call with no result (cancelled: it stays unanswered, and a restore sweeps it).
+
 A rewound or retried branch stays in the record as it happened (file order). Nothing here does
 I/O.
 """
@@ -36,12 +44,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from turnledger.domain.errors import InvalidMessage
+from turnledger.domain.formats.genai import from_genai_json, snake_case_contents
 from turnledger.domain.messages import Chat, ChatMessage, ConversationMessage
 from turnledger.domain.providers import TranscriptError, from_anthropic, from_openai_responses
-from turnledger.replay.formats import AGENT_FORMATS, CLAUDE_CODE, CODEX
+from turnledger.replay.formats import AGENT_FORMATS, CLAUDE_CODE, CODEX, GEMINI_CLI
 
-__all__ = ["AGENT_FORMATS", "CLAUDE_CODE", "CODEX", "AgentSession", "detect_agent_format",
-           "read_agent_transcript"]
+__all__ = ["AGENT_FORMATS", "CLAUDE_CODE", "CODEX", "GEMINI_CLI", "AgentSession",
+           "detect_agent_format", "read_agent_transcript"]
 
 
 _CLAUDE_TYPES: Final = frozenset({"user", "assistant", "system", "summary",
@@ -49,6 +58,7 @@ _CLAUDE_TYPES: Final = frozenset({"user", "assistant", "system", "summary",
 _CODEX_TYPES: Final = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
                                  "compacted"})
 _CODEX_UNSENT: Final = frozenset({"ghost_snapshot"})
+_UNANSWERED: Final = "calls with no result"
 
 
 class AgentSession:
@@ -65,10 +75,13 @@ class AgentSession:
 
 
 def detect_agent_format(value: object) -> str | None:
-    """The agent transcript format a file's first record is in, or None (a conversation per
-    line, `turnledger.replay.transcripts`)."""
+    """The agent transcript format a file's first record (or whole document) is in, or None
+    (a conversation per line, `turnledger.replay.transcripts`)."""
     if not isinstance(value, dict):
         return None
+    if "sessionId" in value and "projectHash" in value and isinstance(value.get("messages"),
+                                                                       list):
+        return GEMINI_CLI
     kind = value.get("type")
     if kind in _CODEX_TYPES and "payload" in value:
         return CODEX
@@ -84,6 +97,9 @@ def read_agent_transcript(
     """The sessions of a whole transcript file in ``fmt`` (`AGENT_FORMATS`); a line that is not
     a JSON object, or a session whose messages have no turnledger form, yields its error (the
     other sessions are still read)."""
+    if fmt == GEMINI_CLI:
+        yield from _gemini_cli(lines)
+        return
     records: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(lines, start=1):
         if isinstance(line, TranscriptError):
@@ -253,3 +269,85 @@ def _compaction_note(count: int) -> list[str]:
         return []
     return [f"{count} compaction{'s' if count > 1 else ''}: the summary the agent gave its "
             "model is recorded as a user message; the turns before it stay in the record"]
+
+
+# --- Gemini CLI -----------------------------------------------------------------------------
+
+
+def _gemini_cli(lines: Iterable[str | TranscriptError]) -> Iterator[AgentSession |
+                                                                   TranscriptError]:
+    text: list[str] = []
+    for line in lines:
+        if isinstance(line, TranscriptError):
+            yield line
+            return
+        text.append(line)
+    try:
+        document = json.loads("\n".join(text))
+    except (ValueError, RecursionError) as exc:
+        yield TranscriptError(f"a gemini-cli session is one JSON document: {exc}", line=1)
+        return
+    if detect_agent_format(document) != GEMINI_CLI:
+        yield TranscriptError("a gemini-cli session is an object with sessionId, projectHash "
+                              "and messages", line=1)
+        return
+    skipped: Counter[str] = Counter()
+    contents: list[dict[str, Any]] = []
+    for i, message in enumerate(document["messages"]):
+        if not isinstance(message, dict):
+            yield TranscriptError(f"messages[{i}] is not an object", line=1)
+            return
+        kind = message.get("type")
+        if kind == "user":
+            contents.append({"role": "user", "parts": _parts(message.get("content"))})
+        elif kind == "gemini":
+            contents += _gemini_turn(message, skipped)
+        else:
+            skipped[f"{kind} messages"] += 1
+    try:
+        history = from_genai_json(snake_case_contents(contents),
+                                  seed=str(document.get("sessionId", "")))
+    except InvalidMessage as exc:
+        yield TranscriptError(str(exc), line=1)
+        return
+    if not history:
+        yield TranscriptError("no message the agent sent its model", line=1)
+        return
+    unanswered = skipped.pop(_UNANSWERED, 0)
+    notes = _counted("the CLI's own", skipped)
+    if unanswered:
+        notes.append(f"{unanswered} call{'s' if unanswered > 1 else ''} with no result (cancelled)"
+                     " recorded unanswered: the chat view sweeps it (R36)")
+    notes.append("not recorded: each message's id, timestamp, token counts and model")
+    yield AgentSession(1, str(document["sessionId"]), [document], history, notes)
+
+
+def _parts(content: object) -> list[Any]:
+    """A message's ``content`` as parts: a string is one text part."""
+    if isinstance(content, str):
+        return [{"text": content}]
+    if isinstance(content, dict):
+        return [content]
+    return list(content) if isinstance(content, list) else []
+
+
+def _gemini_turn(message: dict[str, Any], skipped: Counter[str]) -> list[dict[str, Any]]:
+    """The model content of a ``gemini`` message and the user content of its calls' results."""
+    calls = [c for c in message.get("toolCalls") or () if isinstance(c, dict)]
+    if message.get("thoughts"):
+        skipped["thought summaries"] += len(message["thoughts"])
+    parts = [p for p in _parts(message.get("content")) if p != {"text": ""}]
+    parts += [{"functionCall": {"id": c.get("id"), "name": c.get("name"),
+                                "args": c.get("args") or {}}} for c in calls]
+    results: list[Any] = []
+    for call in calls:
+        result = call.get("result")
+        if result is None:
+            skipped[_UNANSWERED] += 1
+            continue
+        answered = [p for p in _parts(result) if isinstance(p, dict) and "functionResponse" in p]
+        results += answered or [{"functionResponse": {
+            "id": call.get("id"), "name": call.get("name"),
+            "response": {"output": result if isinstance(result, str) else json.dumps(result)}}}]
+    turn = [{"role": "model", "parts": parts}] if parts else []
+    return turn + ([{"role": "user", "parts": results}] if results else [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["AGENT_FORMATS", "AUTO", "CLAUDE_CODE", "CODEX", "FORMATS"]
+__all__ = ["AGENT_FORMATS", "AUTO", "CLAUDE_CODE", "CODEX", "FORMATS", "GEMINI_CLI"]
 
 FORMATS: Final = ("openai", "anthropic", "responses", "bedrock", "gemini")
 """Every transcript format, in the order the codecs are listed."""
@@ -16,6 +16,7 @@ AUTO: Final = "auto"
 """The format name that lets each line say its own format (`detect_format`)."""
 CLAUDE_CODE: Final = "claude-code"
 CODEX: Final = "codex"
-AGENT_FORMATS: Final = (CLAUDE_CODE, CODEX)
+GEMINI_CLI: Final = "gemini-cli"
+AGENT_FORMATS: Final = (CLAUDE_CODE, CODEX, GEMINI_CLI)
 """The coding agents' transcripts, read as whole files of events (`import` only: nothing
 writes them back; `turnledger.replay.agent_transcripts`)."""

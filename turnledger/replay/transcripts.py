@@ -16,7 +16,6 @@ from __future__ import annotations
 import codecs
 import itertools
 import json
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Final, assert_never, cast
 
@@ -44,7 +43,7 @@ from turnledger.domain.formats.bedrock import (
     to_bedrock_json,
     to_bedrock_record,
 )
-from turnledger.domain.formats.genai import from_genai_json, to_genai_json
+from turnledger.domain.formats.genai import from_genai_json, snake_case_contents, to_genai_json
 from turnledger.domain.messages import (
     ChatMessage,
     ConversationMessage,
@@ -60,7 +59,14 @@ from turnledger.domain.providers import (
     to_openai_chat,
     to_openai_responses,
 )
-from turnledger.replay.formats import AGENT_FORMATS, AUTO, CLAUDE_CODE, FORMATS
+from turnledger.replay.formats import (
+    AGENT_FORMATS,
+    AUTO,
+    CLAUDE_CODE,
+    CODEX,
+    FORMATS,
+    GEMINI_CLI,
+)
 
 __all__ = [
     "changes",
@@ -79,7 +85,7 @@ _CODECS: Final[dict[str, tuple[_Importer, _Exporter, str]]] = {
     "anthropic": (from_anthropic, to_anthropic, ""),
     "responses": (from_openai_responses, to_openai_responses, "input"),
     "bedrock": (from_bedrock_json, to_bedrock_json, ""),
-    "gemini": (lambda body: from_genai_json(_snake_case_contents(body)), to_genai_json,
+    "gemini": (lambda body: from_genai_json(snake_case_contents(body)), to_genai_json,
                "contents"),
 }
 assert tuple(_CODECS) == FORMATS, "turnledger.replay.formats names every codec, in order"
@@ -254,37 +260,6 @@ def _message_format(message: object) -> tuple[str, str] | None:
     return None
 
 
-_CAMEL: Final = re.compile(r"(?<!^)(?=[A-Z])")
-
-
-def _snake(key: str) -> str:
-    return _CAMEL.sub("_", key).lower()
-
-
-def _snake_case_contents(contents: Any) -> Any:
-    """Gemini contents as google-genai's JSON names their fields (``function_call``,
-    ``inline_data``, ``mime_type``): the REST API's camelCase names (``functionCall``) are
-    renamed, in each part and one level inside it (``inlineData.mimeType``); the values below
-    that (a call's ``args``, a response's ``response``: the caller's JSON) are never touched."""
-    if not isinstance(contents, list):
-        return contents
-    renamed = []
-    for content in contents:
-        if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
-            renamed.append(content)
-            continue
-        parts = []
-        for part in content["parts"]:
-            if not isinstance(part, dict):
-                parts.append(part)
-                continue
-            parts.append({_snake(k): ({_snake(f): w for f, w in v.items()}
-                                      if isinstance(v, dict) else v)
-                          for k, v in part.items()})
-        renamed.append({**content, "parts": parts})
-    return renamed
-
-
 def _converse_blocks(blocks: object) -> bool:
     """Whether ``blocks`` is a non-empty list of Converse blocks: objects of one member among
     Converse's block kinds, none with a ``type``."""
@@ -441,10 +416,38 @@ def read_conversations(
             if isinstance(line, TranscriptError) or line.strip():
                 fmt = _agent_format(line) or AUTO
                 break
+        if fmt == AUTO and _opens_a_document(seen[-1] if seen else ""):
+            seen += list(lines)  # a pretty-printed JSON document: read it whole
+            fmt, seen = _whole_document(seen)
         lines = itertools.chain(seen, lines)
     if fmt in AGENT_FORMATS:
         return _read_agent(lines, fmt)
     return _read(lines, fmt)
+
+
+def _opens_a_document(line: Line) -> bool:
+    """Whether a file's first line is the start of a JSON document spread over lines (``{`` or
+    ``[`` that is no JSON value by itself)."""
+    return not isinstance(line, TranscriptError) and line.strip() in ("{", "[")
+
+
+def _whole_document(lines: list[Line]) -> tuple[str, list[Line]]:
+    """A pretty-printed file read whole: an agent's session document (Gemini CLI), or one
+    conversation written over several lines (then given as one line); the lines as they were
+    when they are no JSON document either (each is then refused on its own)."""
+    if any(isinstance(line, TranscriptError) for line in lines):
+        return AUTO, lines
+    text = "\n".join(cast("list[str]", lines))
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return AUTO, lines
+    from turnledger.replay.agent_transcripts import detect_agent_format
+
+    found = detect_agent_format(value)
+    if found is not None:
+        return found, lines
+    return AUTO, [compact_json(value)]
 
 
 def _agent_format(line: Line) -> str | None:
@@ -464,7 +467,7 @@ def _read_agent(lines: Iterable[Line], fmt: str) -> Iterator[Conversation | Tran
     format would be (nothing stored that no reader could give back)."""
     from turnledger.replay.agent_transcripts import read_agent_transcript
 
-    base = "anthropic" if fmt == CLAUDE_CODE else "responses"
+    base = {CLAUDE_CODE: "anthropic", CODEX: "responses", GEMINI_CLI: "gemini"}[fmt]
     for found in read_agent_transcript(lines, fmt):
         if isinstance(found, TranscriptError):
             yield found
@@ -573,10 +576,10 @@ def changes(conversation: Conversation, fmt: str) -> list[str]:
     elif isinstance(body, list) and fmt in ("anthropic", "bedrock"):
         found.append("a bare list of messages is exported as {\"messages\": [...]}")
         body = {"messages": body}
-    if fmt == "gemini" and _snake_case_contents(body) != body:
+    if fmt == "gemini" and snake_case_contents(body) != body:
         found.append("the REST API's camelCase field names are exported as google-genai's "
                      "snake_case (functionCall as function_call)")
-        body = _snake_case_contents(body)
+        body = snake_case_contents(body)
     exported = json.loads(write_conversation(conversation.history, fmt))
     where = _first_difference(body, exported, "")
     if where is not None:

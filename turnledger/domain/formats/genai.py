@@ -18,8 +18,10 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import uuid
 from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
 from turnledger.domain.blocks import (
     ContentBlock,
@@ -57,6 +59,7 @@ __all__ = [
     "genai_content_json",
     "genai_groups",
     "genai_opens",
+    "snake_case_contents",
     "to_genai_json",
     "unanswered_calls",
 ]
@@ -348,3 +351,36 @@ def to_genai_json(history: Iterable[ChatMessage | ConversationMessage]) -> list[
     message (recorded by another runtime) is a user text part, since contents have no system
     role."""
     return [genai_content_json(group) for group in genai_groups(conversation_of(list(history)))]
+
+
+# --- field names ----------------------------------------------------------------------------
+
+_CAMEL: Final = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _snake(key: str) -> str:
+    return _CAMEL.sub("_", key).lower()
+
+
+def snake_case_contents(contents: Any) -> Any:
+    """Gemini contents as google-genai's JSON names their fields (``function_call``,
+    ``inline_data``, ``mime_type``): the REST API's camelCase names (``functionCall``) are
+    renamed, in each part and one level inside it (``inlineData.mimeType``); the values below
+    that (a call's ``args``, a response's ``response``: the caller's JSON) are never touched."""
+    if not isinstance(contents, list):
+        return contents
+    renamed = []
+    for content in contents:
+        if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+            renamed.append(content)
+            continue
+        parts = []
+        for part in content["parts"]:
+            if not isinstance(part, dict):
+                parts.append(part)
+                continue
+            parts.append({_snake(k): ({_snake(f): w for f, w in v.items()}
+                                      if isinstance(v, dict) else v)
+                          for k, v in part.items()})
+        renamed.append({**content, "parts": parts})
+    return renamed
