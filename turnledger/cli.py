@@ -890,6 +890,8 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
         compaction["clear_tool_results"] = args.clear_tool_results
     if args.keep_tool_result_turns is not None:
         compaction["keep_tool_result_turns"] = args.keep_tool_result_turns
+    if args.low_water is not None:  # issue 35: "none" gives back the spec's trim
+        compaction["low_water"] = None if args.low_water == "none" else args.low_water
     if compaction:
         changes["compaction"] = attrs.evolve(started.profile.compaction, **compaction)
     profile = attrs.evolve(started.profile, **changes)
@@ -992,8 +994,10 @@ _WHAT_IF_KEYS: dict[str, Callable[[str], object]] = {
     "history_pruning.max_tokens": int,
     "compaction.clear_tool_results": lambda text: {"true": True, "false": False}[text.lower()],
     "compaction.keep_tool_result_turns": int,
+    "compaction.low_water": float,
 }
-_OPTIONAL_KEYS = frozenset({"max_context_tokens", "context_compact_ratio", "max_history_messages"})
+_OPTIONAL_KEYS = frozenset({"max_context_tokens", "context_compact_ratio", "max_history_messages",
+                            "compaction.low_water"})
 
 
 def _warn_unset_ratio(option: str, ratio: float) -> None:
@@ -1268,6 +1272,9 @@ def _add_audit_commands(sub: _Subparsers) -> None:
                    default=None, help="clear older tool results before a budget trim (C1)")
     p.add_argument("--keep-tool-result-turns", type=_non_negative_int, metavar="N",
                    help="newest turns whose tool results are never cleared (C1; at least 1)")
+    p.add_argument("--low-water", type=_low_water, metavar="F",
+                   help="a forced trim drops to F x the budget / turn limit, F in (0, 1), so "
+                   "the kept prefix holds until the next one (issue 35); none: the spec's trim")
     _add_summarizer(p)
     _add_json(p)
     p.set_defaults(func=cmd_what_if)
@@ -1289,8 +1296,8 @@ def _add_report_command(sub: _Subparsers) -> None:
                    help="compare with the recorded profile changed (repeatable): "
                    "max_context_tokens, context_compact_ratio, max_history_messages, "
                    "max_tool_result_chars, history_pruning.enabled, history_pruning.max_tokens, "
-                   "compaction.clear_tool_results, compaction.keep_tool_result_turns "
-                   "(none unsets the first three)")
+                   "compaction.clear_tool_results, compaction.keep_tool_result_turns, "
+                   "compaction.low_water (none unsets the first three and the low water)")
     _add_summarizer(p)
     p.set_defaults(func=cmd_report)
 
@@ -1418,6 +1425,16 @@ def _int_at_least(text: str, least: int) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
     return value
+
+
+def _low_water(text: str) -> float | str:
+    """``--low-water``: a number (the profile checks it is in (0, 1)), or ``none``."""
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or none: {text!r}") from None
 
 
 def _positive_float(text: str) -> float:

@@ -32,6 +32,8 @@ float, ``nan`` and ``inf`` included), and a number outside (0, 1] is treated as 
     [compaction]               # opt-in stages (issue 24); off by default
     clear_tool_results = false # older tool results' contents become a placeholder
     keep_tool_result_turns = 3 # ... outside the newest 3 turns (at least 1)
+    low_water = 0.6            # a forced trim drops to 60 % of the budget / turn limit
+                               # (issue 35); absent: just below the limit (the spec's trim)
 
     [providers.openai]         # the table key is the provider name
     model = "gpt-4o"           # required
@@ -96,6 +98,8 @@ __all__ = [
     "RuntimeProfile",
     "effective_context_budget",
     "find_provider",
+    "low_water_tokens",
+    "low_water_turns",
     "parse_profile_document",
     "request_window",
     "resolve_capacity",
@@ -189,6 +193,18 @@ class HistoryPruning:
         _check_count("history_pruning.max_tokens", self.max_tokens, optional=False)
 
 
+def _check_low_water(key: str, value: object) -> None:
+    """A fraction strictly between 0 and 1, or None (issue 35). Unlike a ratio (R14), a bad
+    value is an error: it cannot mean "unset", and 0 or 1 would empty the window or trim on
+    every request."""
+    if value is None:
+        return
+    if not is_number(value) or not math.isfinite(value) or not 0 < value < 1:
+        raise InvalidProfile(
+            f"{key}: must be a number strictly between 0 and 1 or absent, got {value!r}"
+        )
+
+
 @attrs.frozen
 class Compaction:
     """The compaction stages a profile opts into (issue 24); all off by default (ADR-0086).
@@ -198,10 +214,21 @@ class Compaction:
     are replaced by a placeholder naming what was cleared (`ToolResultsCleared`). Raises
     `InvalidProfile` for a non-bool switch or a turn count below 1 (the newest turn's
     results are the ones the model is answering).
+
+    ``low_water`` (issue 35, ADR-0104): a fraction in (0, 1). A trim is still forced only when
+    the limit is exceeded, but it then drops whole oldest turns down to ``low_water`` × the
+    token budget (`low_water_tokens`), or to ``floor(low_water × turn limit)`` turns, at least
+    one (`low_water_turns`), instead of just below the limit, so the kept prefix stays
+    byte-identical for the requests until the next forced trim, which a provider's prompt
+    cache can serve. With it, tool-result clearing waits for a forced budget trim and is
+    done in the same request (one change of the prefix, not one per turn). None (the
+    default): the spec's trim. Raises `InvalidProfile` naming ``compaction.low_water`` for
+    anything but a finite number strictly between 0 and 1.
     """
 
     clear_tool_results: bool = False
     keep_tool_result_turns: int = 3
+    low_water: float | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_bool("compaction.clear_tool_results", self.clear_tool_results)
@@ -212,6 +239,27 @@ class Compaction:
                 "compaction.keep_tool_result_turns: must be at least 1 (the newest turn's "
                 f"results are always kept), got {self.keep_tool_result_turns}"
             )
+        _check_low_water("compaction.low_water", self.low_water)
+
+
+def _low_water_share(limit: int, low_water: float) -> int:
+    # Exact, as the ratio's budget is (R13): 0.6 is 6/10, not the binary float below it.
+    return int((Decimal(repr(low_water)) * limit).to_integral_value(rounding=ROUND_FLOOR))
+
+
+def low_water_tokens(budget: int, low_water: float | None) -> int:
+    """The estimate a forced budget trim drops to (issue 35): ``floor(low_water × budget)``,
+    computed on the decimal value; the budget itself without a low water (the spec's trim).
+    Never above the budget; it may be 0, which keeps the newest turn alone (R6)."""
+    return budget if low_water is None else _low_water_share(budget, low_water)
+
+
+def low_water_turns(max_turns: int, low_water: float | None) -> int:
+    """How many turns a forced turn-limit trim keeps (issue 35): ``floor(low_water ×
+    max_turns)``, at least 1 (R6); without a low water ``max(max_turns, 1)`` (R29)."""
+    if low_water is None:
+        return max(max_turns, 1)
+    return max(1, _low_water_share(max_turns, low_water))
 
 
 @attrs.frozen

@@ -40,6 +40,7 @@ from turnledger.domain.budget import (
     Route,
     RuntimeProfile,
     find_provider,
+    low_water_tokens,
     resolve_route,
 )
 from turnledger.domain.compaction import cleared_item
@@ -233,12 +234,16 @@ class EnforceTokenBudget:
     """Trim the chat view to ``target`` tokens (None: the route's budget, R24).
 
     ``summary``: the summarizer's outcome for this trim (issue 24), set by `run`; the trim
-    then shows the summary in place of the breadcrumb, or records why not."""
+    then shows the summary in place of the breadcrumb, or records why not.
+    ``after_clearing``: the step before it cleared tool results (set by `run`). With a
+    low water (issue 35) that clearing was a forced trim's first part, so this one goes on
+    down to the low water even when the clearing brought the view under the budget."""
 
     trigger: TrimTrigger
     target: int | None
     now: datetime
     summary: SummaryOutcome | None = attrs.field(default=None, kw_only=True)
+    after_clearing: bool = attrs.field(default=False, kw_only=True)
 
 
 _OPENAI_APIS: Final = (API_OPENAI_CHAT, API_OPENAI_RESPONSES)
@@ -339,7 +344,11 @@ class ClearHistory:
 class ClearToolResults:
     """Replace older tool results' contents by placeholders (`ToolResultsCleared`), when the
     profile opts in (`Compaction.clear_tool_results`, issue 24): a step of a request, before
-    its token-budget trim. Records nothing otherwise, or when nothing is left to clear."""
+    its token-budget trim. Records nothing otherwise, or when nothing is left to clear.
+
+    With a low water (`Compaction.low_water`, issue 35) it clears only when the chat view
+    exceeds the budget, as the first part of that forced trim: the clearing boundary then
+    moves once per forced trim, with the first kept turn, not once per turn."""
 
     now: datetime
 
@@ -816,7 +825,8 @@ def _decide_turn_limit(state: SessionState, command: EnforceTurnLimit, batch: Ba
     view = state.loop.turn_limit_view
     limit = state.profile.max_history_turns
     visible = state.loop.announces(TrimReason.TURN_LIMIT)  # R34
-    kept = window_for_count(state.index, state.window(view), limit, breadcrumb=visible)
+    kept = window_for_count(state.index, state.window(view), limit, breadcrumb=visible,
+                            low_water=state.profile.compaction.low_water)
     if kept is not None:
         reason = TrimReason.TURN_LIMIT
         _trim(state, batch, view=view, trigger=command.trigger, reason=reason, kept=kept,
@@ -824,29 +834,60 @@ def _decide_turn_limit(state: SessionState, command: EnforceTurnLimit, batch: Ba
 
 
 def _decide_token_budget(state: SessionState, command: EnforceTokenBudget, batch: Batch) -> None:
-    target = state.route.budget if command.target is None else command.target
-    if target <= 0:
+    bounds = _bounds(state, command.target, after_clearing=command.after_clearing)
+    if bounds is None:
         return  # R12: an explicit zero disables proactive trimming
     if command.summary is not None:
-        _decide_summarised_trim(state, command, command.summary, target, batch)
+        _decide_summarised_trim(state, command, command.summary, bounds.limit, batch)
         return
     if state.summary is None:  # every session without summaries: as before
-        kept = window_for_budget(state.index, state.chat, target)
+        kept = window_for_budget(state.index, state.chat, bounds.limit, down_to=bounds.down_to,
+                                 over=bounds.over)
     else:
-        kept = _budget_window(state, target, BREADCRUMB_TOKENS)
+        kept = _budget_window(state, bounds, BREADCRUMB_TOKENS)
     if kept is not None:
         reason = TrimReason.TOKEN_BUDGET
         _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
-              limit=target)
+              limit=bounds.limit)
+
+
+@attrs.frozen
+class _Bounds:
+    """The numbers of one budget trim: the ``limit`` it records (`TrimDecided.limit`), the
+    estimate ``over`` which it trims, and the one its result must fit, ``down_to``."""
+
+    limit: int
+    over: int
+    down_to: int
+
+
+def _bounds(state: SessionState, target: int | None, *, after_clearing: bool = False
+            ) -> _Bounds | None:
+    """The bounds of a budget trim to ``target`` (None: the route's budget, R24); None when
+    the target is 0 or less (R12: trimming off).
+
+    The spec's trim: over the limit, down to the limit. With a low water (issue 35,
+    `Compaction.low_water`) a trim to the route's budget goes down to `low_water_tokens` of
+    it, and, right after a clearing (which a low water makes part of a forced trim: it
+    happens only over the budget), over the low water already. An explicit target (an
+    overflow recovery's two thirds, R25) keeps its own number."""
+    limit = state.route.budget if target is None else target
+    if limit <= 0:
+        return None
+    low_water = state.profile.compaction.low_water
+    if target is not None or low_water is None:
+        return _Bounds(limit, limit, limit)
+    down_to = low_water_tokens(limit, low_water)
+    return _Bounds(limit, down_to if after_clearing else limit, down_to)
 
 
 # --- summaries (issue 24, ADR-0086) ---------------------------------------------------------
 
-def _budget_window(state: SessionState, target: int, shown: int) -> Window | None:
-    """The window a budget trim keeps when the chat view's own estimate is `chat_tokens`
-    (which prices a summary it shows) and a kept window shows something of ``shown`` tokens
-    in place of its breadcrumb (a summary, or the breadcrumb itself); None: nothing drops.
-    The newest turn is kept even over budget (R6)."""
+def _budget_window(state: SessionState, bounds: _Bounds, shown: int) -> Window | None:
+    """The window a budget trim within ``bounds`` keeps when the chat view's own estimate is
+    `chat_tokens` (which prices a summary it shows) and a kept window shows something of
+    ``shown`` tokens in place of its breadcrumb (a summary, or the breadcrumb itself); None:
+    nothing drops. The newest turn is kept even over budget (R6)."""
     index, chat = state.index, state.chat
     starts = index.turns_from(chat.start)
     extra = shown - BREADCRUMB_TOKENS
@@ -856,7 +897,8 @@ def _budget_window(state: SessionState, target: int, shown: int) -> Window | Non
             return state.chat_tokens()
         return index.tokens(Window(starts[dropped], True)) + extra
 
-    dropped = turns_to_drop_for_budget(len(starts), tokens_after, target)
+    dropped = turns_to_drop_for_budget(len(starts), tokens_after, bounds.limit,
+                                       down_to=bounds.down_to, over=bounds.over)
     return Window(starts[dropped], True) if dropped else None
 
 
@@ -867,18 +909,21 @@ def summary_tokens(state: SessionState, text: str) -> int:
 
 def plan_summary(
     state: SessionState, target: int | None = None, shown: int = BREADCRUMB_TOKENS,
-    *, kept_start: int | None = None,
+    *, kept_start: int | None = None, after_clearing: bool = False,
 ) -> SummaryPlan | None:
     """What a budget trim to ``target`` (None: the route's budget) would drop, for a
     summarizer, when the kept turns show ``shown`` tokens in place of the breadcrumb; None
     when it drops nothing. ``kept_start``: the plan of the trim that keeps the turns from
     there instead (a turn start after the chat view's start; None when it is not one), for
-    a replay of a recorded range. Pure; O(the dropped turns)."""
-    target = state.route.budget if target is None else target
-    if target <= 0:
+    a replay of a recorded range. ``after_clearing``: as `EnforceTokenBudget`'s (with a low
+    water, issue 35, the trim to the route's budget goes down to the low water, so the
+    summary covers the same chunk the trim drops). Pure; O(the dropped turns)."""
+    bounds = _bounds(state, target, after_clearing=after_clearing)
+    if bounds is None:
         return None
+    target = bounds.limit
     if kept_start is None:
-        kept = _budget_window(state, target, shown)
+        kept = _budget_window(state, bounds, shown)
     elif kept_start > state.chat.start and kept_start in state.index.turns_from(kept_start):
         kept = Window(kept_start, True)
     else:
@@ -909,7 +954,7 @@ def _with_summary(state: SessionState, step: EnforceTokenBudget, summarize: Summ
     """``step`` with the summarizer's outcome, asked between two decisions (ADR-0086): the
     plan of the plain trim first; when the summary and the kept turns exceed the budget, the
     plan that drops more, summarised again (``attempts`` calls at most)."""
-    plan = plan_summary(state, step.target)
+    plan = plan_summary(state, step.target, after_clearing=step.after_clearing)
     if plan is None:
         return step  # nothing drops: no summarizer is called
     if not plan.paired:
@@ -921,7 +966,8 @@ def _with_summary(state: SessionState, step: EnforceTokenBudget, summarize: Summ
         if outcome is None or outcome.text is None:
             break
         plan = outcome.plan
-        wider = plan_summary(state, step.target, summary_tokens(state, outcome.text))
+        wider = plan_summary(state, step.target, summary_tokens(state, outcome.text),
+                             after_clearing=step.after_clearing)
         if wider is None or wider.kept_start <= plan.kept_start or not wider.paired:
             break
         again = summarize(wider)
@@ -951,12 +997,14 @@ def _decide_summarised_trim(
     the planned turns when the summary is valid, fits and is smaller than what it replaces;
     otherwise the plain trim and `SummaryRefused` saying why (the request still goes out).
     Returns the trim's numbers; None when nothing drops."""
-    plain = _budget_window(state, target, BREADCRUMB_TOKENS)
+    bounds = _bounds(state, command.target, after_clearing=command.after_clearing)
+    plain = None if bounds is None else _budget_window(state, bounds, BREADCRUMB_TOKENS)
     if plain is None:
         return None  # nothing drops (no plan is decided on another state than its own)
     plan, refusal, detail = outcome.plan, outcome.refusal, outcome.detail
     text = outcome.text
-    fresh = plan_summary(state, target, BREADCRUMB_TOKENS)
+    fresh = plan_summary(state, command.target, BREADCRUMB_TOKENS,
+                         after_clearing=command.after_clearing)
     if refusal is None and (fresh is None or fresh.first_position != plan.first_position
                             or plan.kept_start < plain.start
                             or plan.kept_start not in state.index.turns_from(plain.start)):
@@ -1210,6 +1258,8 @@ def _decide_clear_tool_results(state: SessionState, batch: Batch) -> None:
     compaction = state.profile.compaction
     if not compaction.clear_tool_results:
         return  # off by default (ADR-0086): one attribute read per request
+    if compaction.low_water is not None and not 0 < state.route.budget < state.chat_tokens():
+        return  # issue 35: in the chunks of the forced trims, not on every new turn
     keep = compaction.keep_tool_result_turns
     starts = state.index.turns_from(state.chat.start)
     if len(starts) <= keep:
@@ -1403,13 +1453,17 @@ def run(state: SessionState, command: Command, summarize: Summarize | None = Non
     trim's command, decided like any other (ADR-0086). Never called when nothing drops.
     """
     batch = _batch_for(state, command)
+    cleared = False  # the step before cleared tool results (issue 35: a forced trim's part)
     for step in _steps(command):
+        if cleared and isinstance(step, EnforceTokenBudget):
+            step = attrs.evolve(step, after_clearing=True)
         if summarize is not None and isinstance(step, EnforceTokenBudget):
             step = _with_summary(state, step, summarize)
         elif summarize is not None and isinstance(step, RecoverFromOverflow):
             step = _overflow_with_summary(state, step, summarize)
         done = len(batch.events)
         _decide(state, step, batch)
+        cleared = isinstance(step, ClearToolResults) and len(batch.events) > done
         older = step.summarised if isinstance(step, PopMessage) else None
         for event in unchecked_events(batch.events[done:]):  # built by `Batch.add` alone
             evolve(state, event, older)

@@ -32,7 +32,7 @@ from typing import Final, Generic, TypeVar
 import attrs
 
 from turnledger.domain.arguments import require_int
-from turnledger.domain.budget import DEFAULT_MAX_HISTORY_TURNS
+from turnledger.domain.budget import DEFAULT_MAX_HISTORY_TURNS, low_water_turns
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.window import (
     CHAT_ROWS,
@@ -86,20 +86,30 @@ def _check_limit(name: str, value: int) -> None:
 # --- the rules: how many turns a limit drops, and the window that leaves -----------------------
 
 
-def turns_to_drop_for_count(turn_count: int, max_turns: int) -> int:
+def turns_to_drop_for_count(
+    turn_count: int, max_turns: int, *, low_water: float | None = None
+) -> int:
     """How many of the oldest turns the turn limit drops (R6, R8, R9, R29).
 
-    Keeps the newest ``max(max_turns, 1)`` turns: a limit of 0 still keeps the newest turn.
-    Raises ValueError for a negative ``max_turns``.
+    Nothing while at most ``max(max_turns, 1)`` turns are held: a limit of 0 still keeps the
+    newest turn. Over it, the spec's trim keeps the newest ``max(max_turns, 1)``; with a
+    ``low_water`` (issue 35, `Compaction.low_water`) it keeps the newest
+    ``max(1, floor(low_water × max_turns))`` (`low_water_turns`), so the next trim waits for
+    the turns between the two. Raises ValueError for a negative ``max_turns``.
     """
     _check_limit("max_turns", max_turns)
-    return max(0, turn_count - max(max_turns, 1))
+    if turn_count <= max(max_turns, 1):
+        return 0
+    return turn_count - low_water_turns(max_turns, low_water)
 
 
 def turns_to_drop_for_budget(
     turn_count: int,
     tokens_after: Callable[[int], int],
     budget_tokens: int,
+    *,
+    down_to: int | None = None,
+    over: int | None = None,
 ) -> int:
     """The fewest oldest turns to drop so the result fits ``budget_tokens`` (R6, R7).
 
@@ -109,46 +119,73 @@ def turns_to_drop_for_budget(
     when there are fewer than two turns, or when the history already fits; otherwise the smallest
     ``k`` in ``1 .. turn_count - 1`` whose result fits, or ``turn_count - 1`` when none does (the
     newest turn is kept even over budget). Calls ``tokens_after`` O(log turn_count) times.
-    Raises ValueError for a negative ``budget_tokens``.
+
+    ``down_to`` (issue 35, a low-water target, 0 allowed): the trim still happens only when
+    the history exceeds the budget, but then the result must fit ``down_to`` instead (the
+    smallest such ``k``, else ``turn_count - 1``). ``over``: the estimate the history must
+    exceed for a trim instead of the budget (a trim already forced, whose first part cleared
+    tool results, goes on when the history exceeds ``down_to``); 0 is a number here, not a
+    switch. Raises ValueError for a negative ``budget_tokens``, ``down_to`` or ``over``, or
+    either over the budget.
     """
     _check_limit("budget_tokens", budget_tokens)
-    if budget_tokens == 0 or turn_count <= 1 or tokens_after(0) <= budget_tokens:
+    target = _at_most("down_to", down_to, budget_tokens)
+    trigger = _at_most("over", over, budget_tokens)
+    if budget_tokens == 0 or turn_count <= 1 or tokens_after(0) <= trigger:
         return 0
     lo, hi = 1, turn_count - 1
     while lo < hi:  # binary search for the first k that fits; hi when none does
         mid = (lo + hi) // 2
-        if tokens_after(mid) <= budget_tokens:
+        if tokens_after(mid) <= target:
             hi = mid
         else:
             lo = mid + 1
     return lo
 
 
+def _at_most(name: str, value: int | None, budget_tokens: int) -> int:
+    """``value`` (the budget when None) after checking it is a count at most the budget."""
+    if value is None:
+        return budget_tokens
+    _check_limit(name, value)
+    if value > budget_tokens:
+        raise ValueError(f"{name} must be <= budget_tokens ({budget_tokens}), got {value}")
+    return value
+
+
 def window_for_count(
-    index: WindowIndex[T], window: Window, max_turns: int, *, breadcrumb: bool = True
+    index: WindowIndex[T], window: Window, max_turns: int, *, breadcrumb: bool = True,
+    low_water: float | None = None,
 ) -> Window | None:
     """The window the turn limit leaves of ``window`` (R6, R8, R9, R29); None: nothing drops.
 
     ``breadcrumb=False``: the kept view gets no breadcrumb (the legacy loop, R34).
+    ``low_water``: a forced trim keeps `low_water_turns` turns (issue 35).
     """
     # Counted, not copied: with the turn limit off the window may hold every turn.
-    dropped = turns_to_drop_for_count(index.count_turns_from(window.start), max_turns)
+    dropped = turns_to_drop_for_count(
+        index.count_turns_from(window.start), max_turns, low_water=low_water
+    )
     return Window(index.turn_from(window.start, dropped), breadcrumb) if dropped else None
 
 
 def window_for_budget(
-    index: WindowIndex[T], window: Window, budget_tokens: int, *, breadcrumb: bool = True
+    index: WindowIndex[T], window: Window, budget_tokens: int, *, breadcrumb: bool = True,
+    down_to: int | None = None, over: int | None = None,
 ) -> Window | None:
     """The window the token budget leaves of ``window`` (R6, R7, R12); None: nothing drops.
 
     The estimate of the result, breadcrumb included, is what must fit; O(log turns).
+    ``down_to``, ``over``: what a forced trim's result must fit instead, and what forces it
+    (issue 35, `turns_to_drop_for_budget`).
     """
     starts = index.turns_from(window.start)
 
     def tokens_after(dropped: int) -> int:
         return index.tokens(Window(starts[dropped], breadcrumb) if dropped else window)
 
-    dropped = turns_to_drop_for_budget(len(starts), tokens_after, budget_tokens)
+    dropped = turns_to_drop_for_budget(len(starts), tokens_after, budget_tokens,
+                                       down_to=down_to, over=over)
     return Window(starts[dropped], breadcrumb) if dropped else None
 
 

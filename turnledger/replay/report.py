@@ -1105,6 +1105,7 @@ def _header(started: SessionStarted, events: Sequence[DomainEvent], sides: Seque
     lines = [
         f"<h1>Session <code>{_e(started.originator_id)}</code></h1>",
         f'<p class="meta">{_e(summarize(started))}</p>',
+        *(f'<p class="meta">{_e(line)}</p>' for line in _compaction_settings(started.profile)),
         f'<p class="meta">started {_e(started.timestamp.isoformat(timespec="seconds"))} · '
         f"{_n(len(events))} events · {_n(len(recorded.turns))} turns · "
         f"{_n(len(recorded.points))} requests · {_n(len(recorded.marks))} decisions drawn</p>",
@@ -1120,14 +1121,40 @@ def _header(started: SessionStarted, events: Sequence[DomainEvent], sides: Seque
     return "<header>" + "\n".join(lines) + "</header>"
 
 
+def _compaction_settings(profile: RuntimeProfile) -> list[str]:
+    """The opt-in stages the session's profile set (issue 24, issue 35); none for the
+    default profile, whose header is as before."""
+    compaction = profile.compaction
+    stages = []
+    if compaction.low_water is not None:
+        share = f"{compaction.low_water:.0%}"
+        stages.append(f"low water {compaction.low_water!r}: a forced trim drops to {share} of "
+                      f"the budget, or to {share} of the turn limit in turns (issue 35)")
+    if compaction.clear_tool_results:
+        stages.append("tool results cleared outside the newest "
+                      f"{compaction.keep_tool_result_turns:,} turns (C1)")
+    return [f"compaction: {'; '.join(stages)}"] if stages else []
+
+
 def _profile_change(compared: WhatIfReport) -> str:
-    before, after = compared.recorded_profile, compared.profile
-    changes = [
-        f"{field.name} {getattr(before, field.name)!r} → {getattr(after, field.name)!r}"
-        for field in attrs.fields(RuntimeProfile)
-        if getattr(before, field.name) != getattr(after, field.name)
-    ]
+    changes = _changes(compared.recorded_profile, compared.profile)
     return ", ".join(changes) or "the recorded profile (no change)"
+
+
+def _changes(before: object, after: object, prefix: str = "") -> list[str]:
+    """``key before → after`` for each field of two attrs values that differs; a field that
+    is itself an attrs value on both sides by its dotted keys (``compaction.low_water None →
+    0.6``), as a profile file and ``--what-if`` name them."""
+    out = []
+    for field in attrs.fields(type(before)):  # type: ignore[arg-type]  # an attrs class
+        old, new = getattr(before, field.name), getattr(after, field.name)
+        if old == new:
+            continue
+        if attrs.has(type(old)) and type(old) is type(new):
+            out += _changes(old, new, f"{prefix}{field.name}.")
+        else:
+            out.append(f"{prefix}{field.name} {old!r} → {new!r}")
+    return out
 
 
 def _width(sides: Sequence[_Side]) -> int:
