@@ -38,6 +38,12 @@ the passed summarizer made (`CompactionNote`).
 Every command runs with its recorded timestamp, so the report is deterministic (E12) as long as
 the passed summarizer, if any, answers the same turns with the same text.
 
+A low water (`Compaction.low_water`, issue 35; the CLI's ``--low-water`` and
+``compaction.low_water``) is re-decided like every other setting: the what-if requests are
+prepared by the same steps, so its trims drop the same chunks as a live session's, and its
+clearings wait for them. Comparing the trims per request of both sides shows how often each
+profile changes the prefix a provider caches.
+
 A session that recorded no request (an imported transcript, issue 8) has nothing to compare: a
 model call is then simulated before every assistant message, where the runtime called the model.
 The session is first re-run under its own profile with those requests added (the *recorded*
