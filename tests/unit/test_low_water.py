@@ -55,8 +55,9 @@ from turnledger.domain.trimming import turns_to_drop_for_budget, turns_to_drop_f
 from turnledger.profiles import load_profile_document
 from turnledger.replay.audit import verify
 from turnledger.replay.report import report
-from turnledger.replay.timeline import requests
+from turnledger.replay.timeline import fold, requests
 from turnledger.replay.whatif import what_if
+from turnledger.store.snapshots import decode_snapshot
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 SESSION = UUID("00000000-0000-4000-8000-000000000035")
@@ -361,15 +362,22 @@ def test_i35_p1_store_round_trip_restore_replay_and_what_if(kind: str, tmp_path:
     request replays to its digest, verify finds nothing, what-if under the recorded profile
     is the recording and under the spec's trim shows more trims."""
     profile = RuntimeProfile(max_context_tokens=200, compaction=Compaction(low_water=0.5))
-    with fresh_target(kind, tmp_path) as target, tl.open_store(target.url) as store:
+    with fresh_target(kind, tmp_path) as target, tl.open_store(target.url,
+                                                               snapshot_interval=7) as store:
         session = store.start_session(profile, (BIG,), ROUTE)
         session.append(ChatMessage.system("sys"))
         for n in range(1, 10):
             session.extend([_user(n), _assistant(n)])
             session.prepare_request()
+        snapshot = store.backend.load_snapshot(UUID(session.id))
+        assert snapshot is not None
+        held = decode_snapshot(snapshot[1], session_id=UUID(session.id), version=snapshot[0])
+        assert held is not None
+        assert profile.compaction == held[0].profile.compaction  # the snapshot carries it
         restored = store.restore(session.id)
         assert profile.compaction == restored.profile.compaction
         assert session.chat_view() == restored.chat_view()
+        assert fold(store.events_of(session.id)).chat_view() == restored.chat_view()
         for n in range(10, 17):
             restored.extend([_user(n), _assistant(n)])
             restored.prepare_request()
