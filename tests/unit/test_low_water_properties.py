@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import pairwise
 from uuid import UUID
 
 import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.cache import is_break, request_of
 from tests.properties import examples
 from tests.strategies import conversation_histories
 from turnledger.domain.budget import (
@@ -162,6 +164,7 @@ def test_i35_p1_low_water_keeps_every_trimming_invariant(
             messages = session.sent[prepared.index(event)][0]
             if since is not None:
                 assert since == messages[: len(since)]
+                assert not is_break(request_of(since, 0), request_of(messages, 0))
             since = messages
 
 
@@ -189,7 +192,8 @@ def test_i35_p1_low_water_trims_no_more_often_than_the_spec(
     script: tuple[RuntimeProfile, bool, list[ConversationMessage | None]],
 ) -> None:
     """Issue 35 point 1: over a whole session a low water records at most as many trims of
-    each kind as the spec's trim on the same commands (no clearing: the spec's trim clears on
+    each kind as the spec's trim on the same commands, and breaks the prefix of at most as
+    many requests as `benchmarks.cache` counts breaks (no clearing: the spec's trim clears on
     every request, and a view that holds more results may trim where the other does not)."""
     profile, legacy, commands = script
     profile = attrs.evolve(profile, compaction=attrs.evolve(
@@ -198,3 +202,10 @@ def test_i35_p1_low_water_trims_no_more_often_than_the_spec(
     spec = _play(attrs.evolve(profile, compaction=Compaction()), legacy, commands)
     for reason in (TrimReason.TOKEN_BUDGET, TrimReason.TURN_LIMIT):
         assert len(low.trims(reason)) <= len(spec.trims(reason))
+    assert _breaks(low) <= _breaks(spec)
+
+
+def _breaks(session: Run) -> int:
+    """Requests that do not start with the whole request before them (`benchmarks.cache`)."""
+    sent = [request_of(messages, 0) for messages, _ in session.sent]
+    return sum(is_break(before, after) for before, after in pairwise(sent))
