@@ -540,8 +540,13 @@ def _digest_entry(message: ChatMessage) -> bytes:
     return entry
 
 
-def _forget_entry(key: int, _: object) -> None:
-    _DIGEST_ENTRIES.pop(key, None)
+def _forget_entry(key: int, _: object, forget: Callable[..., object] = _DIGEST_ENTRIES.pop
+                  ) -> None:
+    """Drop a dead message's digest entry. The memo's ``pop`` is bound here, not looked up
+    when the message dies: one that dies while the interpreter shuts down (module globals
+    already None; a memo elsewhere may hold messages until then) would raise, and print, in
+    every such callback (as `window._forget_chat`)."""
+    forget(key, None)
 
 
 def _provider_fields(message: ChatMessage) -> list[Any]:
