@@ -441,3 +441,15 @@ def test_i35_p1_default_profile_records_are_unchanged() -> None:
     _, payload = encode_event(started)
     assert b"compaction" not in payload
     assert b"low_water" not in payload
+
+
+def test_i35_p1_a_profile_without_low_water_encodes_as_before() -> None:
+    """A compaction stage chosen before issue 35 (clearing alone) records the same fields as
+    before; the low water is recorded only when set."""
+    from turnledger.store.codec import make_converter
+
+    converter = make_converter()
+    assert {"clear_tool_results": True, "keep_tool_result_turns": 3} == converter.unstructure(
+        Compaction(clear_tool_results=True))
+    assert {"clear_tool_results": False, "keep_tool_result_turns": 3, "low_water": 0.5} == (
+        converter.unstructure(Compaction(low_water=0.5)))

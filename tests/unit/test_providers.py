@@ -504,7 +504,7 @@ def test_r21_exported_user_images_are_the_ones_the_estimate_charges(
 
 # --- JSONL transcripts (replay/transcripts.py reads and writes them with these converters) ---
 
-@pytest.mark.parametrize("fmt", ["gemini", "OpenAI", ""])
+@pytest.mark.parametrize("fmt", ["gemini-api", "OpenAI", ""])
 def test_e11_unknown_transcript_format_is_a_value_error_naming_it(fmt: str) -> None:
     """Reading or writing an unknown format is refused at the call, naming it."""
     with pytest.raises(ValueError, match=f"unknown transcript format '{fmt}'"):

@@ -32,6 +32,7 @@ from turnledger.domain.bodies import (
     API_OPENAI_RESPONSES,
     LeftOut,
     fit_messages,
+    prompt_cache_key,
     render_body,
 )
 from turnledger.domain.budget import (
@@ -445,14 +446,18 @@ class PreparedRequest:
     api: str | None = attrs.field(default=None, kw_only=True)
     sent: list[ChatMessage] = attrs.field(kw_only=True)
     left_out: tuple[LeftOut, ...] = attrs.field(default=(), kw_only=True)
+    cache_key: str | None = attrs.field(default=None, kw_only=True)
+    """The session's OpenAI ``prompt_cache_key`` (`turnledger.domain.cache.prompt_cache_key`):
+    send it beside an OpenAI body; None when the session has no id yet."""
 
     @sent.default
     def _sent_default(self) -> list[ChatMessage]:
         return self.messages
 
-    def body(self) -> Any:
+    def body(self, *, cache_breakpoints: bool = True) -> Any:
         """The body part of the route's API, as recorded: Chat ``messages``, Responses
-        ``input`` items, or Anthropic ``{"system", "messages"}``.
+        ``input`` items, or Anthropic ``{"system", "messages"}``; an Anthropic body carries
+        cache breakpoints unless ``cache_breakpoints`` is False (ADR-0105).
 
         Raises `InvalidProfile` when the route's provider names no API (``api`` in its
         profile): call `to_openai_chat`, `to_openai_responses` or `to_anthropic` instead.
@@ -463,25 +468,26 @@ class PreparedRequest:
                 "openai_responses or anthropic): set it in its profile, or call "
                 "to_openai_chat(), to_openai_responses() or to_anthropic()"
             )
-        return render_body(self.sent, self.api)
+        return render_body(self.sent, self.api, cache_breakpoints=cache_breakpoints)
 
     def left_out_for(self, api: str) -> tuple[LeftOut, ...]:
         """What a body for ``api`` leaves out of ``messages``: ``left_out`` for the route's
         API (recorded in `RequestPrepared`), else computed here and recorded nowhere."""
         return self.left_out if api == self.api else fit_messages(self.messages, api)[1]
 
-    def _body_for(self, api: str) -> Any:
+    def _body_for(self, api: str, cache_breakpoints: bool = True) -> Any:
         sent = self.sent if api == self.api else fit_messages(self.messages, api)[0]
-        return render_body(sent, api)
+        return render_body(sent, api, cache_breakpoints=cache_breakpoints)
 
     def to_openai_chat(self) -> list[dict[str, Any]]:
         """The ``messages`` of an OpenAI Chat Completions request: what that API accepts
         (`left_out_for` says what it leaves out; `turnledger.domain.bodies`)."""
         return self._body_for(API_OPENAI_CHAT)  # type: ignore[no-any-return]
 
-    def to_anthropic(self) -> dict[str, Any]:
-        """The ``system`` and ``messages`` of an Anthropic Messages request (as accepted)."""
-        return self._body_for(API_ANTHROPIC)  # type: ignore[no-any-return]
+    def to_anthropic(self, *, cache_breakpoints: bool = True) -> dict[str, Any]:
+        """The ``system`` and ``messages`` of an Anthropic Messages request (as accepted), with
+        cache breakpoints unless ``cache_breakpoints`` is False (ADR-0105, docs/caching.md)."""
+        return self._body_for(API_ANTHROPIC, cache_breakpoints)  # type: ignore[no-any-return]
 
     def to_openai_responses(self) -> list[dict[str, Any]]:
         """The ``input`` items of an OpenAI Responses request (as accepted)."""
@@ -1111,6 +1117,7 @@ def _decide_prepare(state: SessionState, command: PrepareRequest, batch: Batch) 
         api=resolved.api,
         sent=sent,
         left_out=left_out,
+        cache_key=None if state.session_id is None else prompt_cache_key(state.session_id),
     )
 
 

@@ -249,7 +249,8 @@ class Conversations:
             # One new event is the RequestPrepared alone: nothing was trimmed, nothing to read.
             caused = (session.events(after_version=before)
                       if session.version - before > 1 or "events" in include else [])
-            bodies = {"openai_responses": prepared.to_openai_responses,
+            bodies: dict[str, Callable[[], Any]] = {
+                      "openai_responses": prepared.to_openai_responses,
                       "openai_chat": prepared.to_openai_chat,
                       "anthropic": prepared.to_anthropic}
             answer: dict[str, Any] = {
@@ -259,6 +260,7 @@ class Conversations:
                              "model_context_window": prepared.model_context_window,
                              "budget": prepared.budget, "window": prepared.window},
                 "body": bodies[api](),
+                "prompt_cache_key": prepared.cache_key,
                 "history_trimmed": [event_json(e) for e in caused
                                     if isinstance(e, HistoryTrimmed)],
             }

@@ -83,7 +83,8 @@ def openapi_document() -> dict[str, Any]:
             one + "/window": {"post": _op(
                 "The window for the next model call (Session.prepare_request): the capacity "
                 "verdict (estimated_tokens, model_context_window, budget, window), the "
-                "request body for the API, the HistoryTrimmed it recorded; with include, the "
+                "request body for the API (an Anthropic body with cache breakpoints), the "
+                "session's prompt_cache_key, the HistoryTrimmed it recorded; with include, the "
                 "kept items in Responses form (items) and every event it recorded (events). "
                 "items: new items recorded first in the same write (added_items), as "
                 "items.create would. 400 context_length_exceeded or unanswered_tool_calls "

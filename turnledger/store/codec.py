@@ -45,7 +45,7 @@ from cattrs.preconf.msgpack import make_converter as _make_msgpack_converter
 from cattrs.strategies import configure_tagged_union
 
 from turnledger.domain.blocks import BLOCK_TAGS, ContentBlock
-from turnledger.domain.budget import AliasMap, RuntimeProfile
+from turnledger.domain.budget import AliasMap, Compaction, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage, UndecodableRecord, bounded
 from turnledger.domain.events import DomainEvent, on_registry_change, registered_events
 from turnledger.domain.messages import (
@@ -109,6 +109,7 @@ _NEW_MESSAGE_FIELDS: Final[Mapping[type, tuple[str, ...]]] = types.MappingProxyT
         ToolResult: ("blocks", "is_error", "extra"),
         AssistantToolCalls: ("blocks", "extra"),
         RuntimeProfile: ("compaction",),  # issue 24: a default profile encodes as before
+        Compaction: ("low_water",),  # issue 35: a profile without it encodes as before
     }
 )
 

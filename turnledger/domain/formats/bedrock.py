@@ -9,7 +9,7 @@ mapping, each way:
   ``guardContent`` / ``cachePoint`` kept whole as `OpaqueBlock`);
 - an ``assistant`` message: one assistant message (`AssistantToolCalls` when it holds a
   ``toolUse``: each a `ToolCall` whose arguments are the ``input`` JSON); ``reasoningContent``
-  is kept whole (its signature goes back to Bedrock only, DECISIONS 19);
+  is kept whole (its signature goes back to Bedrock only, docs/behaviour.md);
 - a ``user`` message: one message per run of blocks, its text and images as blocks, its
   ``toolResult`` blocks as one `ToolResults` (``status`` ``error`` / ``success`` as
   ``is_error``, the result's blocks as the result's blocks), so the turns and tool exchanges are
