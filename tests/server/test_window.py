@@ -112,7 +112,8 @@ def test_i37_p3_a_window_answers_items_and_events_only_when_asked(small_window: 
     base = small_window + "/v1/conversations"
     made = httpx.post(base, json={"items": _turns(2)}).json()["id"]
     plain = httpx.post(f"{base}/{made}/window", json={}).json()
-    assert {"object", "conversation_id", "capacity", "body", "history_trimmed"} == set(plain)
+    assert {"object", "conversation_id", "capacity", "body", "prompt_cache_key",
+            "history_trimmed"} == set(plain)
     assert [] == plain["history_trimmed"]
     asked = httpx.post(f"{base}/{made}/window", json={"include": ["items"]}).json()
     assert ["user", "assistant"] * 2 == [i["role"] for i in asked["items"]]

@@ -33,10 +33,7 @@ from uuid import UUID
 
 __all__ = [
     "CACHEABLE",
-    "CACHE_CONTROL",
-    "MAX_BREAKPOINTS",
     "TURNLEDGER_BREAKPOINTS",
-    "breakpoints",
     "mark_anthropic",
     "prompt_cache_key",
 ]

@@ -47,10 +47,9 @@ from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.formats.genai import from_genai_json, snake_case_contents
 from turnledger.domain.messages import Chat, ChatMessage, ConversationMessage
 from turnledger.domain.providers import TranscriptError, from_anthropic, from_openai_responses
-from turnledger.replay.formats import AGENT_FORMATS, CLAUDE_CODE, CODEX, GEMINI_CLI
+from turnledger.replay.formats import CLAUDE_CODE, CODEX, GEMINI_CLI
 
-__all__ = ["AGENT_FORMATS", "CLAUDE_CODE", "CODEX", "GEMINI_CLI", "AgentSession",
-           "detect_agent_format", "read_agent_transcript"]
+__all__ = ["detect_agent_format", "read_agent_transcript"]
 
 
 _CLAUDE_TYPES: Final = frozenset({"user", "assistant", "system", "summary",
