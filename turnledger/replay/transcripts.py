@@ -38,10 +38,12 @@ from turnledger.domain.events import (
     MessagePopped,
 )
 from turnledger.domain.formats.bedrock import (
-    BLOCK_KINDS,
     from_bedrock_json,
     to_bedrock_json,
     to_bedrock_record,
+)
+from turnledger.domain.formats.bedrock import (
+    is_block as is_converse_block,
 )
 from turnledger.domain.formats.genai import from_genai_json, snake_case_contents, to_genai_json
 from turnledger.domain.messages import (
@@ -263,8 +265,7 @@ def _message_format(message: object) -> tuple[str, str] | None:
 def _converse_blocks(blocks: object) -> bool:
     """Whether ``blocks`` is a non-empty list of Converse blocks: objects of one member among
     Converse's block kinds, none with a ``type``."""
-    return isinstance(blocks, list) and bool(blocks) and all(
-        isinstance(b, dict) and len(b) == 1 and next(iter(b)) in BLOCK_KINDS for b in blocks)
+    return isinstance(blocks, list) and bool(blocks) and all(map(is_converse_block, blocks))
 
 
 Line = str | TranscriptError

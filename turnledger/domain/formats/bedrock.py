@@ -61,7 +61,7 @@ from turnledger.domain.messages import (
     compact_json,
 )
 
-__all__ = ["BLOCK_KINDS", "from_bedrock_json", "to_bedrock_json", "to_bedrock_record"]
+__all__ = ["from_bedrock_json", "is_block", "to_bedrock_json", "to_bedrock_record"]
 
 _KEYED = Keyed("bedrock")
 _ns, _fields = _KEYED.text, _KEYED.fields
@@ -78,11 +78,14 @@ _SYSTEM_KINDS: Final = frozenset({"text", "guardContent", "cachePoint"})
 _STATUS: Final = {"error": True, "success": False}
 
 
+def is_block(block: object, kinds: frozenset[str] = BLOCK_KINDS) -> bool:
+    """Whether ``block`` is a Converse block: an object of one member among ``kinds``."""
+    return isinstance(block, dict) and len(block) == 1 and next(iter(block)) in kinds
+
+
 def _kind(block: object, kinds: frozenset[str], where: str) -> str:
-    if isinstance(block, dict) and len(block) == 1:
-        (kind,) = block
-        if kind in kinds:
-            return str(kind)
+    if is_block(block, kinds):
+        return str(next(iter(block)))  # type: ignore[call-overload]
     shown = sorted(block) if isinstance(block, dict) else type(block).__name__
     raise InvalidMessage(f"{where}: a block must be an object of one member among "
                          f"{', '.join(sorted(kinds))}; got {shown}")
