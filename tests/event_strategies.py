@@ -49,6 +49,7 @@ from turnledger.domain.events import (
     TrimReason,
     TrimTrigger,
     TurnsSummarized,
+    UsageRecorded,
     View,
 )
 from turnledger.domain.messages import (
@@ -61,6 +62,7 @@ from turnledger.domain.messages import (
     ToolResult,
     ToolResults,
 )
+from turnledger.domain.usage import USAGE_APIS
 
 __all__ = [
     "EVENT_STRATEGIES",
@@ -199,6 +201,7 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
         tokens_before=counts,
         tokens_after=counts,
         limit=counts,
+        budget=st.none() | counts,
     ),
     BreadcrumbInserted: _event(
         BreadcrumbInserted, view=st.sampled_from(View), before_position=counts
@@ -208,6 +211,9 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
         dropped_messages=counts,
         kept_turns=counts,
         reason=st.sampled_from(TrimReason),
+        tokens_before=st.none() | counts,
+        tokens_after=st.none() | counts,
+        budget=st.none() | counts,
     ),
     RequestPrepared: _event(
         RequestPrepared,
@@ -288,6 +294,17 @@ EVENT_STRATEGIES: dict[type[DomainEvent], st.SearchStrategy[DomainEvent]] = {
         summarizer=names,
         reason=st.sampled_from(SummaryRefusal),
         detail=names,
+    ),
+    UsageRecorded: _event(  # issue 35: counts are whole numbers of 0 or more
+        UsageRecorded,
+        request_position=small_counts,
+        digest=names,
+        estimated_tokens=counts,
+        api=st.sampled_from(USAGE_APIS),
+        input_tokens=counts,
+        cache_read_tokens=counts,
+        cache_write_tokens=counts,
+        output_tokens=counts,
     ),
 }
 

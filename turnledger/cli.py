@@ -838,6 +838,7 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
         out,
     )
     _print_compaction_stats(sessions, out)
+    _print_usage_stats(sessions, out)
     print("\ntotals: " + ", ".join(f"{k} {_cell(v)}" for k, v in sorted(totals.items())),
           file=out)
     return status
@@ -862,6 +863,28 @@ def _print_compaction_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
           r.get("tool_result_tokens_saved")] for r in compacted],
         ["session", "summaries", "summary tokens saved", "summaries refused", "clearings",
          "results cleared", "clearing tokens saved"],
+        out,
+    )
+
+
+def _print_usage_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
+    """What the providers billed per session, when a usage was recorded (issue 35): the cache
+    hit rate (input read from the cache) and the estimate against the bill."""
+    billed = [r for r in rows if r.get("usage_records")]
+    if not billed:
+        return
+
+    def share(part: int, whole: int) -> str:
+        return f"{100 * part / whole:.1f} %" if whole else "-"
+
+    print("\nprovider usage per session (issue 35: input counts cached tokens too)", file=out)
+    _table(
+        [[str(r["session_id"])[:8], r["usage_records"], r["billed_input_tokens"],
+          r["cache_read_tokens"], share(r["cache_read_tokens"], r["billed_input_tokens"]),
+          r["cache_write_tokens"], r["billed_output_tokens"], r["billed_estimated_tokens"],
+          share(r["billed_estimated_tokens"], r["billed_input_tokens"])] for r in billed],
+        ["session", "billed requests", "input", "cache read", "cache hit", "cache write",
+         "output", "estimated", "estimate/bill"],
         out,
     )
 

@@ -55,6 +55,7 @@ from turnledger.domain.events import (
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
+    UsageRecorded,
     View,
     as_event,
 )
@@ -121,6 +122,8 @@ def _record(store: tl.Store) -> tl.Session:
         session.append(ToolResults((ToolResult(f"call_{n}", "result " * 80, "search"),)))
         _prepare(session)
         session.append(ChatMessage.assistant(f"answer {n}: " + "because " * 15))
+    session.record_usage({"input_tokens": 90, "cache_read_input_tokens": 400,  # issue 35
+                          "cache_creation_input_tokens": 30, "output_tokens": 25})
     session.select_route(Route("opaque", "mystery"), reason="classifier_hint")
     session.recover_from_overflow("maximum context length exceeded")  # R25: recovered
     session.append(AssistantToolCalls(None, (ToolCall("call_x", "search", "{}"),)))
@@ -266,11 +269,12 @@ def _check_views(recorded: Recorded, event: Event) -> None:  # noqa: C901  # a c
             | OverflowUnrecoverable()
             | SessionForgotten()
             | SummaryRefused()
+            | UsageRecorded()
         ):
             assert unchanged
 
 
-def _counted(event: Event) -> dict[str, int]:
+def _counted(event: Event) -> dict[str, int]:  # noqa: C901  # a case per event
     """What ``event`` adds to the counters besides ``events`` (the `Counters` doc, E7)."""
     match event:
         case MessageAppended():
@@ -297,6 +301,12 @@ def _counted(event: Event) -> dict[str, int]:
         case ToolResultsCleared():
             return {"tool_result_clearings": 1, "tool_results_cleared": len(event.tool_call_ids),
                     "tool_result_tokens_saved": event.tokens_before - event.tokens_after}
+        case UsageRecorded():  # issue 35: what the provider billed, beside the estimate
+            return {"usage_records": 1, "billed_input_tokens": event.input_tokens,
+                    "cache_read_tokens": event.cache_read_tokens,
+                    "cache_write_tokens": event.cache_write_tokens,
+                    "billed_output_tokens": event.output_tokens,
+                    "billed_estimated_tokens": event.estimated_tokens}
     return {}
 
 
@@ -350,8 +360,10 @@ def _check_timeline(recorded: Recorded, event: Event) -> None:
     assert "\n" not in entry.summary
 
 
-_DECIDED: frozenset[type[DomainEvent]] = frozenset(EVENT_TYPES) - {SessionForgotten}
-"""What the decider records: a what-if under the recorded profile records each again."""
+_DECIDED: frozenset[type[DomainEvent]] = frozenset(EVENT_TYPES) - {SessionForgotten,
+                                                                    UsageRecorded}
+"""What the decider records: a what-if under the recorded profile records each again (a
+usage is the provider's bill for a recorded request, not a decision: never simulated)."""
 
 
 def _check_what_if(recorded: Recorded, event: Event) -> None:

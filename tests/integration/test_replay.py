@@ -54,6 +54,7 @@ from turnledger.domain.events import (
     TrimDecided,
     TrimReason,
     TrimTrigger,
+    UsageRecorded,
     View,
 )
 from turnledger.domain.messages import (
@@ -275,6 +276,20 @@ STAMP: dict[str, Any] = {"originator_id": SID, "originator_version": 7, "timesta
             "HistoryTrimmed sent to clients: 412 messages dropped, 2 turns kept "
             "(token_budget, R32-R33)",
         ),
+        (  # issue 35: a notice says what the trim did to the context
+            HistoryTrimmed(**STAMP, dropped_messages=4, kept_turns=2,
+                           reason=TrimReason.TOKEN_BUDGET, tokens_before=8_200,
+                           tokens_after=4_900, budget=8_000),
+            "HistoryTrimmed sent to clients: 4 messages dropped, 2 turns kept, 8,200 → 4,900 "
+            "tokens, budget 8,000 (token_budget, R32-R33)",
+        ),
+        (
+            UsageRecorded(**STAMP, request_position=7, digest="ab", estimated_tokens=7_950,
+                          api="anthropic", input_tokens=8_120, cache_read_tokens=6_000,
+                          cache_write_tokens=1_900, output_tokens=210),
+            "provider billed the request at position 7: 8,120 input tokens (6,000 read from "
+            "its cache, 1,900 written to it), 210 output; estimated 7,950",
+        ),
         (
             RequestPrepared(**STAMP, purpose=Purpose.TURN, route=Route("openai", "gpt-4o"),
                             capacity=128_000, budget=8_000, window=128_000,
@@ -349,6 +364,7 @@ def test_e6_timeline_covers_a_recorded_session(store: Store) -> None:
         cleared.append(AssistantToolCalls(None, (ToolCall(f"k{n}", "search", "{}"),)))
         cleared.append(ToolResults((ToolResult(f"k{n}", "long result " * 20, "search"),)))
     cleared.prepare_request()
+    cleared.record_usage({"prompt_tokens": 300, "completion_tokens": 9})  # issue 35
     summarised = store.start_session(RuntimeProfile(max_context_tokens=150))  # issue 24
     answers = iter(["what was asked and answered", RuntimeError("down")])
 

@@ -32,7 +32,9 @@ from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ConcurrencyConflict, CorruptRecord
 from turnledger.domain.events import (
     EVENT_TYPES,
+    BreadcrumbInserted,
     DomainEvent,
+    HistoryTrimmed,
     MessageAppended,
     SessionStarted,
     TrimDecided,
@@ -294,6 +296,13 @@ V1_EVENTS: dict[str, DomainEvent] = {
     "trim_decided_v1": TrimDecided(
         FIXTURE_SESSION, 3, FIXTURE_TIME, View.CONVERSATION, TrimTrigger.APPEND,
         TrimReason.TURN_LIMIT, 5, 4, 2, 3, 812, 301, 3,
+    ),
+    # Added in issue 35 (HistoryTrimmed v1 has no tokens or budget: they read as None).
+    "breadcrumb_inserted_v1": BreadcrumbInserted(
+        FIXTURE_SESSION, 4, FIXTURE_TIME, View.CONVERSATION, 5,
+    ),
+    "history_trimmed_v1": HistoryTrimmed(
+        FIXTURE_SESSION, 5, FIXTURE_TIME, 4, 3, TrimReason.TURN_LIMIT, None, None, None,
     ),
 }
 

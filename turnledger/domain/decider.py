@@ -83,6 +83,7 @@ from turnledger.domain.events import (
     TrimReason,
     TrimTrigger,
     TurnsSummarized,
+    UsageRecorded,
     View,
     registered_events,
     unchecked_events,
@@ -119,6 +120,7 @@ from turnledger.domain.trimming import (
 )
 from turnledger.domain.truncate import truncate_conversation_message
 from turnledger.domain.turns import is_system_item, is_turn_start_item
+from turnledger.domain.usage import Usage
 from turnledger.domain.window import Cut, Window, chat_messages_of
 
 __all__ = [
@@ -403,6 +405,19 @@ class RecordEvent:
     now: datetime
 
 
+@attrs.frozen
+class RecordUsage:
+    """Record what the provider billed for the request prepared at ``request_position``
+    (`RequestPrepared` with ``digest`` and ``estimated_tokens``; issue 35). The session finds
+    that request in its log; the decision records it as it is."""
+
+    usage: Usage
+    request_position: int
+    digest: str
+    estimated_tokens: int
+    now: datetime
+
+
 Command = (
     StartSession
     | ImportConversation
@@ -420,6 +435,7 @@ Command = (
     | ClearToolResults
     | RestoreSweptCalls
     | RecordEvent
+    | RecordUsage
 )
 
 
@@ -820,6 +836,7 @@ def _trim(
         tokens_before=cut.tokens_before,
         tokens_after=cut.tokens_after,
         limit=limit,
+        budget=state.route.budget,
     )
     if kept.breadcrumb:
         batch.add(BreadcrumbInserted, view=view, before_position=kept.start)
@@ -828,6 +845,9 @@ def _trim(
             dropped_messages=cut.dropped_messages,
             kept_turns=cut.kept_turns,
             reason=reason,
+            tokens_before=cut.tokens_before,
+            tokens_after=cut.tokens_after,
+            budget=state.route.budget,
         )
     return cut
 
@@ -1372,6 +1392,14 @@ def _decide(state: SessionState, command: Command, batch: Batch) -> None:  # noq
             _decide_restore(state, batch)
         case RecordEvent():
             _decide_record(command, batch)
+        case RecordUsage():
+            usage = command.usage
+            batch.add(UsageRecorded, request_position=command.request_position,
+                      digest=command.digest, estimated_tokens=command.estimated_tokens,
+                      api=usage.api, input_tokens=usage.input_tokens,
+                      cache_read_tokens=usage.cache_read_tokens,
+                      cache_write_tokens=usage.cache_write_tokens,
+                      output_tokens=usage.output_tokens)
         case ImportConversation() | Extend() | FitWindow():
             raise TypeError(f"{type(command).__name__} is run as its steps (`run`), not decided "
                             "alone")

@@ -30,6 +30,7 @@ __all__ = [
     "InvalidProfile",
     "InvalidSessionSettings",
     "InvalidStoreURL",
+    "InvalidUsage",
     "KeyRequired",
     "NotEncrypted",
     "ReplayError",
@@ -246,6 +247,12 @@ class StoreChanged(TurnledgerError):
 
 class AlreadyKeyed(TurnledgerError):
     """The store's chain is keyed already."""
+
+
+class InvalidUsage(InvalidMessage):
+    """A provider usage `Session.record_usage` cannot record as billed (issue 35): no usage
+    shape turnledger reads, a count that is no whole number of 0 or more, more cached tokens
+    than input, or no request of the session for it to answer."""
 
 
 class TranscriptError(InvalidMessage):

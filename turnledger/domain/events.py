@@ -65,6 +65,7 @@ __all__ = [
     "TrimReason",
     "TrimTrigger",
     "TurnsSummarized",
+    "UsageRecorded",
     "View",
     "as_event",
     "on_registry_change",
@@ -218,7 +219,10 @@ class TrimDecided(DomainEvent):
     """Old whole turns were dropped from one view (R3, R7-R9, R24-R25).
 
     ``first_kept_position`` is the log position of the first kept turn; ``limit`` is the
-    token budget or turn count that applied.
+    token budget or turn count that applied (an overflow recovery's target, R25);
+    ``tokens_before`` / ``tokens_after`` the view's estimate before and after. ``budget`` is
+    the route's token budget when the trim was decided, whatever its reason (issue 35; None in
+    a version 1 record, which did not say it).
     """
 
     view: View
@@ -231,6 +235,14 @@ class TrimDecided(DomainEvent):
     tokens_before: int
     tokens_after: int
     limit: int
+    budget: int | None = None
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 did not record the route's budget (issue 35): not known."""
+        state.setdefault("budget", None)
 
 
 @attrs.frozen
@@ -243,11 +255,27 @@ class BreadcrumbInserted(DomainEvent):
 
 @attrs.frozen
 class HistoryTrimmed(DomainEvent):
-    """The client-facing notice that older turns were dropped (R32-R33)."""
+    """The client-facing notice that older turns were dropped (R32-R33).
+
+    Besides the counts R32 names, it tells a client what its trim did to the context (issue
+    35): the estimated tokens of the trimmed view before and after, and the route's budget,
+    as its `TrimDecided` recorded them. None in a version 1 record, which did not say them.
+    """
 
     dropped_messages: int
     kept_turns: int
     reason: TrimReason
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    budget: int | None = None
+
+    class_version: ClassVar[int] = 2
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        """Version 1 said the counts only (issue 35): tokens and budget not known."""
+        for name in ("tokens_before", "tokens_after", "budget"):
+            state.setdefault(name, None)
 
 
 @attrs.frozen
@@ -308,6 +336,35 @@ class RequestRejected(DomainEvent):
         state.setdefault("reason", RejectionReason.CAPACITY.value)
         state.setdefault("tool_call_ids", [])
         return state
+
+
+@attrs.frozen
+class UsageRecorded(DomainEvent):
+    """What the provider billed for a request this session prepared (issue 35).
+
+    ``request_position`` and ``digest`` name the `RequestPrepared` it answers and
+    ``estimated_tokens`` is that request's estimate, so the estimate and the bill sit side by
+    side. ``input_tokens`` counts every input token billed, those read from the provider's
+    cache (``cache_read_tokens``) and written to it (``cache_write_tokens``) included;
+    ``output_tokens`` the output, reasoning included. ``api`` says which usage shape it was
+    read from (`turnledger.domain.usage.Usage`). A request retried is billed twice: each
+    answer records its own usage.
+    """
+
+    request_position: int
+    digest: str
+    estimated_tokens: int
+    api: str
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+
+    timeline: ClassVar[str] = (
+        "provider billed the request at position {request_position}: {input_tokens:,} input "
+        "tokens ({cache_read_tokens:,} read from its cache, {cache_write_tokens:,} written to "
+        "it), {output_tokens:,} output; estimated {estimated_tokens:,}"
+    )
 
 
 @attrs.frozen
@@ -523,6 +580,7 @@ Event: TypeAlias = (
     | ToolResultsCleared
     | TurnsSummarized
     | SummaryRefused
+    | UsageRecorded
 )
 """Every event the library records: the one list of them (issue 20, ADR-0073).
 
@@ -562,6 +620,7 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = get_args(Event)
 # ToolResultsCleared       x     x              x              x                          x
 # TurnsSummarized          x                    x              x                          x
 # SummaryRefused                                x
+# UsageRecorded                                 x                                x
 #
 # The timeline says the events of its `Described` union in words of its own, any other by its
 # class's `DomainEvent.timeline` line; `verify` checks the notices a trim calls for (R31-R34)
@@ -603,6 +662,7 @@ Counted: TypeAlias = (
     | TurnsSummarized
     | SummaryRefused
     | ToolResultsCleared
+    | UsageRecorded
 )
 """Has counters of its own (`Tally.add`); every event counts in ``events``."""
 
@@ -640,8 +700,9 @@ Replayed: TypeAlias = (
 """Replayed as a command by a what-if (requests are re-decided on their own); another event
 is an outcome the what-if side decides anew, or changes nothing a request carries."""
 
-Audited: TypeAlias = MessageAppended | RequestPrepared | TrimDecided
-"""Read by a rule of `verify` on its own, after the fold (a request; a trim's notices)."""
+Audited: TypeAlias = MessageAppended | RequestPrepared | TrimDecided | UsageRecorded
+"""Read by a rule of `verify` on its own, after the fold (a request; a trim's notices; the
+request a usage names)."""
 
 Removes: TypeAlias = (
     MessageAppended

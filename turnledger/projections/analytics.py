@@ -151,6 +151,17 @@ COMPACTION_COLUMNS: Final = (
 )
 """The compaction counters (issue 24): `Analytics` adds them to tables made before them."""
 
+USAGE_COLUMNS: Final = (
+    "usage_records",
+    "billed_input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "billed_output_tokens",
+    "billed_estimated_tokens",
+)
+"""The provider usage counters (issue 35): added to tables made before them, like the
+compaction counters (no store recorded a usage before they existed: 0 is exact)."""
+
 COUNTER_COLUMNS: Final = (
     "events",
     "appends",
@@ -165,6 +176,7 @@ COUNTER_COLUMNS: Final = (
     "orphan_sweeps",
     "orphans_removed",
     *COMPACTION_COLUMNS,
+    *USAGE_COLUMNS,
 )
 """The summable counters shared by ``tl_session_stats`` and ``tl_route_stats``."""
 

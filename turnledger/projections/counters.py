@@ -34,6 +34,7 @@ from turnledger.domain.events import (
     TrimDecided,
     TrimReason,
     TurnsSummarized,
+    UsageRecorded,
     unchecked_events,
 )
 
@@ -78,6 +79,13 @@ class Counters:
       ``tool_results_cleared``: the results they cleared (sum of ``len(tool_call_ids)``);
       ``tool_result_tokens_saved``: what they saved (sum of ``tokens_before -
       tokens_after``, C7).
+    - ``usage_records``: provider usages recorded (`UsageRecorded`, issue 35): requests
+      whose bill is known; ``billed_input_tokens``, ``cache_read_tokens``,
+      ``cache_write_tokens``, ``billed_output_tokens``: the sums of what they billed (input
+      counts every input token, cached ones included, `turnledger.domain.usage.Usage`);
+      ``billed_estimated_tokens``: the sum of the estimates of the same requests, so
+      ``billed_estimated_tokens / billed_input_tokens`` compares estimate and bill over the
+      requests billed.
     - ``peak_estimated_tokens``: the largest estimate of any request, prepared or rejected (0
       before the first); ``peak_window``: the window of the first request that reached it
       (None before the first request).
@@ -109,6 +117,12 @@ class Counters:
     tool_result_clearings: int = 0
     tool_results_cleared: int = 0
     tool_result_tokens_saved: int = 0
+    usage_records: int = 0
+    billed_input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    billed_output_tokens: int = 0
+    billed_estimated_tokens: int = 0
     peak_estimated_tokens: int = 0
     peak_window: int | None = None
     last_event_at: str | None = None
@@ -134,6 +148,22 @@ class Counters:
         """Summary refusals per `SummaryRefusal` value, every reason present, sorted."""
         return {reason.value: getattr(self, f"summary_refusals_{reason.value}")
                 for reason in sorted(SummaryRefusal, key=lambda r: r.value)}
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """The share of billed input tokens read from the provider's cache (issue 35); None
+        before a usage with input was recorded."""
+        if not self.billed_input_tokens:
+            return None
+        return self.cache_read_tokens / self.billed_input_tokens
+
+    @property
+    def estimate_ratio(self) -> float | None:
+        """The estimate of the billed requests over what they billed as input (1.0: exact;
+        above 1: the estimate was high); None before a usage with input was recorded."""
+        if not self.billed_input_tokens:
+            return None
+        return self.billed_estimated_tokens / self.billed_input_tokens
 
     @property
     def compaction_tokens_saved(self) -> int:
@@ -196,9 +226,6 @@ class Tally:
         match counted:
             case MessageAppended():
                 self.appends += 1
-            case RequestPrepared():
-                self.requests_prepared += 1
-                self._peak(counted)
             case TrimDecided():
                 if counted.reason is TrimReason.TOKEN_BUDGET:
                     self.trims_token_budget += 1
@@ -208,9 +235,8 @@ class Tally:
                 self.tokens_dropped += counted.tokens_before - counted.tokens_after
             case HistoryTrimmed():
                 self.notices += 1
-            case RequestRejected():
-                self.requests_rejected += 1
-                self._peak(counted)
+            case RequestPrepared() | RequestRejected():
+                self._requested(counted)
             case OverflowRecovered():
                 self.overflow_recoveries += 1
             case OverflowUnrecoverable():
@@ -220,6 +246,8 @@ class Tally:
                 self.orphans_removed += counted.removed
             case TurnsSummarized() | SummaryRefused() | ToolResultsCleared():
                 self._compacted(counted)
+            case UsageRecorded():
+                self._billed(counted)
             case _:
                 assert_never(counted)
 
@@ -236,6 +264,22 @@ class Tally:
                 self.tool_result_clearings += 1
                 self.tool_results_cleared += len(event.tool_call_ids)
                 self.tool_result_tokens_saved += event.tokens_before - event.tokens_after
+
+    def _billed(self, event: UsageRecorded) -> None:
+        """The provider usage counters (issue 35)."""
+        self.usage_records += 1
+        self.billed_input_tokens += event.input_tokens
+        self.cache_read_tokens += event.cache_read_tokens
+        self.cache_write_tokens += event.cache_write_tokens
+        self.billed_output_tokens += event.output_tokens
+        self.billed_estimated_tokens += event.estimated_tokens
+
+    def _requested(self, event: RequestPrepared | RequestRejected) -> None:
+        if isinstance(event, RequestPrepared):
+            self.requests_prepared += 1
+        else:
+            self.requests_rejected += 1
+        self._peak(event)
 
     def _peak(self, event: RequestPrepared | RequestRejected) -> None:
         # Strictly greater: the first request to reach the peak names its window.
@@ -275,6 +319,12 @@ class Tally:
     tool_result_clearings: int
     tool_results_cleared: int
     tool_result_tokens_saved: int
+    usage_records: int
+    billed_input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    billed_output_tokens: int
+    billed_estimated_tokens: int
     peak_estimated_tokens: int
     peak_window: int | None
     last_event_at: str | None

@@ -61,6 +61,7 @@ from turnledger.domain.events import (
     ToolResultsCleared,
     TrimDecided,
     TurnsSummarized,
+    UsageRecorded,
     View,
     unchecked_events,
 )
@@ -350,6 +351,8 @@ class _SessionVerifier:
         self._seen: set[tuple[int, Rule]] = set()
         # The chat window's start and summary before the last trim (`_check_summarized`).
         self._before_trim: tuple[int, Summary | None] = (0, None)
+        # Each prepared request's digest and estimate, by position (`_check_usage`).
+        self._requests: dict[int, tuple[str, int]] = {}
 
     def report(self, position: int, rule: Rule, detail: str) -> None:
         self.violations.append(Finding(str(self.session_id), position, rule, detail))
@@ -513,11 +516,28 @@ class _SessionVerifier:
                 pass  # checked with the request that sends it (`_check_request`)
             case RequestPrepared():
                 self._check_request(state, event)
+                self._requests[event.originator_version] = (event.digest, event.estimated_tokens)
             case TrimDecided():
                 return _expected_followers(state, event)
+            case UsageRecorded():
+                self._check_usage(event)
             case _:
                 assert_never(event)
         return pending
+
+    def _check_usage(self, event: UsageRecorded) -> None:
+        """A usage answers a request recorded before it: its position, digest and estimate
+        are that request's (issue 35)."""
+        request = self._requests.get(event.request_position)
+        said = (event.digest, event.estimated_tokens)
+        if request == said:
+            return
+        what = ("no request" if request is None else
+                f"a request with digest {request[0][:16]}… estimated at {request[1]} tokens")
+        self.report(event.originator_version, Rule.DIGEST,
+                    f"UsageRecorded answers the request at position {event.request_position} "
+                    f"(digest {event.digest[:16]}…, estimated at {event.estimated_tokens} "
+                    f"tokens); the log has {what} there")
 
     def _check_removal(self, state: FoldedState, event: Event) -> None:
         """A pop names the newest message the view showed; a clear, the log's next position.
@@ -663,6 +683,15 @@ class _SessionVerifier:
                         f"HistoryTrimmed says {dropped} dropped, {kept} kept, {reason.value}; "
                         f"the trim decided {trim.dropped_messages} dropped, "
                         f"{trim.kept_turns} kept, {trim.reason.value}",
+                    )
+                said = (event.tokens_before, event.tokens_after, event.budget)
+                decided = (trim.tokens_before, trim.tokens_after, trim.budget)
+                if event.budget is not None and said != decided:  # None: a version 1 notice
+                    self.report(
+                        position,
+                        Rule.TRIM_NOTICE,
+                        "HistoryTrimmed says tokens {} -> {} of budget {}; the trim decided "
+                        "{} -> {} of budget {}".format(*said, *decided),
                     )
             case _:
                 assert_never(event)

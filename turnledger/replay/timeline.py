@@ -454,9 +454,14 @@ def _breadcrumb(event: BreadcrumbInserted) -> str:
 
 
 def _notice(event: HistoryTrimmed) -> str:
+    tokens = ""  # a version 1 notice did not say them (issue 35)
+    if event.tokens_before is not None and event.tokens_after is not None:
+        tokens = f", {event.tokens_before:,} → {event.tokens_after:,} tokens"
+        if event.budget is not None:
+            tokens += f", budget {event.budget:,}"
     return (
         f"HistoryTrimmed sent to clients: {_plural(event.dropped_messages, 'message')} dropped, "
-        f"{_plural(event.kept_turns, 'turn')} kept ({event.reason.value}, R32-R33)"
+        f"{_plural(event.kept_turns, 'turn')} kept{tokens} ({event.reason.value}, R32-R33)"
     )
 
 

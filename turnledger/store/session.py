@@ -34,6 +34,7 @@ from turnledger.domain.decider import (
     PreparedRequest,
     PrepareRequest,
     RecordEvent,
+    RecordUsage,
     RecoverFromOverflow,
     SelectRoute,
     SessionState,
@@ -46,6 +47,7 @@ from turnledger.domain.errors import (
     ContextWindowExceeded,
     InvalidMessage,
     InvalidProfile,
+    InvalidUsage,
     SessionActive,
     SessionExists,
     SessionNotFound,
@@ -57,12 +59,14 @@ from turnledger.domain.events import (
     MessagePopped,
     OverflowRecovered,
     RejectionReason,
+    RequestPrepared,
     RequestRejected,
     RouteReason,
     SessionForgotten,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.overflow import is_context_window_exceeded
+from turnledger.domain.usage import Usage
 from turnledger.store import DEFAULT_STORE_URL, run_before_erasure
 from turnledger.store.backend import (
     EventStoreBackend,
@@ -459,6 +463,48 @@ class Session:
                            self._summarize(summarizer)).events
         return any(isinstance(e, OverflowRecovered) for e in events)
 
+    def record_usage(
+        self, usage: object, request: PreparedRequest | str | None = None
+    ) -> list[DomainEvent]:
+        """Record what the provider billed for a request this session prepared (issue 35).
+
+        ``usage`` is the usage the provider returned, as its SDK object or dict: OpenAI Chat
+        (``completion.usage``), Responses (``response.usage``), Anthropic
+        (``message.usage``), Gemini (``usage_metadata``), or a `Usage`
+        (`turnledger.domain.usage`). ``request`` is the request it answers: the
+        `PreparedRequest` sent, or its ``digest``; None: the session's newest prepared request.
+        Recorded as `UsageRecorded`, beside that request's estimate.
+
+        Raises `InvalidUsage` (an `InvalidMessage`) for a usage of no shape turnledger reads or
+        whose counts cannot be what was billed, and when the session prepared no such request;
+        nothing is recorded then.
+        """
+        read = Usage.of(usage)
+        digest = request.digest if isinstance(request, PreparedRequest) else request
+        if digest is not None and not isinstance(digest, str):
+            raise InvalidUsage("request must be a PreparedRequest, its digest (str) or None, "
+                               f"got {type(request).__name__}")
+        with self._lock:
+            prepared = self._prepared(digest)
+            return self._run(RecordUsage(read, prepared.originator_version, prepared.digest,
+                                         prepared.estimated_tokens, _now())).events
+
+    def _prepared(self, digest: str | None) -> RequestPrepared:
+        """The newest `RequestPrepared` of this session (with ``digest`` when given): read
+        back from the tail of the log, the whole log when the tail has none."""
+        version = self.version
+        tail = _USAGE_TAIL
+        found = _newest_request(self.events(after_version=max(0, version - tail)), digest)
+        if found is None and version > tail:
+            found = None
+            for page in self.event_pages():
+                found = _newest_request(page, digest) or found
+        if found is None:
+            which = "no request" if digest is None else f"no request with digest {digest!r}"
+            raise InvalidUsage(f"session {self.id} prepared {which}: there is no request for "
+                               "this usage to answer")
+        return found
+
     def select_route(self, route: Route, reason: str = "explicit") -> list[DomainEvent]:
         """Switch the provider/model route; capacity and budget are resolved together (R19)."""
         try:
@@ -518,6 +564,20 @@ class Session:
     ) -> Batch:
         with self._lock:
             return self._pipeline.save(self._position, command, summarize, decided)
+
+
+_USAGE_TAIL = 256
+"""How many of a session's newest events `Session.record_usage` reads for its request before
+it reads the whole log (a usage answers a request a few events back)."""
+
+
+def _newest_request(events: Iterable[DomainEvent], digest: str | None) -> RequestPrepared | None:
+    """The last `RequestPrepared` of ``events`` (with ``digest`` when given), or None."""
+    found = None
+    for event in events:
+        if isinstance(event, RequestPrepared) and digest in (None, event.digest):
+            found = event
+    return found
 
 
 def _schema_text(tool: object) -> str:
