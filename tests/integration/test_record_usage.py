@@ -17,6 +17,7 @@ import pytest
 import turnledger as tl
 from turnledger.audit import verify
 from turnledger.cli import main
+from turnledger.domain.decider import request_digest
 from turnledger.domain.events import HistoryTrimmed, RequestPrepared, TrimDecided, UsageRecorded
 from turnledger.errors import InvalidUsage
 from turnledger.projections.analytics import Analytics
@@ -166,3 +167,23 @@ def test_i35_p3_history_trimmed_says_tokens_and_budget_as_the_trim_decided() -> 
             notice.tokens_before, notice.tokens_after, notice.budget)
         assert 300 == trim.budget
         assert notice.tokens_after <= 300 < notice.tokens_before
+
+
+def test_i35_p3_a_framework_window_is_answered_without_a_request_record() -> None:
+    """An agent framework builds its own request from `fit_window`'s window: its usage answers
+    that window (no request position; the window's digest and estimate), and verify accepts
+    it; a request prepared after it is what the next usage answers."""
+    with tl.open_store("memory://") as store:
+        session = store.start_session()
+        window = session.fit_window(messages=[tl.ChatMessage.user("hello " * 20)])
+        (fitted,) = session.record_usage({"input_tokens": 40, "output_tokens": 3})
+        estimate = session.state.chat_tokens()
+        request = session.prepare_request()
+        (prepared,) = session.record_usage({"input_tokens": 41, "output_tokens": 3})
+        assert [] == list(verify(store.backend).violations)
+        line = tl.audit.timeline([fitted])[0].summary
+    assert (None, request_digest(window), estimate) == (
+        fitted.request_position, fitted.digest, fitted.estimated_tokens)
+    assert request.digest == prepared.digest
+    assert prepared.request_position is not None
+    assert line.startswith("provider billed the window handed to the framework: 40 input")

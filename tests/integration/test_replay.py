@@ -288,7 +288,7 @@ STAMP: dict[str, Any] = {"originator_id": SID, "originator_version": 7, "timesta
                           api="anthropic", input_tokens=8_120, cache_read_tokens=6_000,
                           cache_write_tokens=1_900, output_tokens=210),
             "provider billed the request at position 7: 8,120 input tokens (6,000 read from "
-            "its cache, 1,900 written to it), 210 output; estimated 7,950",
+            "its cache, 1,900 written to it), 210 output; estimated 7,950 (anthropic, issue 35)",
         ),
         (
             RequestPrepared(**STAMP, purpose=Purpose.TURN, route=Route("openai", "gpt-4o"),

@@ -408,11 +408,11 @@ class RecordEvent:
 @attrs.frozen
 class RecordUsage:
     """Record what the provider billed for the request prepared at ``request_position``
-    (`RequestPrepared` with ``digest`` and ``estimated_tokens``; issue 35). The session finds
-    that request in its log; the decision records it as it is."""
+    (`RequestPrepared` with ``digest`` and ``estimated_tokens``; None: a window `fit_window`
+    handed out; issue 35). The session finds that request; the decision records it as is."""
 
     usage: Usage
-    request_position: int
+    request_position: int | None
     digest: str
     estimated_tokens: int
     now: datetime

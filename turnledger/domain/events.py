@@ -344,14 +344,16 @@ class UsageRecorded(DomainEvent):
 
     ``request_position`` and ``digest`` name the `RequestPrepared` it answers and
     ``estimated_tokens`` is that request's estimate, so the estimate and the bill sit side by
-    side. ``input_tokens`` counts every input token billed, those read from the provider's
-    cache (``cache_read_tokens``) and written to it (``cache_write_tokens``) included;
-    ``output_tokens`` the output, reasoning included. ``api`` says which usage shape it was
-    read from (`turnledger.domain.usage.Usage`). A request retried is billed twice: each
-    answer records its own usage.
+    side; for a window `Session.fit_window` handed to an agent framework, which builds its
+    request itself and records none, ``request_position`` is None and ``digest`` and
+    ``estimated_tokens`` are the window's. ``input_tokens`` counts every input token billed,
+    those read from the provider's cache (``cache_read_tokens``) and written to it
+    (``cache_write_tokens``) included; ``output_tokens`` the output, reasoning included.
+    ``api`` says which usage shape it was read from (`turnledger.domain.usage.Usage`). A
+    request retried is billed twice: each answer records its own usage.
     """
 
-    request_position: int
+    request_position: int | None
     digest: str
     estimated_tokens: int
     api: str
@@ -359,12 +361,6 @@ class UsageRecorded(DomainEvent):
     cache_read_tokens: int
     cache_write_tokens: int
     output_tokens: int
-
-    timeline: ClassVar[str] = (
-        "provider billed the request at position {request_position}: {input_tokens:,} input "
-        "tokens ({cache_read_tokens:,} read from its cache, {cache_write_tokens:,} written to "
-        "it), {output_tokens:,} output; estimated {estimated_tokens:,}"
-    )
 
 
 @attrs.frozen

@@ -28,7 +28,7 @@ import attrs
 
 from turnledger.domain.errors import InvalidUsage
 
-__all__ = ["USAGE_APIS", "InvalidUsage", "Usage"]
+__all__ = ["USAGE_APIS", "Usage"]
 
 
 OPENAI_CHAT: Final = "openai-chat"

@@ -528,6 +528,8 @@ class _SessionVerifier:
     def _check_usage(self, event: UsageRecorded) -> None:
         """A usage answers a request recorded before it: its position, digest and estimate
         are that request's (issue 35)."""
+        if event.request_position is None:
+            return  # a window an agent framework built its own request from: none recorded
         request = self._requests.get(event.request_position)
         said = (event.digest, event.estimated_tokens)
         if request == said:

@@ -61,6 +61,7 @@ from turnledger.domain.events import (
     TrimReason,
     TrimTrigger,
     TurnsSummarized,
+    UsageRecorded,
     as_event,
 )
 from turnledger.domain.messages import (
@@ -331,6 +332,7 @@ Described: TypeAlias = (
     | ToolResultsCleared
     | TurnsSummarized
     | SummaryRefused
+    | UsageRecorded
 )
 """The events the timeline says in words of its own (`summarize`); any other registered event
 is said by its class's `DomainEvent.timeline` line."""
@@ -403,6 +405,8 @@ def summarize(event: DomainEvent) -> str:  # noqa: C901  # one flat case per eve
             return _summarized(event)
         case SummaryRefused():
             return _summary_refused(event)
+        case UsageRecorded():
+            return _usage(event)
         case _:
             assert_never(event)
 
@@ -450,6 +454,17 @@ def _breadcrumb(event: BreadcrumbInserted) -> str:
     return (
         f"breadcrumb inserted before log position {event.before_position:,} "
         f"({event.view.value} view, R31)"
+    )
+
+
+def _usage(event: UsageRecorded) -> str:
+    answered = ("the window handed to the framework" if event.request_position is None
+                else f"the request at position {event.request_position:,}")
+    return (
+        f"provider billed {answered}: {event.input_tokens:,} input tokens "
+        f"({event.cache_read_tokens:,} read from its cache, {event.cache_write_tokens:,} "
+        f"written to it), {event.output_tokens:,} output; estimated "
+        f"{event.estimated_tokens:,} ({event.api}, issue 35)"
     )
 
 

@@ -41,6 +41,7 @@ from turnledger.domain.decider import (
     StartSession,
     Summarize,
     SweepOrphans,
+    request_digest,
 )
 from turnledger.domain.errors import (
     ConcurrencyConflict,
@@ -237,6 +238,7 @@ class Session:
         self._position = position
         self._lock = threading.RLock()
         self._summarizer: Summarizer | None = None
+        self._fitted: _Fitted | None = None  # the window `fit_window` handed out last
 
     @property
     def summarizer(self) -> Summarizer | None:
@@ -377,7 +379,10 @@ class Session:
                       None if decided is None else partial(tell, decided))
             # The decided state is the stored one once the write succeeded: its chat view is
             # the one `tell` took (none when nothing was told).
-            return window if window is not None else self._stored_state().chat_view()
+            state = self._stored_state()
+            fitted = window if window is not None else state.chat_view()
+            self._fitted = _Fitted(fitted, state.chat_tokens())  # what a usage answers
+            return fitted
 
     def pop(self) -> ConversationMessage | None:
         """Remove the newest message of the conversation view from the views and return it
@@ -444,6 +449,7 @@ class Session:
                     last.detail, estimated_tokens=last.estimated_tokens, context_window=last.window
                 )
             assert batch.request is not None, "a prepared request carries what it rendered"
+            self._fitted = None  # the newest thing handed out is this request
             return batch.request
 
     def recover_from_overflow(
@@ -471,13 +477,16 @@ class Session:
         ``usage`` is the usage the provider returned, as its SDK object or dict: OpenAI Chat
         (``completion.usage``), Responses (``response.usage``), Anthropic
         (``message.usage``), Gemini (``usage_metadata``), or a `Usage`
-        (`turnledger.domain.usage`). ``request`` is the request it answers: the
-        `PreparedRequest` sent, or its ``digest``; None: the session's newest prepared request.
-        Recorded as `UsageRecorded`, beside that request's estimate.
+        (`turnledger.providers`). ``request`` is the request it answers: the
+        `PreparedRequest` sent, or its ``digest``; None: the newest request this session
+        object prepared or window it fitted (`fit_window`, which an agent framework's own
+        request is built from), else the newest request in the log (a restored session).
+        Recorded as `UsageRecorded`, beside that request's estimate (a fitted window has no
+        request record: its ``request_position`` is None, its digest that of the window).
 
         Raises `InvalidUsage` (an `InvalidMessage`) for a usage of no shape turnledger reads or
-        whose counts cannot be what was billed, and when the session prepared no such request;
-        nothing is recorded then.
+        whose counts cannot be what was billed, and when the session handed out no such
+        request; nothing is recorded then.
         """
         read = Usage.of(usage)
         digest = request.digest if isinstance(request, PreparedRequest) else request
@@ -485,9 +494,18 @@ class Session:
             raise InvalidUsage("request must be a PreparedRequest, its digest (str) or None, "
                                f"got {type(request).__name__}")
         with self._lock:
-            prepared = self._prepared(digest)
-            return self._run(RecordUsage(read, prepared.originator_version, prepared.digest,
-                                         prepared.estimated_tokens, _now())).events
+            position, digest, estimate = self._answered(digest)
+            return self._run(RecordUsage(read, position, digest, estimate, _now())).events
+
+    def _answered(self, digest: str | None) -> tuple[int | None, str, int]:
+        """The request (position, digest, estimate) a usage answers: the window this object
+        fitted last when it is the newest thing handed out (or has ``digest``), else a
+        `RequestPrepared` of the log."""
+        fitted = self._fitted
+        if fitted is not None and (digest is None or digest == fitted.digest()):
+            return None, fitted.digest(), fitted.tokens
+        prepared = self._prepared(digest)
+        return prepared.originator_version, prepared.digest, prepared.estimated_tokens
 
     def _prepared(self, digest: str | None) -> RequestPrepared:
         """The newest `RequestPrepared` of this session (with ``digest`` when given): read
@@ -564,6 +582,24 @@ class Session:
     ) -> Batch:
         with self._lock:
             return self._pipeline.save(self._position, command, summarize, decided)
+
+
+class _Fitted:
+    """The window `Session.fit_window` handed out last and its estimate: what a usage
+    recorded without a request answers. Its digest is computed when a usage asks for it
+    (never on the hot path of a fit)."""
+
+    __slots__ = ("_digest", "tokens", "window")
+
+    def __init__(self, window: Sequence[ChatMessage], tokens: int) -> None:
+        self.window = tuple(window)  # the caller's list may change
+        self.tokens = tokens
+        self._digest: str | None = None
+
+    def digest(self) -> str:
+        if self._digest is None:
+            self._digest = request_digest(self.window)
+        return self._digest
 
 
 _USAGE_TAIL = 256
