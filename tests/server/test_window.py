@@ -55,6 +55,9 @@ def test_i37_p3_window_trims_whole_turns_and_reports_both_numbers(small_window: 
     assert "answer 9 " in str(window["body"][-1]["content"])
     assert 1 == len(window["history_trimmed"])
     assert "token_budget" == window["history_trimmed"][0]["reason"]
+    notice = window["history_trimmed"][0]  # issue 35: what the trim did to the context
+    assert 600 == notice["budget"]
+    assert notice["tokens_after"] <= 600 < notice["tokens_before"]
     assert ["HistoryTrimmed", "RequestPrepared"] == [e["type"] for e in window["events"]][-2:]
     listed = httpx.get(base + "/items", params={"limit": 100}).json()["data"]
     assert 20 == len(listed)
@@ -113,7 +116,7 @@ def test_i37_p3_a_window_answers_items_and_events_only_when_asked(small_window: 
     made = httpx.post(base, json={"items": _turns(2)}).json()["id"]
     plain = httpx.post(f"{base}/{made}/window", json={}).json()
     assert {"object", "conversation_id", "capacity", "body", "prompt_cache_key",
-            "history_trimmed"} == set(plain)
+            "request_digest", "history_trimmed"} == set(plain)
     assert [] == plain["history_trimmed"]
     asked = httpx.post(f"{base}/{made}/window", json={"include": ["items"]}).json()
     assert ["user", "assistant"] * 2 == [i["role"] for i in asked["items"]]
@@ -153,3 +156,37 @@ def test_i37_p3_a_window_records_new_items_first_in_one_request(small_window: st
     assert "1 items were recorded" in refused.json()["error"]["message"]
     listed = httpx.get(f"{base}/{made}/items", params={"order": "asc"}).json()["data"]
     assert "function_call" == listed[-1]["type"]
+
+
+def test_i35_p3_usage_of_a_window_is_recorded_over_http(small_window: str) -> None:
+    """A runtime in any language posts the provider's usage for the window it sent: by the
+    window answer's request_digest, or the newest window by default; a usage of no known
+    shape or a digest of no window is a 400 naming the parameter, with nothing recorded."""
+    import httpx
+
+    base = small_window + "/v1/conversations"
+    made = httpx.post(base, json={"items": _turns(1)}).json()["id"]
+    first = httpx.post(f"{base}/{made}/window", json={"api": "anthropic"}).json()
+    httpx.post(f"{base}/{made}/items", json={"items": _turns(2)[2:]})
+    second = httpx.post(f"{base}/{made}/window", json={}).json()
+    anthropic = {"input_tokens": 12, "cache_read_input_tokens": 300,
+                 "cache_creation_input_tokens": 40, "output_tokens": 25}
+    by_digest = httpx.post(f"{base}/{made}/usage", json={
+        "usage": anthropic, "request_digest": first["request_digest"]})
+    assert 200 == by_digest.status_code
+    event = by_digest.json()["event"]
+    assert ("UsageRecorded", first["request_digest"], 352, 300, 40, 25) == (
+        event["type"], event["digest"], event["input_tokens"], event["cache_read_tokens"],
+        event["cache_write_tokens"], event["output_tokens"])
+    assert first["capacity"]["estimated_tokens"] == event["estimated_tokens"]
+    newest = httpx.post(f"{base}/{made}/usage", json={"usage": {
+        "input_tokens": 400, "output_tokens": 9,
+        "input_tokens_details": {"cached_tokens": 256}}}).json()["event"]
+    assert (second["request_digest"], "openai-responses") == (newest["digest"], newest["api"])
+    before = httpx.get(f"{base}/{made}/timeline").json()
+    for body, param in (({"usage": {"tokens": 3}}, "usage"), ({}, "usage"),
+                        ({"usage": anthropic, "request_digest": "0" * 64}, "request_digest"),
+                        ({"usage": anthropic, "request_digest": 5}, "request_digest")):
+        refused = httpx.post(f"{base}/{made}/usage", json=body)
+        assert (400, param) == (refused.status_code, refused.json()["error"]["param"]), body
+    assert before == httpx.get(f"{base}/{made}/timeline").json()

@@ -206,6 +206,20 @@ class _Api:
                                   tenant_of(request), error)
         return JSONResponse(answer)
 
+    async def usage(self, request: Request) -> Response:
+        body = await _body(request)
+        usage = body.get("usage")
+        if not isinstance(usage, dict):
+            raise Refused("'usage' must be the provider's usage object (OpenAI Chat, Responses, "
+                          "Anthropic or Gemini)", "usage", "missing_required_parameter")
+        digest = body.get("request_digest")
+        if digest is not None and not isinstance(digest, str):
+            raise Refused("'request_digest' must be the window answer's request_digest",
+                          "request_digest", "invalid_value")
+        answer = await self._call(self.c.usage, request.path_params["conversation_id"],
+                                  tenant_of(request), usage, digest)
+        return JSONResponse(answer)
+
     async def timeline(self, request: Request) -> Response:
         from turnledger.audit import timeline
 
@@ -307,6 +321,7 @@ def routes(api: _Api) -> list[BaseRoute]:
         Route(one + "/items/{item_id}", api.delete_item, methods=["DELETE"]),
         Route(one + "/window", api.window, methods=["POST"]),
         Route(one + "/overflow", api.overflow, methods=["POST"]),
+        Route(one + "/usage", api.usage, methods=["POST"]),
         Route(one + "/timeline", api.timeline, methods=["GET"]),
         Route(one + "/verify", api.verify, methods=["GET"]),
         Route(one + "/what-if", api.what_if, methods=["POST"]),

@@ -17,6 +17,7 @@ from uuid import UUID
 import attrs
 
 import turnledger as tl
+from turnledger.errors import InvalidUsage
 from turnledger.events import HistoryTrimmed
 from turnledger.providers import to_openai_responses
 from turnledger.server.ids import conversation_id, session_id
@@ -261,6 +262,7 @@ class Conversations:
                              "budget": prepared.budget, "window": prepared.window},
                 "body": bodies[api](),
                 "prompt_cache_key": prepared.cache_key,
+                "request_digest": prepared.digest,
                 "history_trimmed": [event_json(e) for e in caused
                                     if isinstance(e, HistoryTrimmed)],
             }
@@ -273,6 +275,24 @@ class Conversations:
             return answer
 
         return self._writing(conversation, prepare)
+
+    def usage(self, conversation: str, owner: str, usage: object, digest: str | None
+              ) -> dict[str, Any]:
+        """Record what the provider billed for a window this conversation answered
+        (`Session.record_usage`, issue 35): ``digest`` is the window answer's
+        ``request_digest``; None: the conversation's newest window. A usage of no known
+        shape, or a digest of no window, is refused (400) with nothing recorded."""
+        self.record(conversation, owner)
+
+        def record(session: tl.Session) -> dict[str, Any]:
+            try:
+                (event,) = session.record_usage(usage, digest)
+            except InvalidUsage as error:
+                param = "usage" if "no request" not in str(error) else "request_digest"
+                raise Refused(str(error), param, "invalid_value") from None
+            return {"object": "conversation.usage", "event": event_json(event)}
+
+        return self._writing(conversation, record)
 
     def recover(self, conversation: str, owner: str, error: str) -> dict[str, Any]:
         """Overflow recovery (R25, R26) from the provider's error text."""

@@ -84,7 +84,8 @@ def openapi_document() -> dict[str, Any]:
                 "The window for the next model call (Session.prepare_request): the capacity "
                 "verdict (estimated_tokens, model_context_window, budget, window), the "
                 "request body for the API (an Anthropic body with cache breakpoints), the "
-                "session's prompt_cache_key, the HistoryTrimmed it recorded; with include, the "
+                "session's prompt_cache_key, the request_digest a usage names, the "
+                "HistoryTrimmed it recorded; with include, the "
                 "kept items in Responses form (items) and every event it recorded (events). "
                 "items: new items recorded first in the same write (added_items), as "
                 "items.create would. 400 context_length_exceeded or unanswered_tool_calls "
@@ -95,6 +96,13 @@ def openapi_document() -> dict[str, Any]:
             one + "/overflow": {"post": _op(
                 "Overflow recovery from the provider's error text (R25, R26)",
                 body=_object(error={"type": "string"}))},
+            one + "/usage": {"post": _op(
+                "Record what the provider billed for a window (Session.record_usage, issue "
+                "35): usage is the provider's usage object (OpenAI Chat, Responses, Anthropic "
+                "or Gemini), request_digest the window answer's (default: the newest window); "
+                "answers the UsageRecorded event. 400 naming usage or request_digest when "
+                "refused; nothing is recorded then",
+                body=_object(usage={"type": "object"}, request_digest={"type": "string"}))},
             one + "/timeline": {"get": _op("One line per recorded event (E6)")},
             one + "/verify": {"get": _op("Audit the conversation's log: chain and rules")},
             one + "/what-if": {"post": _op(
