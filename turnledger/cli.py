@@ -1018,6 +1018,7 @@ _WHAT_IF_KEYS: dict[str, Callable[[str], object]] = {
     "compaction.clear_tool_results": lambda text: {"true": True, "false": False}[text.lower()],
     "compaction.keep_tool_result_turns": int,
     "compaction.low_water": float,
+    "compaction.learn_estimate": lambda text: {"true": True, "false": False}[text.lower()],
 }
 _OPTIONAL_KEYS = frozenset({"max_context_tokens", "context_compact_ratio", "max_history_messages",
                             "compaction.low_water"})

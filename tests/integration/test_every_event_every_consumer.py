@@ -360,10 +360,9 @@ def _check_timeline(recorded: Recorded, event: Event) -> None:
     assert "\n" not in entry.summary
 
 
-_DECIDED: frozenset[type[DomainEvent]] = frozenset(EVENT_TYPES) - {SessionForgotten,
-                                                                    UsageRecorded}
+_DECIDED: frozenset[type[DomainEvent]] = frozenset(EVENT_TYPES) - {SessionForgotten}
 """What the decider records: a what-if under the recorded profile records each again (a
-usage is the provider's bill for a recorded request, not a decision: never simulated)."""
+usage as recorded: the provider's bill is what an estimate learns from, issue 35)."""
 
 
 def _check_what_if(recorded: Recorded, event: Event) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import turnledger as tl
 from turnledger.domain.budget import Compaction
-from turnledger.replay.cache_breaks import CacheBreak, cache_breaks
+from turnledger.replay.cache_breaks import CAUSES, CacheBreak, cache_breaks
 
 QUESTION = "why " * 40
 
@@ -69,3 +69,7 @@ def test_i35_p3_route_switch_clear_and_pop_are_named() -> None:
     assert [CacheBreak(requests[1], "route", switch.originator_version),
             CacheBreak(requests[2], "pop", popped.originator_version),
             CacheBreak(requests[3], "clear", cleared.originator_version)] == cache_breaks(events)
+
+
+def test_i35_p3_the_causes_are_named_in_one_list() -> None:
+    assert ("trim", "clearing", "summary", "route", "sweep", "pop", "clear") == CAUSES

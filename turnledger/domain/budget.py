@@ -84,9 +84,11 @@ from turnledger.domain.pricing import SPEC_PRICING, Pricing
 from turnledger.domain.truncate import DEFAULT_MAX_TOOL_RESULT_CHARS
 
 __all__ = [
+    "BILLED_KEPT",
     "DEFAULT_CONTEXT_TOKENS",
     "DEFAULT_MAX_HISTORY_TURNS",
     "DEFAULT_MAX_TOOL_RESULT_CHARS",
+    "MAX_CORRECTION",
     "AliasMap",
     "Compaction",
     "HistoryPruning",
@@ -96,7 +98,9 @@ __all__ = [
     "ResolvedRoute",
     "Route",
     "RuntimeProfile",
+    "corrected_limit",
     "effective_context_budget",
+    "estimate_correction",
     "find_provider",
     "low_water_tokens",
     "low_water_turns",
@@ -224,11 +228,19 @@ class Compaction:
     done in the same request (one change of the prefix, not one per turn). None (the
     default): the spec's trim. Raises `InvalidProfile` naming ``compaction.low_water`` for
     anything but a finite number strictly between 0 and 1.
+
+    ``learn_estimate`` (issue 35, ADR-0107): once the provider's usage is recorded
+    (`Session.record_usage`), a token-budget trim trims as if each estimated token were
+    `estimate_correction` tokens: the input billed over the estimate of the session's newest
+    `BILLED_KEPT` billed requests, between 1 and `MAX_CORRECTION`. An estimate above the bill
+    is left as it is: the budget is never loosened, every window still fits it by the
+    estimate. The correction is recorded in the `TrimDecided` it changed. Off by default.
     """
 
     clear_tool_results: bool = False
     keep_tool_result_turns: int = 3
     low_water: float | None = None
+    learn_estimate: bool = False
 
     def __attrs_post_init__(self) -> None:
         _check_bool("compaction.clear_tool_results", self.clear_tool_results)
@@ -240,6 +252,37 @@ class Compaction:
                 f"results are always kept), got {self.keep_tool_result_turns}"
             )
         _check_low_water("compaction.low_water", self.low_water)
+        _check_bool("compaction.learn_estimate", self.learn_estimate)
+
+
+BILLED_KEPT: Final = 8
+"""How many of a session's newest billed requests an estimate learns from (issue 35)."""
+MAX_CORRECTION: Final = 2.0
+"""The largest correction an estimate learns: twice the estimate (issue 35)."""
+
+
+def estimate_correction(billed: Sequence[tuple[int, int]], learn: bool) -> float | None:
+    """What a session's estimate is multiplied by (issue 35, `Compaction.learn_estimate`):
+    the input billed over the estimate of ``billed`` (``(billed, estimated)`` pairs, the
+    newest `BILLED_KEPT`), bounded to [1, `MAX_CORRECTION`] and rounded to 4 decimals (a
+    value a record holds exactly enough to decide again); None when not learning, nothing
+    was billed yet, or the bill is at most the estimate (nothing to correct)."""
+    if not learn:
+        return None
+    estimated = sum(e for _, e in billed)
+    if estimated <= 0:
+        return None
+    ratio = round(min(sum(b for b, _ in billed) / estimated, MAX_CORRECTION), 4)
+    return ratio if ratio > 1 else None
+
+
+def corrected_limit(limit: int, correction: float | None) -> int:
+    """``limit`` estimated tokens as a budget under ``correction``: ``floor(limit /
+    correction)``, computed on the decimal value; ``limit`` itself without one."""
+    if correction is None:
+        return limit
+    return int((Decimal(limit) / Decimal(repr(correction))).to_integral_value(
+        rounding=ROUND_FLOOR))
 
 
 def _low_water_share(limit: int, low_water: float) -> int:

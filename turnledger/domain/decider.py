@@ -36,10 +36,13 @@ from turnledger.domain.bodies import (
     render_body,
 )
 from turnledger.domain.budget import (
+    BILLED_KEPT,
     ProviderProfile,
     ResolvedRoute,
     Route,
     RuntimeProfile,
+    corrected_limit,
+    estimate_correction,
     find_provider,
     low_water_tokens,
     resolve_route,
@@ -675,6 +678,9 @@ def evolve(  # noqa: C901  # one flat case per event type
                 state.legacy = changes.legacy
                 state.resolved = resolve_route(changes.profile, changes.providers,
                                                changes.route)
+            case UsageRecorded(input_tokens=billed, estimated_tokens=estimated):
+                if estimated > 0:  # what an estimate learns from (issue 35)
+                    state.billed = (*state.billed, (billed, estimated))[-BILLED_KEPT:]
             case _:
                 assert_never(changes)
     state.version = event.originator_version
@@ -808,6 +814,7 @@ def _trim(
     kept: Window,
     limit: int,
     shown: int = BREADCRUMB_TOKENS,
+    correction: float | None = None,
 ) -> Cut:
     """Record one trim of ``view`` down to ``kept`` and return its numbers (R31-R34).
 
@@ -837,6 +844,7 @@ def _trim(
         tokens_after=cut.tokens_after,
         limit=limit,
         budget=state.route.budget,
+        estimate_correction=correction,
     )
     if kept.breadcrumb:
         batch.add(BreadcrumbInserted, view=view, before_position=kept.start)
@@ -879,7 +887,7 @@ def _decide_token_budget(state: SessionState, command: EnforceTokenBudget, batch
     if kept is not None:
         reason = TrimReason.TOKEN_BUDGET
         _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
-              limit=bounds.limit)
+              limit=bounds.limit, correction=bounds.correction)
 
 
 @attrs.frozen
@@ -890,6 +898,7 @@ class _Bounds:
     limit: int
     over: int
     down_to: int
+    correction: float | None = None
 
 
 def _bounds(state: SessionState, target: int | None, *, after_clearing: bool = False
@@ -905,11 +914,16 @@ def _bounds(state: SessionState, target: int | None, *, after_clearing: bool = F
     limit = state.route.budget if target is None else target
     if limit <= 0:
         return None
-    low_water = state.profile.compaction.low_water
-    if target is not None or low_water is None:
+    compaction = state.profile.compaction
+    low_water = compaction.low_water
+    if target is not None:  # an overflow's target was measured by the provider already
         return _Bounds(limit, limit, limit)
-    down_to = low_water_tokens(limit, low_water)
-    return _Bounds(limit, down_to if after_clearing else limit, down_to)
+    correction = estimate_correction(state.billed, compaction.learn_estimate)
+    budget = corrected_limit(limit, correction)  # issue 35: the estimate learned from the bill
+    if low_water is None:
+        return _Bounds(limit, budget, budget, correction)
+    down_to = low_water_tokens(budget, low_water)
+    return _Bounds(limit, down_to if after_clearing else budget, down_to, correction)
 
 
 # --- summaries (issue 24, ADR-0086) ---------------------------------------------------------
@@ -1032,6 +1046,9 @@ def _decide_summarised_trim(
     plain = None if bounds is None else _budget_window(state, bounds, BREADCRUMB_TOKENS)
     if plain is None:
         return None  # nothing drops (no plan is decided on another state than its own)
+    assert bounds is not None
+    correction = bounds.correction  # issue 35: what the estimate learned from the bill
+    fits = corrected_limit(target, correction)
     plan, refusal, detail = outcome.plan, outcome.refusal, outcome.detail
     text = outcome.text
     fresh = plan_summary(state, command.target, BREADCRUMB_TOKENS,
@@ -1052,20 +1069,20 @@ def _decide_summarised_trim(
         if tokens > replaced:
             refusal = SummaryRefusal.OVERSIZE
             detail = f"the summary is {tokens:,} tokens, what it replaces {replaced:,}"
-        elif state.index.tokens(kept) - BREADCRUMB_TOKENS + tokens > target:
+        elif state.index.tokens(kept) - BREADCRUMB_TOKENS + tokens > fits:
             refusal = SummaryRefusal.DOES_NOT_FIT
-            detail = f"the kept turns and the summary exceed the budget of {target:,} tokens"
+            detail = f"the kept turns and the summary exceed the budget of {fits:,} tokens"
     reason = TrimReason.TOKEN_BUDGET
     if refusal is not None:
         cut = _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason,
-                    kept=plain, limit=target)
+                    kept=plain, limit=target, correction=correction)
         batch.add(SummaryRefused, first_position=plan.first_position,
                   last_position=plan.last_position, summarizer=outcome.summarizer,
                   reason=refusal, detail=detail[:2000])
         return cut
     assert text is not None
     cut = _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason, kept=kept,
-                limit=target, shown=tokens)
+                limit=target, shown=tokens, correction=correction)
     batch.add(
         TurnsSummarized,
         view=View.CHAT,

@@ -222,7 +222,9 @@ class TrimDecided(DomainEvent):
     token budget or turn count that applied (an overflow recovery's target, R25);
     ``tokens_before`` / ``tokens_after`` the view's estimate before and after. ``budget`` is
     the route's token budget when the trim was decided, whatever its reason (issue 35; None in
-    a version 1 record, which did not say it).
+    a version 1 record, which did not say it). ``estimate_correction``: what each estimated
+    token counted as in this trim when the estimate learned from the bill
+    (`Compaction.learn_estimate`), else None.
     """
 
     view: View
@@ -236,13 +238,16 @@ class TrimDecided(DomainEvent):
     tokens_after: int
     limit: int
     budget: int | None = None
+    estimate_correction: float | None = None
 
     class_version: ClassVar[int] = 2
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
-        """Version 1 did not record the route's budget (issue 35): not known."""
+        """Version 1 did not record the route's budget (issue 35): not known; it learned no
+        estimate from a bill."""
         state.setdefault("budget", None)
+        state.setdefault("estimate_correction", None)
 
 
 @attrs.frozen
@@ -616,7 +621,7 @@ EVENT_TYPES: tuple[type[DomainEvent], ...] = get_args(Event)
 # ToolResultsCleared       x     x              x              x                          x
 # TurnsSummarized          x                    x              x                          x
 # SummaryRefused                                x
-# UsageRecorded                                 x                                x
+# UsageRecorded            x                    x                      x         x
 #
 # The timeline says the events of its `Described` union in words of its own, any other by its
 # class's `DomainEvent.timeline` line; `verify` checks the notices a trim calls for (R31-R34)
@@ -634,8 +639,9 @@ ChangesViews: TypeAlias = (
     | TurnsSummarized
     | RouteSelected
     | SessionStarted
+    | UsageRecorded
 )
-"""Changes the session state or its views (`evolve`)."""
+"""Changes the session state or its views (`evolve`; a usage: what an estimate learns)."""
 
 ChangesLogItems: TypeAlias = (
     MessageAppended | MessagePopped | OrphansSwept | ToolResultsCleared | ToolCallsRestored
@@ -692,6 +698,7 @@ Replayed: TypeAlias = (
     | MessagePopped
     | HistoryCleared
     | SessionStarted
+    | UsageRecorded
 )
 """Replayed as a command by a what-if (requests are re-decided on their own); another event
 is an outcome the what-if side decides anew, or changes nothing a request carries."""

@@ -159,6 +159,10 @@ class SessionState:
     ``(position, item)``, the item as the log holds it, for each position an
     `OrphansSwept` marked restorable and no `ToolCallsRestored` brought back whole; in
     position order. Emptied when a new turn starts or the history is cleared."""
+    billed: tuple[tuple[int, int], ...] = ()
+    """The newest `BILLED_KEPT` usages of the session (issue 35): ``(input tokens billed,
+    estimated tokens)`` of each `UsageRecorded` with an estimate, oldest first; what an
+    estimate that learns from the bill (`Compaction.learn_estimate`) is corrected by."""
     digest_prefix: DigestPrefix = attrs.field(
         factory=DigestPrefix, init=False, eq=False, repr=False
     )
@@ -183,6 +187,7 @@ class SessionState:
         region: Region[ConversationMessage] | None = None,
         summary: Summary | None = None,
         restorable: Iterable[tuple[int, ConversationMessage]] = (),
+        billed: Iterable[tuple[int, int]] = (),
     ) -> SessionState:
         """A state rebuilt from a snapshot: its facts, and its index from the kept
         messages and the summary of the region ``[lo, base)`` (ADR-0030).
@@ -197,7 +202,7 @@ class SessionState:
         resolved = resolve_route(profile, providers, route)
         return cls(
             session_id, version, profile, providers, legacy, resolved, conversation, chat, index,
-            summary, tuple(restorable),
+            summary, tuple(restorable), tuple(billed),
         )
 
     def clone(self) -> SessionState:

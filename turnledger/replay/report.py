@@ -1133,6 +1133,9 @@ def _compaction_settings(profile: RuntimeProfile) -> list[str]:
     if compaction.clear_tool_results:
         stages.append("tool results cleared outside the newest "
                       f"{compaction.keep_tool_result_turns:,} turns (C1)")
+    if compaction.learn_estimate:
+        stages.append("the estimate learns from the bill: budget trims count each estimated "
+                      "token as the provider billed the newest requests (C10)")
     return [f"compaction: {'; '.join(stages)}"] if stages else []
 
 

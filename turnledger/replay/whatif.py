@@ -65,6 +65,7 @@ from turnledger.domain.decider import (
     Command,
     PopMessage,
     PrepareRequest,
+    RecordUsage,
     RecoverFromOverflow,
     SelectRoute,
     SessionState,
@@ -96,11 +97,13 @@ from turnledger.domain.events import (
     SummaryRefused,
     ToolResultsCleared,
     TurnsSummarized,
+    UsageRecorded,
     as_event,
     unchecked_events,
 )
 from turnledger.domain.messages import AssistantToolCalls, Chat, ConversationMessage
 from turnledger.domain.state import collect_summarised
+from turnledger.domain.usage import Usage
 from turnledger.projections.counters import Counters, count, fold_counters
 from turnledger.replay.timeline import FoldedState, ReplayError, dumps, to_jsonable
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer, summary_outcome
@@ -659,6 +662,13 @@ class _Replay:
                     replayed.originator_id, self.profile, tuple(replayed.providers),
                     replayed.route, replayed.legacy, replayed.timestamp, recorded=True,
                 )
+            case UsageRecorded():
+                # The provider's bill of a recorded request, as recorded: what an estimate
+                # learns from on either side (issue 35, `Compaction.learn_estimate`).
+                usage = Usage(replayed.api, replayed.input_tokens, replayed.output_tokens,
+                              replayed.cache_read_tokens, replayed.cache_write_tokens)
+                return RecordUsage(usage, replayed.request_position, replayed.digest,
+                                   replayed.estimated_tokens, replayed.timestamp)
             case _:
                 assert_never(replayed)
         return None

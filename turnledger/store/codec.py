@@ -109,7 +109,7 @@ _NEW_MESSAGE_FIELDS: Final[Mapping[type, tuple[str, ...]]] = types.MappingProxyT
         ToolResult: ("blocks", "is_error", "extra"),
         AssistantToolCalls: ("blocks", "extra"),
         RuntimeProfile: ("compaction",),  # issue 24: a default profile encodes as before
-        Compaction: ("low_water",),  # issue 35: a profile without it encodes as before
+        Compaction: ("low_water", "learn_estimate"),  # issue 35: encodes as before without
     }
 )
 

@@ -131,6 +131,9 @@ class _Snapshot:
     """What sweeps took from the newest turn that a result may bring back (E5),
     as `SessionState.restorable`; empty: not in the bytes, which are then those of a
     snapshot before it (no sweep recorded before it marked anything restorable)."""
+    billed: tuple[tuple[int, int], ...] = ()
+    """The newest usages an estimate learns from (issue 35), as `SessionState.billed`; empty:
+    not in the bytes, which are then those of a snapshot before it (no usage recorded)."""
 
 
 _LEVEL = 1
@@ -188,7 +191,7 @@ def _with_columns(converter: cattrs.Converter) -> cattrs.Converter:
     converter.register_structure_hook(IntColumn, _structure_column)
     converter.register_unstructure_hook(_Snapshot, make_dict_unstructure_fn(
         _Snapshot, converter, summary=override(omit_if_default=True),
-        restorable=override(omit_if_default=True)))
+        restorable=override(omit_if_default=True), billed=override(omit_if_default=True)))
     return converter
 
 
@@ -258,6 +261,7 @@ def _snapshot_of(state: SessionState, chain: bytes) -> _Snapshot:
             summary.tokens,
         ),
         restorable=state.restorable,
+        billed=state.billed,
     )
 
 
@@ -401,4 +405,5 @@ def _state_of(snapshot: _Snapshot) -> SessionState:
             held.covers_from, held.last_position, held.text, held.summarizer, held.tokens,
         ),
         restorable=snapshot.restorable,
+        billed=snapshot.billed,
     )
