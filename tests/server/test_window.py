@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -190,3 +192,29 @@ def test_i35_p3_usage_of_a_window_is_recorded_over_http(small_window: str) -> No
         refused = httpx.post(f"{base}/{made}/usage", json=body)
         assert (400, param) == (refused.status_code, refused.json()["error"]["param"]), body
     assert before == httpx.get(f"{base}/{made}/timeline").json()
+
+
+
+def test_i37_every_answer_says_an_event_time_as_the_stream_does(small_window: str) -> None:
+    """The window's events, /timeline and the event stream (the timeline's JSON) give an
+    event's time in one form, ISO 8601 in UTC with microseconds even when they are 0 (Python's
+    plain isoformat drops them), so a dashboard matches an event it streamed with one it read."""
+    import httpx
+
+    from turnledger.domain.events import HistoryTrimmed, TrimReason
+    from turnledger.replay.timeline import timeline
+    from turnledger.server.conversations import event_json
+
+    on_the_second = HistoryTrimmed(UUID(int=1), 3, datetime(2026, 12, 5, 12, 0, tzinfo=UTC),
+                                   2, 1, TrimReason.TOKEN_BUDGET)
+    streamed = timeline([on_the_second])[0].to_jsonable()["timestamp"]
+    assert "2026-12-05T12:00:00.000000+00:00" == streamed == event_json(on_the_second)[
+        "timestamp"]
+    base = small_window + "/v1/conversations"
+    made = httpx.post(base, json={"items": _turns(8)}).json()["id"]
+    window = httpx.post(f"{base}/{made}/window", json={"include": ["events"]}).json()
+    listed = httpx.get(f"{base}/{made}/timeline").json()["data"]
+    by_position = {entry["position"]: entry["timestamp"] for entry in listed}
+    assert window["events"]
+    for event in window["events"]:
+        assert by_position[event["position"]] == event["timestamp"]

@@ -225,7 +225,7 @@ class _Api:
 
         events = await self._call(self.c.events, request.path_params["conversation_id"],
                                   tenant_of(request))
-        entries = [{"position": e.position, "timestamp": e.timestamp.isoformat(),
+        entries = [{"position": e.position, "timestamp": e.to_jsonable()["timestamp"],
                     "type": e.type, "summary": e.summary} for e in timeline(events)]
         return JSONResponse({"object": "list", "data": entries})
 

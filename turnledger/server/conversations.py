@@ -20,6 +20,7 @@ import turnledger as tl
 from turnledger.errors import InvalidUsage
 from turnledger.events import HistoryTrimmed
 from turnledger.providers import to_openai_responses
+from turnledger.replay.timeline import to_jsonable
 from turnledger.server.ids import conversation_id, session_id
 from turnledger.server.items import DUPLICATE_ID, ItemError, ItemFold, StoredItem, prepare_items
 from turnledger.server.registry import ConversationRecord, Registry
@@ -47,7 +48,7 @@ class Refused(ValueError):
 def event_json(event: tl.DomainEvent) -> dict[str, Any]:
     """An event as JSON: its class, position, time and its plain fields."""
     out: dict[str, Any] = {"type": type(event).__name__, "position": event.originator_version,
-                           "timestamp": event.timestamp.isoformat()}
+                           "timestamp": to_jsonable(event.timestamp)}  # as the stream says it
     for field in attrs.fields(type(event)):
         if field.name in ("originator_id", "originator_version", "timestamp"):
             continue
