@@ -889,6 +889,20 @@ def _print_usage_stats(rows: list[dict[str, Any]], out: TextIO) -> None:
     )
 
 
+def _compaction_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The compaction settings ``what-if`` was given (issue 24, issue 35)."""
+    compaction: dict[str, Any] = {}
+    if args.clear_tool_results is not None:
+        compaction["clear_tool_results"] = args.clear_tool_results
+    if args.keep_tool_result_turns is not None:
+        compaction["keep_tool_result_turns"] = args.keep_tool_result_turns
+    if args.low_water is not None:  # issue 35: "none" gives back the spec's trim
+        compaction["low_water"] = None if args.low_water == "none" else args.low_water
+    if args.learn_estimate is not None:  # issue 35: C10
+        compaction["learn_estimate"] = args.learn_estimate
+    return compaction
+
+
 def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
     import attrs
 
@@ -908,13 +922,7 @@ def cmd_what_if(args: argparse.Namespace, out: TextIO) -> int:
         changes["context_compact_ratio"] = args.context_compact_ratio
     if args.max_history_messages is not None:
         changes["max_history_messages"] = args.max_history_messages
-    compaction: dict[str, Any] = {}
-    if args.clear_tool_results is not None:
-        compaction["clear_tool_results"] = args.clear_tool_results
-    if args.keep_tool_result_turns is not None:
-        compaction["keep_tool_result_turns"] = args.keep_tool_result_turns
-    if args.low_water is not None:  # issue 35: "none" gives back the spec's trim
-        compaction["low_water"] = None if args.low_water == "none" else args.low_water
+    compaction = _compaction_changes(args)
     if compaction:
         changes["compaction"] = attrs.evolve(started.profile.compaction, **compaction)
     profile = attrs.evolve(started.profile, **changes)
@@ -1299,6 +1307,9 @@ def _add_audit_commands(sub: _Subparsers) -> None:
     p.add_argument("--low-water", type=_low_water, metavar="F",
                    help="a forced trim drops to F x the budget / turn limit, F in (0, 1), so "
                    "the kept prefix holds until the next one (issue 35); none: the spec's trim")
+    p.add_argument("--learn-estimate", action=argparse.BooleanOptionalAction, default=None,
+                   help="budget trims count each estimated token as the provider billed the "
+                   "session's newest requests (C10; needs recorded usage)")
     _add_summarizer(p)
     _add_json(p)
     p.set_defaults(func=cmd_what_if)
@@ -1321,7 +1332,8 @@ def _add_report_command(sub: _Subparsers) -> None:
                    "max_context_tokens, context_compact_ratio, max_history_messages, "
                    "max_tool_result_chars, history_pruning.enabled, history_pruning.max_tokens, "
                    "compaction.clear_tool_results, compaction.keep_tool_result_turns, "
-                   "compaction.low_water (none unsets the first three and the low water)")
+                   "compaction.low_water, compaction.learn_estimate (none unsets the first "
+                   "three and the low water)")
     _add_summarizer(p)
     p.set_defaults(func=cmd_report)
 

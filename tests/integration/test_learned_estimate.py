@@ -8,6 +8,8 @@ the same trims.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import turnledger as tl
@@ -104,3 +106,21 @@ def test_i35_p4_restore_verify_and_what_if_decide_the_same(tmp_path, low_water) 
     assert trims
     assert all(t.estimate_correction == pytest.approx(1.6, abs=0.005)
                for t in trims if t.originator_version > 20)
+
+
+def test_i35_p4_what_if_learn_estimate_on_the_command_line(tmp_path, capsys) -> None:
+    """``what-if --learn-estimate`` replays a session whose provider billed 1.5 × the
+    estimate: its requests fit 400 of the 600 estimated tokens; the recorded ones did not."""
+    from turnledger.cli import main
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with tl.open_store(url) as store:
+        session = _session(store, False)
+        _run(session, 14, 1.5)
+    assert 0 == main(["--store", url, "what-if", session.id, "--learn-estimate", "--json"])
+    rows = json.loads(capsys.readouterr().out)["requests"]
+    assert max(row["what_if"]["estimated_tokens"] for row in rows) <= 401
+    assert max(row["recorded"]["estimated_tokens"] for row in rows) > 401
+    assert 0 == main(["--store", url, "report", session.id, "-o", str(tmp_path / "r.html"),
+                      "--what-if", "compaction.learn_estimate=true"])
+    assert "compaction.learn_estimate" in (tmp_path / "r.html").read_text("utf-8")
