@@ -297,7 +297,8 @@ V1_EVENTS: dict[str, DomainEvent] = {
         FIXTURE_SESSION, 3, FIXTURE_TIME, View.CONVERSATION, TrimTrigger.APPEND,
         TrimReason.TURN_LIMIT, 5, 4, 2, 3, 812, 301, 3,
     ),
-    # Added in issue 35 (HistoryTrimmed v1 has no tokens or budget: they read as None).
+    # Added in issue 35 (a notice before it has no tokens or budget: they read as None, and
+    # encode to the same bytes, the new fields being left out while None).
     "breadcrumb_inserted_v1": BreadcrumbInserted(
         FIXTURE_SESSION, 4, FIXTURE_TIME, View.CONVERSATION, 5,
     ),

@@ -22,7 +22,6 @@ from turnledger.domain.budget import MAX_STORED_INT, ProviderProfile, Route, Run
 from turnledger.domain.errors import CorruptRecord, InvalidMessage, InvalidProfile
 from turnledger.domain.events import (
     EVENT_TYPES,
-    BreadcrumbInserted,
     DomainEvent,
     HistoryTrimmed,
     MessageAppended,
@@ -168,14 +167,15 @@ def test_e9_message_variants_use_short_stable_tags() -> None:
 
 def test_e9_payload_leaves_record_columns_out_and_keeps_enums_as_strings() -> None:
     """originator_id/version live in columns; enums are their string values; v1 has no
-    class_version key (TrimDecided is at version 2 since issue 35)."""
+    class_version key; a field added at version 1 (issue 35) is left out while None."""
     _, payload = encode_event(trim_decided())
     state = msgpack.unpackb(payload, timestamp=3)
     assert "originator_id" not in state
     assert "originator_version" not in state
-    assert 2 == state["class_version"]
-    _, v1_payload = encode_event(BreadcrumbInserted(SESSION, 4, NOW, View.CHAT, 2))
-    assert "class_version" not in msgpack.unpackb(v1_payload, timestamp=3)
+    assert "class_version" not in state
+    assert {"budget", "estimate_correction"}.isdisjoint(state)
+    _, with_budget = encode_event(attrs.evolve(trim_decided(), budget=8_000))
+    assert 8_000 == msgpack.unpackb(with_budget, timestamp=3)["budget"]
     assert ("chat", "append", "turn_limit") == (state["view"], state["trigger"], state["reason"])
     assert str is type(state["reason"])
 

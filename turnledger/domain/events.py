@@ -222,9 +222,9 @@ class TrimDecided(DomainEvent):
     token budget or turn count that applied (an overflow recovery's target, R25);
     ``tokens_before`` / ``tokens_after`` the view's estimate before and after. ``budget`` is
     the route's token budget when the trim was decided, whatever its reason (issue 35; None in
-    a version 1 record, which did not say it). ``estimate_correction``: what each estimated
-    token counted as in this trim when the estimate learned from the bill
-    (`Compaction.learn_estimate`), else None.
+    a record made before it). ``estimate_correction``: what each estimated token counted as in
+    this trim when the estimate learned from the bill (`Compaction.learn_estimate`), else None.
+    Both are left out of the payload while None (the codec's ``NEW_EVENT_FIELDS``).
     """
 
     view: View
@@ -239,15 +239,6 @@ class TrimDecided(DomainEvent):
     limit: int
     budget: int | None = None
     estimate_correction: float | None = None
-
-    class_version: ClassVar[int] = 2
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        """Version 1 did not record the route's budget (issue 35): not known; it learned no
-        estimate from a bill."""
-        state.setdefault("budget", None)
-        state.setdefault("estimate_correction", None)
 
 
 @attrs.frozen
@@ -264,7 +255,8 @@ class HistoryTrimmed(DomainEvent):
 
     Besides the counts R32 names, it tells a client what its trim did to the context (issue
     35): the estimated tokens of the trimmed view before and after, and the route's budget,
-    as its `TrimDecided` recorded them. None in a version 1 record, which did not say them.
+    as its `TrimDecided` recorded them; None in a record made before, which did not say them
+    (left out of the payload while None, so such a record reads back as it was written).
     """
 
     dropped_messages: int
@@ -273,14 +265,6 @@ class HistoryTrimmed(DomainEvent):
     tokens_before: int | None = None
     tokens_after: int | None = None
     budget: int | None = None
-
-    class_version: ClassVar[int] = 2
-
-    @staticmethod
-    def upcast_v1_v2(state: dict[str, Any]) -> None:
-        """Version 1 said the counts only (issue 35): tokens and budget not known."""
-        for name in ("tokens_before", "tokens_after", "budget"):
-            state.setdefault(name, None)
 
 
 @attrs.frozen

@@ -47,7 +47,13 @@ from cattrs.strategies import configure_tagged_union
 from turnledger.domain.blocks import BLOCK_TAGS, ContentBlock
 from turnledger.domain.budget import AliasMap, Compaction, RuntimeProfile
 from turnledger.domain.errors import InvalidMessage, UndecodableRecord, bounded
-from turnledger.domain.events import DomainEvent, on_registry_change, registered_events
+from turnledger.domain.events import (
+    DomainEvent,
+    HistoryTrimmed,
+    TrimDecided,
+    on_registry_change,
+    registered_events,
+)
 from turnledger.domain.messages import (
     AssistantBlock,
     AssistantToolCalls,
@@ -112,6 +118,17 @@ _NEW_MESSAGE_FIELDS: Final[Mapping[type, tuple[str, ...]]] = types.MappingProxyT
         Compaction: ("low_water", "learn_estimate"),  # issue 35: encodes as before without
     }
 )
+
+NEW_EVENT_FIELDS: Final[Mapping[type, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        # Issue 35: left out of a payload while None, so a record made before them reads back
+        # as written (None) and encodes to the bytes it had, without a class version step,
+        # and a trim's records stay under the size at which a payload is zlib'd (ADR-0031).
+        TrimDecided: ("budget", "estimate_correction"),
+        HistoryTrimmed: ("tokens_before", "tokens_after", "budget"),
+    }
+)
+"""Event fields added to a class at version 1: omitted from a payload at their default."""
 
 _COLUMN_FIELDS: Final = ("originator_id", "originator_version")
 
@@ -450,6 +467,7 @@ class EventCodec:
                 raise ValueError(f"{cls.__qualname__} lacks upcast_v{step}_v{step + 1}")
         attrs.resolve_types(cls)
         omit = {name: override(omit=True) for name in _COLUMN_FIELDS}
+        omit |= {name: override(omit_if_default=True) for name in NEW_EVENT_FIELDS.get(cls, ())}
         entry = _EventClass(
             cls=cls,
             topic=topic,
