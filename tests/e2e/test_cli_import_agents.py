@@ -141,7 +141,7 @@ def test_i36_p2_the_public_codex_sample_is_refused_naming_the_part_it_cannot_giv
     assert (2, "") == (result.returncode, result.stdout), describe(result)
     assert (f"turnledger: rejected {path}:line 1: test-session: message 2 of the record: the "
             "responses format could give nothing of it back (its reasoning block: OpenAI "
-            "Responses takes no such block in a assistant message (it came from another "
+            "Responses takes no such block in an assistant message (it came from another "
             "provider, or the target cannot replay it)); nothing of this line was stored\n"
             ) == result.stderr
 

@@ -127,7 +127,7 @@ _BLOCK_FIELDS: Final[dict[str, dict[type, frozenset[str]]]] = {
     API_OPENAI_RESPONSES: {
         TextBlock: frozenset({"type", "annotations", "logprobs"}),
         ImageBlock: frozenset({"detail", "file_id"}),
-        ToolCall: frozenset({"id", "status", "type"}),
+        ToolCall: frozenset({"id", "status", "type", "namespace"}),
     },
 }
 """The block fields each API defines; any other kept field is left out when crossing."""
@@ -144,6 +144,32 @@ _MESSAGE_FIELDS: Final[dict[str, dict[str, frozenset[str]]]] = {
                            "tool": frozenset({"type", "id", "status"})},
 }
 """The message fields each API defines, per role (``tool``: a tool result's own fields)."""
+
+_RECORDED_ONLY: Final[dict[str, frozenset[str]]] = {
+    API_OPENAI_CHAT: frozenset({"annotations"}),
+    API_OPENAI_RESPONSES: frozenset(),
+    API_ANTHROPIC: frozenset(),
+}
+"""Fields a format's own recordings carry that its request types do not define (a Chat
+completion's ``annotations``): an export of the record in that format keeps them."""
+
+_KEYED: Final = frozenset({"google_adk", "pydantic_ai", "bedrock"})
+"""The keys under which the grouped formats (`turnledger.domain.formats`) keep their own
+fields in an ``extra``: never a field of another format's message."""
+
+
+def _defined(api: str) -> frozenset[str]:
+    fields = [f for kinds in (_BLOCK_FIELDS[api], _MESSAGE_FIELDS[api]) for f in kinds.values()]
+    return frozenset().union(*fields, _RECORDED_ONLY[api])
+
+
+_FOREIGN: Final[dict[str, frozenset[str]]] = {
+    api: _KEYED | frozenset().union(*(_defined(o) for o in APIS if o != api)) - _defined(api)
+    for api in APIS
+}
+"""Per API, the fields another format defines and it does not: what an export of the record
+in that API's format leaves out (`fit_messages` with ``fields=False``); a field no format
+defines is the record's own and is kept."""
 
 _OPAQUE_TYPES: Final[dict[str, frozenset[str]]] = {
     API_ANTHROPIC: frozenset({
@@ -170,7 +196,8 @@ _CHAT_ROLE_PARTS: Final = {"user": frozenset({"text", "image", "input_audio", "f
 
 class _Notes:
     """Collects what the body of one message leaves out; ``fields`` False keeps every field
-    (an export of the record keeps the provider fields it recorded, `fit_messages`)."""
+    but another format's (an export of the record keeps the fields its format recorded,
+    `fit_messages`)."""
 
     def __init__(self, index: int, api: str, out: list[LeftOut], fields: bool = True) -> None:
         self.index, self.api, self.out, self.fields = index, api, out, fields
@@ -186,18 +213,26 @@ _EMPTY: Final[tuple[object, ...]] = (None, [], {}, "")
 
 
 def _keep_fields(extra: str, allowed: frozenset[str], notes: _Notes, owner: str) -> str:
-    """``extra`` with only the ``allowed`` fields; the others are noted."""
-    if not extra or not notes.fields:
+    """``extra`` with only the ``allowed`` fields (in an export: without another format's
+    fields, `_FOREIGN`); the others are noted."""
+    if not extra:
         return extra
     fields = extra_fields(extra)
-    kept = {k: v for k, v in fields.items() if k in allowed}
+    foreign = _FOREIGN[notes.api]
+    kept = {k: v for k, v in fields.items()
+            if k in allowed or (not notes.fields and k not in foreign)}
     if len(kept) == len(fields):
         return extra
-    dropped = sorted(k for k, v in fields.items() if k not in allowed and v not in _EMPTY)
+    dropped = sorted(k for k, v in fields.items() if k not in kept and v not in _EMPTY)
     if dropped:  # a null or empty field carries nothing: leaving it out is worth no note
         notes.add(f"{owner} fields {', '.join(dropped)}",
                   f"{_NAMES[notes.api]} does not define them")
     return extra_text(kept)
+
+
+def _a(role: str) -> str:
+    """The role with its article: ``a user``, ``an assistant``."""
+    return f"{'an' if role[:1] in 'aeiou' else 'a'} {role}"
 
 
 def _data_url(media_type: str, data: str) -> str:
@@ -226,7 +261,7 @@ def _fit_document(block: DocumentBlock, api: str, role: str, notes: _Notes) -> A
     if api == API_OPENAI_RESPONSES and role in ("user", "tool") and kind == "url":
         return OpaqueBlock(canonical_json({"type": "input_file", "file_url": source["url"]}))
     notes.add(f"document block ({kind} source)",
-              f"{_NAMES[api]} takes no document of this kind in a {role} message")
+              f"{_NAMES[api]} takes no document of this kind in {_a(role)} message")
     return None
 
 
@@ -244,7 +279,7 @@ def _fit_opaque(block: OpaqueBlock, api: str, role: str, notes: _Notes) -> Any:
         allowed = allowed and kind in _CHAT_ROLE_PARTS.get(role, frozenset())
     if allowed:
         return block
-    notes.add(f"{kind or 'untyped'} block", f"{_NAMES[api]} takes no such block in a {role} "
+    notes.add(f"{kind or 'untyped'} block", f"{_NAMES[api]} takes no such block in {_a(role)} "
               "message (it came from another provider, or the target cannot replay it)")
     return None
 
@@ -322,7 +357,7 @@ def _fit_block(block: Any, api: str, role: str, notes: _Notes) -> Any:
         case ImageBlock():
             if api == API_OPENAI_CHAT and role != "user":
                 notes.add("image block", f"OpenAI Chat Completions takes images in user "
-                          f"messages only, not in a {role} message")
+                          f"messages only, not in {_a(role)} message")
                 return None
             return _image_for(block, api, notes)
         case DocumentBlock():
@@ -436,7 +471,7 @@ def _keep_only(extra: str, keys: set[str]) -> str:
 def _fit_calls(item: AssistantToolCalls, api: str, notes: _Notes) -> ChatMessage:
     extra = _keep_fields(item.extra, _MESSAGE_FIELDS[api]["assistant"], notes, "message")
     reasoning = item.reasoning_content
-    if reasoning is not None and notes.fields:
+    if reasoning is not None and (notes.fields or api != API_OPENAI_CHAT):
         notes.add("reasoning_content", f"{_NAMES[api]} does not define it")
         reasoning = None
     if item.blocks:
@@ -483,8 +518,10 @@ def fit_messages(
 
     Messages nothing is left out of come back as they are (the same objects), so a request to
     the API its conversation came from is sent exactly as it was recorded. ``fields=False``
-    fits the content only and keeps every recorded field (``export``: the record in a format,
-    a block the format cannot carry left out). Raises `InvalidProfile` for an unknown ``api``.
+    fits the content only and keeps every recorded field but another format's (``export``: the
+    record in a format; a block the format cannot carry, and a field only another format or a
+    framework integration defines, `_FOREIGN`, left out and said). Raises `InvalidProfile` for
+    an unknown ``api``.
     """
     check_api("api", api)
     left: list[LeftOut] = []
