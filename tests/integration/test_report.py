@@ -29,7 +29,7 @@ from turnledger.replay.report import POINT_BUDGET, TIMELINE_FULL
 # What the report itself writes: anything else in a page came from content.
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "header", "section", "h1", "h2", "h3",
-    "p", "div", "span", "code", "table", "thead", "tbody", "tr", "th", "td",
+    "p", "div", "span", "code", "table", "thead", "tbody", "tr", "th", "td", "ol", "li",
     "svg", "g", "a", "rect", "circle", "line", "path", "polyline", "polygon", "text",
 }
 TRIM_LANES = {"token_budget", "turn_limit", "overflow"}
@@ -207,3 +207,32 @@ def test_what_if_side_by_side_draws_the_other_profile(tmp_path: Path) -> None:
         r'<g class="mark (?:token_budget|turn_limit|overflow)" data-event="\d+" '
         r'data-count="(\d+)"', what_if_marks))
     assert replayed.what_if.trims == drawn
+
+
+def test_i35_p3_the_report_says_each_cache_break_its_cause_and_the_bill() -> None:
+    """Issue 35 point 3: section 5 counts the cache breaks by cause (the same as
+    `cache_breaks` reads from the log), lists each with a link to its request and its cause,
+    and gives the cache hit rate and the estimate against the bill from the recorded usage."""
+    from turnledger.replay.cache_breaks import cache_breaks
+
+    with tl.open_store("memory://") as store:
+        session = store.start_session(tl.RuntimeProfile(max_context_tokens=400))
+        for n in range(8):
+            session.append(tl.ChatMessage.user(f"question {n} " + "why " * 40))
+            request = session.prepare_request()
+            session.record_usage({"input_tokens": 2 * request.estimated_tokens,
+                                  "input_tokens_details": {"cached_tokens":
+                                                           request.estimated_tokens},
+                                  "output_tokens": 5}, request)
+            session.append(tl.ChatMessage.assistant(f"answer {n} " + "because " * 40))
+        events = session.events()
+    page = audit.report(events)
+    found = cache_breaks(events)
+    assert len(found) >= 4
+    section = page[page.index('<section id="cache">'):]
+    assert (f'<td>recorded</td><td class="num">8</td><td class="num">{len(found)}</td>'
+            f'<td>{len(found)} trim</td><td class="num">8</td><td class="num">50.0%</td>'
+            '<td class="num">0.50</td>') in section
+    first = found[0]
+    assert (f'<li><a href="#e{first.position}">request {first.position}</a>: trim at '
+            f'<a href="#e{first.cause_position}">{first.cause_position}</a></li>') in section

@@ -78,6 +78,7 @@ from turnledger.domain.messages import (
 from turnledger.domain.turns import is_turn_start_item
 from turnledger.files import write_private
 from turnledger.projections.counters import Counters, fold_counters
+from turnledger.replay.cache_breaks import CacheBreak, cache_breaks
 from turnledger.replay.timeline import ReplayError, item_tokens, printable, summarize
 from turnledger.replay.whatif import WhatIfReport, replay_what_if
 from turnledger.store.summaries import Summarizer, SummaryFunction
@@ -1078,9 +1079,10 @@ def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None,
     anchors = _row_anchors(rows)
     sides = [_Side("recorded", _Session().fold(events), _Links(anchors), fold_counters(events))]
     compared: WhatIfReport | None = None
+    what_if_events: Sequence[DomainEvent] | None = None
     if what_if is not None:
         run = replay_what_if(events, what_if, summarizer=summarizer)
-        compared = run.report
+        compared, what_if_events = run.report, run.what_if
         requests: tuple[int, ...] | None = tuple(r.position for r in compared.requests)
         if compared.simulated_requests is not None:  # the recorded side is a re-run too
             requests = None
@@ -1091,12 +1093,61 @@ def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None,
                            fold_counters(run.what_if)))
     title = f"turnledger report: session {_e(started.originator_id)}"
     context = _context_section(sides)  # first: it says which chart element draws each event
+    breaks = [("recorded", cache_breaks(events), anchors)]
+    if compared is not None and compared.simulated_requests is not None:
+        breaks = [(sides[0].name, cache_breaks(run.recorded), {})]  # the requests simulated
+    if what_if_events is not None:
+        breaks.append(("what-if", cache_breaks(what_if_events), {}))
     body = "\n".join((
         _header(started, events, sides, compared), context, _turns_section(sides),
         _timeline_section(rows, len(events), sides[0].links.drawn),
-        _totals_section(sides, compared),
+        _totals_section(sides, compared), _cache_section(sides, breaks),
     ))
     return _page(title, body)
+
+
+def _cache_section(sides: Sequence[_Side],
+                   breaks: Sequence[tuple[str, list[CacheBreak], dict[int, int]]]) -> str:
+    """5. The provider's cache (issue 35): the requests that could not reuse the previous
+    one's prefix and what caused each (`turnledger.replay.cache_breaks`), and what the
+    provider billed when usage was recorded (cache hit rate, estimate against the bill)."""
+    rows = []
+    for side, (name, found, _) in zip(sides, breaks, strict=False):
+        counters = side.counters
+        causes = Counter(b.cause for b in found)
+        said = ", ".join(f"{_n(n)} {cause}" for cause, n in sorted(causes.items())) or "none"
+        hit = counters.cache_hit_rate
+        ratio = counters.estimate_ratio
+        rows.append(
+            f"<tr><td>{_e(name)}</td><td class=\"num\">{_n(counters.requests_prepared)}</td>"
+            f"<td class=\"num\">{_n(len(found))}</td><td>{_e(said)}</td>"
+            f"<td class=\"num\">{_n(counters.usage_records)}</td>"
+            f"<td class=\"num\">{'–' if hit is None else f'{hit:.1%}'}</td>"
+            f"<td class=\"num\">{'–' if ratio is None else f'{ratio:.2f}'}</td></tr>")
+    recorded_name, recorded, anchors = breaks[0]
+    items = "".join(
+        f'<li><a href="#e{anchors.get(b.position, b.position)}">request {_n(b.position)}</a>: '
+        f'{_e(b.cause)} at <a href="#e{anchors.get(b.cause_position, b.cause_position)}">'
+        f"{_n(b.cause_position)}</a></li>" for b in recorded[:_CACHE_BREAKS_LISTED])
+    more = len(recorded) - _CACHE_BREAKS_LISTED
+    listed = (f'<p class="note">The {_e(recorded_name)} breaks:</p><ol class="breaks">{items}'
+              "</ol>" if items else "")
+    if more > 0:
+        listed += f'<p class="note">… and {_n(more)} more (<code>turnledger replay</code>).</p>'
+    return ('<section id="cache"><h2>5. Provider cache</h2><p class="note">A cache break is '
+            "a request that does not start with the whole previous request: something between "
+            "them (a trim, a clearing, a summary, a route switch, a sweep, a pop or a clear) "
+            "changed its prefix, which a provider's prompt cache can then not serve. The "
+            "cache hit rate and the estimate against the bill come from the provider's usage "
+            "(<code>Session.record_usage</code>); – when none was recorded.</p>"
+            '<table class="totals"><thead><tr><th>side</th><th>requests</th>'
+            "<th>cache breaks</th><th>caused by</th><th>billed requests</th>"
+            "<th>cache hit rate</th><th>estimate / bill</th></tr></thead><tbody>"
+            + "".join(rows) + f"</tbody></table>{listed}</section>")
+
+
+_CACHE_BREAKS_LISTED: Final = 50
+"""The most cache breaks the report lists one by one (the counts cover all)."""
 
 
 def _header(started: SessionStarted, events: Sequence[DomainEvent], sides: Sequence[_Side],
