@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+import turnledger as tl
 from tests.backends import SHARED_BACKENDS, Target
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
 from turnledger.domain.errors import ContextWindowExceeded
@@ -42,6 +43,7 @@ from turnledger.projections.analytics import (
     COMPACTION_COLUMNS,
     ROUTE_STATS_COLUMNS,
     SESSION_STATS_COLUMNS,
+    USAGE_COLUMNS,
     Analytics,
 )
 from turnledger.store.backend import StoreUnavailable
@@ -208,6 +210,7 @@ def test_e7_totals_sum_the_sessions(store: Store) -> None:
             "overflow_recoveries": 1, "overflows_unrecoverable": 1, "orphan_sweeps": 1,
             "orphans_removed": 1, "peak_estimated_tokens": 134,
             **dict.fromkeys(COMPACTION_COLUMNS, 0),  # no compaction in this script
+            **dict.fromkeys(USAGE_COLUMNS, 0),  # no usage recorded either (issue 35)
         }
         assert expected == analytics.totals()
 
@@ -474,3 +477,17 @@ def test_e7_follower_killed_at_random_moments_applies_each_event_exactly_once(
         assert (0, head) == (final.returncode, analytics.position()), final.stderr
         assert_same_as_rebuild(analytics, store)
 
+
+
+def test_e11_a_new_sqlite_stores_schema_stays_on_its_first_page(tmp_path: Path) -> None:
+    """The analytics tables' DDL keeps ``sqlite_master`` on page 1 (a leaf): a schema that
+    spills onto a page allocated later is lost when the file is truncated before it, and then
+    nothing of the file can be salvaged (issue 35's six counters spilled it once)."""
+    url = f"sqlite:///{tmp_path / 'schema.db'}"
+    with tl.open_store(url) as store:
+        session = store.start_session()
+        session.append(tl.ChatMessage.user("hello"))
+        with Analytics(store.backend) as analytics:
+            analytics.catch_up()
+    data = (tmp_path / "schema.db").read_bytes()
+    assert 13 == data[100]  # page 1's b-tree header follows the 100-byte file header

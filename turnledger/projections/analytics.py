@@ -265,8 +265,14 @@ def _counters_from(values: Sequence[Any]) -> Counters:
 # --- SQL ------------------------------------------------------------------------------------
 
 _INT: Final = "BIGINT NOT NULL DEFAULT 0"
-_COUNTERS_DDL: Final = ", ".join(f"{name} {_INT}" for name in COUNTER_COLUMNS)
-_TAIL_DDL: Final = f"peak_estimated_tokens {_INT}, peak_window BIGINT, last_event_at TEXT"
+"""A counter column added to an older table (``ALTER TABLE`` needs the default)."""
+_COUNTER: Final = "INT8 NOT NULL"
+"""A counter column of a new table (``INT8`` is ``BIGINT``; every row is written whole). The
+short form keeps a new SQLite store's schema (``sqlite_master``) on its first page: a schema
+that spills onto a page allocated later is lost with it when a file is truncated, and then
+nothing of the file can be salvaged (issue 35 added six counters)."""
+_COUNTERS_DDL: Final = ", ".join(f"{name} {_COUNTER}" for name in COUNTER_COLUMNS)
+_TAIL_DDL: Final = f"peak_estimated_tokens {_COUNTER}, peak_window BIGINT, last_event_at TEXT"
 
 _CREATE: Final = (
     "CREATE TABLE IF NOT EXISTS tl_tracking "
@@ -276,7 +282,7 @@ _CREATE: Final = (
     "CREATE TABLE IF NOT EXISTS tl_session_stats (session_id TEXT PRIMARY KEY, provider TEXT, "
     f"model TEXT, legacy BOOLEAN NOT NULL, {_COUNTERS_DDL}, {_TAIL_DDL})",
     "CREATE TABLE IF NOT EXISTS tl_route_stats (provider TEXT NOT NULL, model TEXT NOT NULL, "
-    f"selections {_INT}, {_COUNTERS_DDL}, {_TAIL_DDL}, PRIMARY KEY (provider, model))",
+    f"selections {_COUNTER}, {_COUNTERS_DDL}, {_TAIL_DDL}, PRIMARY KEY (provider, model))",
     "CREATE TABLE IF NOT EXISTS tl_session_list (session_id TEXT PRIMARY KEY, "
     "started_at TEXT NOT NULL, legacy BOOLEAN NOT NULL, provider TEXT, model TEXT)",
 )
