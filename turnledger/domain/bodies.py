@@ -232,7 +232,7 @@ def _keep_fields(extra: str, allowed: frozenset[str], notes: _Notes, owner: str)
 
 def _a(role: str) -> str:
     """The role with its article: ``a user``, ``an assistant``."""
-    return f"{'an' if role[:1] in 'aeiou' else 'a'} {role}"
+    return f"{'an' if role[:1] in 'aeio' else 'a'} {role}"
 
 
 def _data_url(media_type: str, data: str) -> str:
