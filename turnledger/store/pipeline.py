@@ -14,7 +14,8 @@ One command goes through `Pipeline.save` (in the spirit of eventsourcing's
    ``snapshot_interval`` events, whichever comes first, the compact state is saved (a cache: a
    failure is logged, never raised; ADR-0058);
 4. **notify** — after the commit: R34's log line for a legacy turn-limit trim, then the
-   store's subscribers get each `HistoryTrimmed` (R33).
+   store's subscribers get each `HistoryTrimmed` (R33), then its observers the whole batch
+   (`Store.observe`).
 
 A `Position` is where one session stands (state, chain head, latest snapshot); the `Session`
 that owns it holds its lock around `save`. `load` rebuilds a position from the latest snapshot
@@ -95,6 +96,9 @@ IN_DOUBT_KEPT = 256
 
 Publish = Callable[[Sequence[HistoryTrimmed]], None]
 """Delivers committed `HistoryTrimmed` notices to the store's subscribers."""
+
+Observe = Callable[[Sequence[DomainEvent]], None]
+"""Delivers each committed batch, whole, to the store's observers (`Store.observe`)."""
 
 _NO_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -327,11 +331,13 @@ class Pipeline:
         snapshot_interval: int = SNAPSHOT_INTERVAL,
         snapshot_messages: int = SNAPSHOT_MESSAGES,
         publish: Publish,
+        observe: Observe | None = None,
     ) -> None:
         self.backend = backend
         self.snapshot_interval = snapshot_interval
         self.snapshot_messages = snapshot_messages
         self._publish = publish
+        self._observe = observe
         self.recovery = Recovery(self)
         """What a failed (or maybe failed) save leaves, and what the next one does about it."""
 
@@ -513,6 +519,8 @@ class Pipeline:
         notices = [e for e in events if isinstance(e, HistoryTrimmed)]
         if notices:
             self._publish(notices)
+        if self._observe is not None:
+            self._observe(events)
 
     def reload(self, position: Position) -> None:
         """Stand where the store says; the position stays stale when this raises."""

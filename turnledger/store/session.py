@@ -96,6 +96,7 @@ log = logging.getLogger("turnledger")
 
 
 Subscriber = Callable[[DomainEvent], None]
+Observer = Callable[[Sequence[DomainEvent]], None]
 
 
 def _now() -> datetime:
@@ -652,12 +653,14 @@ class Store:
         self.snapshot_interval = snapshot_interval
         self.snapshot_messages = snapshot_messages
         self._subscribers: list[Subscriber] = []
+        self._observers: tuple[Observer, ...] = ()  # replaced whole: read without the lock
         self._lock = threading.Lock()
         self._pipeline = Pipeline(
             backend,
             snapshot_interval=snapshot_interval,
             snapshot_messages=snapshot_messages,
             publish=self._publish,
+            observe=self._observe,
         )
 
     def __enter__(self) -> Store:
@@ -1028,6 +1031,33 @@ class Store:
 
         return unsubscribe
 
+    def observe(self, callback: Observer) -> Callable[[], None]:
+        """Call ``callback(events)`` with every batch of events this store object commits,
+        whole and in order (one command: an append with its trim, a request with its
+        sweep, trim and summary), after the commit, in the thread that wrote them, before
+        the writing call returns (or raises: a refused request is recorded first).
+
+        For in-process instrumentation (`turnledger.otel`): the callback runs while the
+        session's lock is held, so it must be quick and must not write to the session.
+        ``events`` is a tuple of the recorded events. Other processes' writes, and a batch
+        found stored when an in-doubt append is retried, are not observed. Returns a function
+        that stops the calls. A callback that raises is logged and skipped; it never undoes
+        what was recorded.
+        """
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        with self._lock:
+            self._observers = (*self._observers, callback)
+
+        def unobserve() -> None:
+            with self._lock:
+                observers = list(self._observers)
+                if callback in observers:
+                    observers.remove(callback)
+                self._observers = tuple(observers)
+
+        return unobserve
+
     # -- internals --
 
     def _publish(self, notices: Sequence[HistoryTrimmed]) -> None:
@@ -1039,6 +1069,17 @@ class Store:
                     callback(notice)
                 except Exception:
                     log.exception("HistoryTrimmed subscriber %r failed", callback)
+
+    def _observe(self, events: Sequence[DomainEvent]) -> None:
+        observers = self._observers
+        if not observers:
+            return
+        batch = tuple(events)
+        for callback in observers:
+            try:
+                callback(batch)
+            except Exception:
+                log.exception("event observer %r failed", callback)
 
 
 KEY_VARIABLE = "TURNLEDGER_KEY"
