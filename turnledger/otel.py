@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from turnledger.domain.budget import Route
     from turnledger.store.session import Store
 
-__all__ = ["FACTS", "IGNORED", "SPAN_NAMES", "Fact", "instrument"]
+__all__ = ["FACTS", "IGNORED", "SPAN_NAMES", "instrument"]
 
 Attributes = dict[str, "AttributeValue"]
 
