@@ -24,7 +24,9 @@ from turnledger.server.registry import Registry
 
 __all__ = ["Access", "tenant_of"]
 
-_OPEN_PATHS = frozenset({"/openapi.json"})
+# The dashboard page holds no data (it reads the stream, which needs a key): a browser's
+# navigation cannot send one.
+_OPEN_PATHS = frozenset({"/openapi.json", "/"})
 
 
 def tenant_of(request: Request) -> str:

@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 import turnledger as tl
 from turnledger.server.access import Access, tenant_of
 from turnledger.server.conversations import Conversations, NotFound, Refused
+from turnledger.server.dashboard import dashboard
 from turnledger.server.ids import session_id
 from turnledger.server.openapi import openapi_document
 from turnledger.server.registry import ConversationRecord, Registry
@@ -308,7 +309,8 @@ async def _store_error(request: Request, error: Exception) -> Response:
 
 
 def routes(api: _Api) -> list[BaseRoute]:
-    """The Conversations API and turnledger's own endpoints (`openapi.py` documents each)."""
+    """The Conversations API, turnledger's own endpoints and the live dashboard (`openapi.py`
+    documents each)."""
     one = "/v1/conversations/{conversation_id}"
     return [
         Route("/v1/conversations", api.create, methods=["POST"]),
@@ -326,6 +328,7 @@ def routes(api: _Api) -> list[BaseRoute]:
         Route(one + "/verify", api.verify, methods=["GET"]),
         Route(one + "/what-if", api.what_if, methods=["POST"]),
         Route(one + "/report", api.report, methods=["GET"]),
+        Route("/", dashboard, methods=["GET"]),
     ]
 
 

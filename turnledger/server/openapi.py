@@ -111,5 +111,11 @@ def openapi_document() -> dict[str, Any]:
             one + "/report": {"get": _op("The HTML report of the conversation",
                                          answer="text/html")},
             "/openapi.json": {"get": _op("This document", params=())},
+            "/": {"get": _op(
+                "The live dashboard: one self-contained page that follows GET /v1/events and "
+                "draws each session's context gauge, trims, summaries, clearings, cache breaks "
+                "and cache hit rate as they happen, with a link to its report; served without "
+                "a key (it holds no data), the stream it reads needs one when keys are required",
+                params=(), answer="text/html")},
         },
     }
