@@ -190,8 +190,10 @@ def test_i38_p2_the_dashboard_shows_each_decision_live_within_a_second(
         ) == _text(page, f"{card} .latest-break")
         assert window.json()["history_trimmed"]
         tokens = last["capacity"]["estimated_tokens"]
-        assert f"{tokens} tokens of a 600 budget · model window 2,000" == _text(
-            page, f"{card} .gauge-text"
+        share = round(100 * tokens / 600)
+        assert (
+            f"{tokens} tokens, {share} % of the 600-token budget (the mark) · model window 2,000"
+            == _text(page, f"{card} .gauge-text")
         )
         assert f"{100 * tokens / 2000}%" == page.evaluate(
             f"document.querySelector('{card} .fill').style.width"
