@@ -91,7 +91,7 @@ def _text(page: DevTools, selector: str) -> str:
     return " ".join(value.split())
 
 
-def _open(page: DevTools, url: str) -> None:
+def _open(page: DevTools, url: str, state: str = "live") -> None:
     for domain in ("Network", "Log", "Runtime", "Page"):
         page.call(f"{domain}.enable")
     page.call(
@@ -100,7 +100,7 @@ def _open(page: DevTools, url: str) -> None:
     )
     page.call("Emulation.setFocusEmulationEnabled", {"enabled": True})
     page.call("Page.navigate", {"url": url})
-    page.wait_for("document.querySelector('#status')?.dataset.state === 'live'")
+    page.wait_for(f"document.querySelector('#status')?.dataset.state === '{state}'")
 
 
 def test_i38_p2_the_dashboard_shows_each_decision_live_within_a_second(
@@ -315,3 +315,66 @@ def test_i38_p2_the_page_is_served_with_its_policy_and_without_a_key(tmp_path: P
         assert source.startswith("'sha256-"), source
     assert b"http://" not in body
     assert b"https://" not in body
+
+
+def test_i38_p2_with_keys_the_page_asks_for_one_and_shows_its_tenants_sessions(
+    tmp_path: Path,
+) -> None:
+    """With keys required the page loads without one and asks for a key (again after a refused
+    one); it sends the key as a bearer header on the stream, keeps it in the tab's
+    sessionStorage only, and shows the sessions of the key's tenant, no other."""
+    need("starlette")
+    import httpx
+
+    from turnledger.server.app import Settings, create_app
+    from turnledger.server.registry import Registry
+
+    url = f"sqlite:///{tmp_path}/store.db"
+    with tl.open_store(url) as store:
+        registry = Registry.beside(store)
+        (_, alice), (_, bob) = registry.create_key("alice"), registry.create_key("bob")
+        app = create_app(store, Settings(store_url=url, require_keys=True, registry=registry))
+        with serving(app) as base, devtools(chromium(), tmp_path, VIEWPORT) as page:
+            _open(page, base + "/", state="key")
+            page.call("Input.insertText", {"text": "sk-not-a-key"})
+            page.press("Enter", 13, "\r")
+            page.wait_for(
+                "document.querySelector('#key-form label').textContent"
+                ".startsWith('That key was refused')"
+            )
+            page.wait_for("document.activeElement === document.querySelector('#key')")
+            page.call("Input.insertText", {"text": alice})
+            page.press("Enter", 13, "\r")
+            page.wait_for("document.querySelector('#status').dataset.state === 'live'")
+
+            def create(secret: str) -> str:
+                answer = httpx.post(
+                    base + "/v1/conversations",
+                    json={},
+                    headers={"Authorization": f"Bearer {secret}"},
+                )
+                assert 200 == answer.status_code, answer.text
+                return str(answer.json()["id"])
+
+            first, others, last = create(alice), create(bob), create(alice)
+            page.wait_for(f"document.querySelector('[data-conversation=\"{last}\"]') !== null")
+            shown = page.evaluate(
+                "[...document.querySelectorAll('.session')]"
+                ".map((card) => card.dataset.conversation)"
+            )
+            assert [last, first] == shown
+            assert others not in shown
+            assert alice == page.evaluate("sessionStorage.getItem('turnledger.dashboard.key')")
+            streams = [
+                r["request"]["headers"]
+                for r in page.events("Network.requestWillBeSent")
+                if r["request"]["url"] == base + "/v1/events"
+            ]
+            assert [None, "Bearer sk-not-a-key", f"Bearer {alice}"] == [
+                h.get("Authorization") for h in streams
+            ]
+            assert all(
+                r["request"]["url"].startswith(base + "/")
+                for r in page.events("Network.requestWillBeSent")
+            )
+        registry.close()
