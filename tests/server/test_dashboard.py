@@ -378,3 +378,78 @@ def test_i38_p2_with_keys_the_page_asks_for_one_and_shows_its_tenants_sessions(
                 for r in page.events("Network.requestWillBeSent")
             )
         registry.close()
+
+
+def test_i38_p2_the_page_finds_each_cache_break_the_replay_module_finds(
+    tmp_path: Path,
+) -> None:
+    """The page's live fold gives every cache break `turnledger.replay.cache_breaks` reads
+    from the log, with its cause and positions, request after request, for a session written
+    by a script on the server's store (not through the API): trims, summaries, a route switch,
+    a pop and a clear."""
+    need("starlette")
+    from turnledger.events import RequestPrepared, TrimDecided, TurnsSummarized
+    from turnledger.replay.cache_breaks import cache_breaks
+    from turnledger.server.app import Settings, create_app
+    from turnledger.server.ids import conversation_id
+
+    url = f"sqlite:///{tmp_path}/store.db"
+    providers = (
+        tl.ProviderProfile("p", "small", context_window=2000),
+        tl.ProviderProfile("q", "large", context_window=8000),
+    )
+    with tl.open_store(url) as store:
+        app = create_app(store, Settings(store_url=url))
+        with serving(app) as base, devtools(chromium(), tmp_path, VIEWPORT) as page:
+            _open(page, base + "/")
+            session = store.start_session(
+                profile=tl.RuntimeProfile(max_context_tokens=300), providers=providers
+            )
+            session.summarizer = tl.Summarizer("short", lambda turns, previous: "earlier work")
+            card = f'[data-conversation="{conversation_id(session.id)}"]'
+            shown = []
+            for step in range(8):
+                session.extend(
+                    [
+                        tl.ChatMessage.user(f"question {step} " + "word " * 40),
+                        tl.ChatMessage.assistant(f"answer {step} " + "word " * 40),
+                    ]
+                )
+                if step == 3:
+                    session.select_route(tl.Route("q", "large"))
+                if step == 5:
+                    session.pop()
+                if step == 6:
+                    session.clear()
+                    session.append(tl.ChatMessage.user("start again"))
+                session.prepare_request()
+                page.wait_for(
+                    f"document.querySelector('{card} [data-count=\"requests\"]')"
+                    f"?.textContent === '{step + 1}'"
+                )
+                shown.append(_text(page, f"{card} .latest-break"))
+            events = store.events_of(session.id)
+            found = cache_breaks(events)
+            assert {"trim", "route", "pop", "clear"} <= {b.cause for b in found}
+            expected, latest = [], ""
+            requests = [e.originator_version for e in events if isinstance(e, RequestPrepared)]
+            for position in requests:
+                for b in found:
+                    if b.position == position:
+                        latest = (
+                            f"Latest cache break: the request at position {b.position}, "
+                            f"after a {b.cause} at position {b.cause_position}"
+                        )
+                expected.append(latest)
+            assert expected == shown
+            summaries = sum(isinstance(e, TurnsSummarized) for e in events)
+            assert summaries > 0
+            counts = {
+                name: _text(page, f'{card} [data-count="{name}"]')
+                for name in ("trims", "summaries", "breaks")
+            }
+            assert {
+                "trims": str(sum(isinstance(e, TrimDecided) for e in events)),
+                "summaries": str(summaries),
+                "breaks": str(len(found)),
+            } == counts
