@@ -35,8 +35,13 @@ OPENAI_CHAT: Final = "openai-chat"
 OPENAI_RESPONSES: Final = "openai-responses"
 ANTHROPIC: Final = "anthropic"
 GEMINI: Final = "gemini"
-USAGE_APIS: Final = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI)
-"""The usage shapes `Usage.of` reads, by the name `Usage.api` records."""
+LANGCHAIN: Final = "langchain"
+PYDANTIC_AI: Final = "pydantic-ai"
+USAGE_APIS: Final = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI, LANGCHAIN, PYDANTIC_AI)
+"""The usage shapes a `Usage` is read from, by the name `Usage.api` records: `Usage.of` reads
+the providers' four; ``langchain`` (an ``AIMessage.usage_metadata``) and ``pydantic-ai`` (a
+``ModelResponse.usage``) are the frameworks' normalized forms, whose counts already mean what
+`Usage`'s do, read by their integrations (`turnledger.integrations`)."""
 
 
 @attrs.frozen

@@ -29,6 +29,13 @@ follow the newest place where the record lines up with them.
 `grouped` (`turnledger.domain.formats`) and `BuiltOnce` are how the frameworks that group a
 turn's user side into one message (a pydantic-ai request, a genai ``user`` content) build each
 window message once (ADR-0091).
+
+`record_usage` is how every integration records what the provider billed for a model call
+(issue 35): against the window `fit_window` handed out for that call, by its digest, so a usage
+is never recorded for a window it does not answer; a usage the framework does not have records
+nothing, and one that cannot be recorded is logged, never raised into the framework's loop.
+`WaitingUsages` holds usages until the integration's next store call in a worker thread (the
+frameworks whose replies are recorded by their next call: no thread hop of its own).
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ import attrs
 
 from turnledger.domain.arguments import is_number
 from turnledger.domain.budget import ProviderProfile, Route, RuntimeProfile
+from turnledger.domain.decider import request_digest
 from turnledger.domain.errors import (
     AppendRefused,
     ConcurrencyConflict,
+    InvalidUsage,
     SessionNotFound,
 )
 from turnledger.domain.formats import (
@@ -66,6 +75,7 @@ from turnledger.domain.messages import (
     ToolResults,
     from_chat_messages,
 )
+from turnledger.domain.usage import Usage
 from turnledger.store.backend import RETRY_BUDGET_SECONDS, retry_on_conflict
 from turnledger.store.session import Session, Store
 from turnledger.store.summaries import Summarizer, SummaryFunction, as_summarizer
@@ -78,7 +88,9 @@ __all__ = [
     "IntegrationOptions",
     "OptionKeywords",
     "Piece",
+    "ReadUsage",
     "SessionsByName",
+    "WaitingUsages",
     "WindowKeywords",
     "after_recorded",
     "conflict_budget",
@@ -90,6 +102,7 @@ __all__ = [
     "off_loop",
     "open_session",
     "options_of",
+    "record_usage",
     "retrying",
     "session_uuid",
     "user_side",
@@ -547,6 +560,72 @@ def retrying(write: Callable[[], R], what: str, budget_seconds: float) -> R:
             f"{gave_up()}: other writers of this conversation recorded first each time, and "
             f"nothing of this call was recorded; last: {error}"
         ) from error
+
+
+ReadUsage = Callable[[], Usage | None]
+"""What reads a framework's usage of one model call into a `Usage` (None: the framework has
+none for it); it raises `InvalidUsage` for one that cannot be what was billed."""
+
+
+def record_usage(
+    session: Session, window: Sequence[ChatMessage], read: ReadUsage, budget_seconds: float,
+) -> bool:
+    """Record what the provider billed for the model call whose input was ``window``, the
+    window `fit_window` handed out for it (issue 35): `Session.record_usage` with the
+    window's digest, so it answers that window or nothing (another fit of the session since:
+    not recorded). ``read()`` gives the usage (None: nothing to record). A write that loses a
+    race is decided again within ``budget_seconds`` (`retrying`).
+
+    Never raises: a usage that cannot be read or recorded is logged (a warning for an
+    `InvalidUsage`, the traceback for anything else, as the store's subscribers are) and the
+    framework's loop goes on; what it billed is then not in the log. Returns whether it was
+    recorded. Blocking: call it off the event loop."""
+    try:
+        usage = read()
+        if usage is None:
+            return False
+        digest = request_digest(window)
+        retrying(lambda: session.record_usage(usage, digest),
+                 f"recording the usage of a model call of session {session.id}", budget_seconds)
+    except InvalidUsage as error:
+        log.warning("session %s: the usage of a model call was not recorded: %s",
+                    session.id, error)
+        return False
+    except Exception:
+        log.exception("session %s: recording the usage of a model call failed", session.id)
+        return False
+    return True
+
+
+class WaitingUsages:
+    """Usages of model calls waiting for their integration's next store call, which records
+    them (`record_usage`) in its worker thread before its own write: before any new fit of the
+    session, so each still answers its window. Thread-safe; at most `MOST` wait (the oldest
+    is dropped, logged, past it: a framework that never writes again)."""
+
+    MOST = 256
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[Session, Sequence[ChatMessage], ReadUsage]] = []
+        self._lock = threading.Lock()
+
+    def add(self, session: Session, window: Sequence[ChatMessage], read: ReadUsage) -> None:
+        """Hold the usage ``read`` gives of the model call whose input was ``window``."""
+        with self._lock:
+            if len(self._waiting) >= self.MOST:
+                dropped = self._waiting.pop(0)[0]
+                log.warning("session %s: the usage of a model call was not recorded: more "
+                            "than %d waited for a store call", dropped.id, self.MOST)
+            self._waiting.append((session, window, read))
+
+    def record(self, budget_seconds: float) -> None:
+        """Record every waiting usage, oldest first (blocking: off the event loop)."""
+        if not self._waiting:  # the common case, without the lock
+            return
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        for session, window, read in waiting:
+            record_usage(session, window, read, budget_seconds)
 
 
 class SessionsByName:

@@ -9,7 +9,10 @@
   transaction (`Session.fit_window`), and replaces ``llm_request.contents`` with that window;
   ADK's own session keeps every event. ``after_model`` records each reply without function
   calls as it arrives; a reply with calls is recorded by the next model call, with its
-  responses (docs/integrations/google-adk.md: ``include_contents="none"``).
+  responses (docs/integrations/google-adk.md: ``include_contents="none"``). The reply's
+  ``usage_metadata`` (Gemini's usage, issue 35) is recorded by the same worker call as
+  answering the window the callback handed to that model call (`record_usage`; a reply
+  without it records none).
 
 One turnledger session per ADK session (`session_uuid`), or the ``session_id`` given; what
 is new is told per ADK session (`_new_contents`, `after_recorded`). ADK's system instruction
@@ -38,12 +41,14 @@ from turnledger.domain.formats.genai import (
     unanswered_calls,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage, ToolCall
+from turnledger.domain.usage import Usage
 from turnledger.integrations import (
     BuiltOnce,
     Decided,
     IntegrationOptions,
     OptionKeywords,
     SessionsByName,
+    WaitingUsages,
     after_recorded,
     fit_then_build,
     off_loop,
@@ -244,6 +249,10 @@ class TurnledgerCallback(SessionsByName):
         self._built = BuiltOnce(
             genai_opens, lambda groups: _validated([genai_content_json(g) for g in groups]),
             _fresh)
+        # (ADK session, invocation, agent) -> the window handed to its model call, until the
+        # call's reply arrives: what the reply's usage answers (issue 35).
+        self._asked: dict[tuple[str, str, str], list[ChatMessage]] = {}
+        self._usages = WaitingUsages()  # recorded by the next store call (`_record_usages`)
 
     def session_for(self, name: str | None = None) -> Session:
         """The turnledger session of the ADK session ``name`` (or of ``session_id``)."""
@@ -255,6 +264,7 @@ class TurnledgerCallback(SessionsByName):
     def contents(self, name: str | None = None) -> list[types.Content]:
         """The window now, as genai contents (the trims it takes are recorded)."""
         session = self.session_for(name)
+        self._record_usages()  # before this fit: each answers the window fitted before it
         return self._genai_of(self._retrying(session, "contents", lambda: self._window(session)))
 
     def window(
@@ -274,8 +284,13 @@ class TurnledgerCallback(SessionsByName):
         """`window`'s transaction: the new contents recorded, the window's provider messages
         (``decided``: `fit_then_build`)."""
         session = self.session_for(name)
+        self._record_usages()  # before this fit: each answers the window fitted before it
         return self._retrying(session, "the model callback", functools.partial(
             self._record_new, session, contents, name, invocation, user_content, decided))
+
+    def _record_usages(self) -> None:
+        """Record the usages of the replies that arrived since the last store call."""
+        self._usages.record(self.options.conflict_budget_seconds)
 
     def _record_new(
         self, session: Session, contents: Sequence[types.Content], name: str | None,
@@ -308,6 +323,7 @@ class TurnledgerCallback(SessionsByName):
         """Record a model reply as it arrives (so the log has the run's last answer). A reply
         with function calls is recorded by the next model call with its responses, in one
         transaction: no restore sweeps a call whose response is still being computed."""
+        self._record_usages()
         if _has_calls(content):
             return
         session = self.session_for(name)
@@ -330,18 +346,37 @@ class TurnledgerCallback(SessionsByName):
         the recording runs in a worker; the window is built in the loop's thread, where ADK
         reads it, while the commit waits (`fit_then_build`)."""
         name = callback_context.session.id
-        llm_request.contents = await fit_then_build(
+        window, llm_request.contents = await fit_then_build(
             functools.partial(self._recorded_window, list(llm_request.contents), name,
                               callback_context.invocation_id, callback_context.user_content),
-            self._genai_of)
+            self._with_genai)
+        asked = self._asked
+        if len(asked) > 256:  # calls whose reply never came (the model raised)
+            asked.clear()
+        asked[name, callback_context.invocation_id, callback_context.agent_name] = window
         return None
+
+    def _with_genai(
+        self, window: list[ChatMessage]
+    ) -> tuple[list[ChatMessage], list[types.Content]]:
+        return window, self._genai_of(window)
 
     async def after_model(
         self, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> LlmResponse | None:
         """An ADK ``after_model_callback``: record the reply (a streamed chunk waits for its
-        whole reply); None: ADK keeps the reply as it is."""
+        whole reply) and its ``usage_metadata``, as answering the window this callback handed
+        to the call, by the reply's own store call or else the next model call's (a reply
+        without usage records none); None: ADK keeps the reply as it is."""
         content = llm_response.content
+        if not llm_response.partial:
+            name = callback_context.session.id
+            window = self._asked.pop(
+                (name, callback_context.invocation_id, callback_context.agent_name), None)
+            usage = llm_response.usage_metadata
+            if window is not None and usage is not None:
+                self._usages.add(self.session_for(name), window,
+                                 functools.partial(Usage.of, usage))
         # Decided here, not in the worker thread: a reply with calls (most replies of a tool
         # loop) records nothing, and the hop alone cost 0.35-1.2 ms.
         if (content is not None and content.parts and not llm_response.partial

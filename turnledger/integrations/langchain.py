@@ -16,6 +16,11 @@ Needs ``pip install 'turnledger[langchain]'`` (langchain-core; LangGraph for its
   list (``trimmer.as_runnable() | model``; `TurnledgerTrimmer.record` records the reply).
 - **Agents** (LangChain 1.x ``create_agent``): `turnledger.integrations.langchain_agents`
   has the middleware, which trims between the tool steps of one run too.
+- **Usage** (issue 35): when the model's reply is recorded (the post-model hook, `record`, the
+  middleware, or the next window), its ``usage_metadata`` is recorded as answering the window
+  the trimmer handed out before it (`record_usage`): LangChain's counts mean what turnledger's
+  do (``input_tokens`` sums every input token type, the cache reads and writes included;
+  ``output_tokens`` every output type), recorded with api ``langchain``.
 
 Async calls run the store's blocking I/O in a worker thread (`off_loop`). Many objects (one per
 request, several workers or processes) may serve one conversation: a call that loses a race to
@@ -25,19 +30,22 @@ conflict budget, ADR-0065); LangChain sees a `ConcurrencyConflict` only when it 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
-from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.errors import InvalidUsage, TurnledgerError
 from turnledger.domain.events import MessageAppended
 from turnledger.domain.messages import ChatMessage
+from turnledger.domain.usage import LANGCHAIN, Usage
 from turnledger.integrations import (
     IntegrationOptions,
     OptionKeywords,
     SessionsByName,
     after_recorded,
     off_loop,
+    record_usage,
 )
 from turnledger.integrations.langchain_history import (
     TurnledgerChatMessageHistory,
@@ -55,7 +63,7 @@ from turnledger.integrations.langchain_messages import (
 from turnledger.store.session import Session, Store
 
 try:
-    from langchain_core.messages import BaseMessage
+    from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -98,6 +106,30 @@ def _state_messages(state: Mapping[str, Any]) -> Any:
     return state["messages"]
 
 
+def _usage_of(metadata: object) -> Usage | None:
+    """An ``AIMessage.usage_metadata`` as a `Usage` (None: the reply has none). LangChain's
+    ``input_tokens`` is the sum of every input token type (its integrations add Anthropic's
+    cache reads and writes to it) and ``input_token_details`` breaks it down: ``cache_read``,
+    and the cache writes as ``cache_creation``, or (``langchain-anthropic`` since it splits them
+    by lifetime) as ``ephemeral_5m_input_tokens`` and ``ephemeral_1h_input_tokens`` with
+    ``cache_creation`` 0."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidUsage(f"usage_metadata must be a dict, got {type(metadata).__name__}")
+    details = metadata.get("input_token_details") or {}
+    if not isinstance(details, Mapping):
+        raise InvalidUsage("usage_metadata input_token_details must be a dict, got "
+                           f"{type(details).__name__}")
+    written = details.get("cache_creation") or sum(
+        details.get(key) or 0 for key in ("ephemeral_5m_input_tokens",
+                                          "ephemeral_1h_input_tokens"))
+    # Usage checks every count (a missing or negative one: `InvalidUsage`, naming it).
+    given: Any = metadata.get("input_tokens")
+    output: Any = metadata.get("output_tokens")
+    return Usage(LANGCHAIN, given, output, details.get("cache_read") or 0, written)
+
+
 class TurnledgerTrimmer(SessionsByName):
     """Records a conversation's LangChain messages and answers the whole-turn window.
 
@@ -129,6 +161,9 @@ class TurnledgerTrimmer(SessionsByName):
         # own equal message or a copy (`_fresh_message`), so a model or middleware that edits
         # its input never edits the next window.
         self._converted: dict[ChatMessage, BaseMessage] = {}
+        # Each session's last window handed out whose reply was not recorded yet: what the
+        # reply's usage answers (issue 35).
+        self._asked: dict[str, list[ChatMessage]] = {}
 
     def session_for(self, config: RunnableConfig | None = None) -> Session:
         """The session of the thread of ``config`` (or of ``session_id``); opened once."""
@@ -158,9 +193,11 @@ class TurnledgerTrimmer(SessionsByName):
         def record_and_fit() -> list[ChatMessage]:
             with self._writing[session.id]:
                 new = self._new_messages(session, messages, after_last)
+                self._answered(session, new)  # before this fit changes the last window
                 # The step's new messages and the window's trims: one transaction.
                 window = self._window(session, from_langchain_messages(new))
                 self._noted(session, new, after_last)
+                self._asked[session.id] = window
                 return window
 
         chat = self._retrying(session, "the trimming step", record_and_fit)
@@ -220,9 +257,22 @@ class TurnledgerTrimmer(SessionsByName):
     ) -> int:
         new = self._new_messages(session, messages, after_last)
         if new:
+            self._answered(session, new)
             session.extend(from_langchain_messages(new))
             self._noted(session, new, after_last)
         return len(new)
+
+    def _answered(self, session: Session, new: Sequence[BaseMessage]) -> None:
+        """Record the usage of the reply among ``new`` (its first `AIMessage`) as answering
+        the window handed out last, once (`record_usage`: a reply without usage records
+        none). Under the session's writing lock."""
+        if session.id not in self._asked:
+            return
+        reply = next((m for m in new if isinstance(m, AIMessage)), None)
+        if reply is not None:
+            window = self._asked.pop(session.id)
+            record_usage(session, window, functools.partial(_usage_of, reply.usage_metadata),
+                         self.options.conflict_budget_seconds)
 
     def _noted(self, session: Session, new: Sequence[BaseMessage], after_last: bool) -> None:
         """Note the id of the last of ``new``, just recorded (for ``after_last``)."""

@@ -25,12 +25,19 @@ the tool loop inside one run (R24), `TurnledgerSession.call_model_input_filter` 
 ``RunConfig.call_model_input_filter`` that records the step's new items and returns the window
 for the next model call (ADR-0077). Every store call runs in a worker thread (`off_loop`). The
 SDK is imported only where its own types are needed: the protocol is structural.
+
+The Session protocol sees no usage; `TurnledgerSession.run_hooks` is a ``RunHooks`` (or call
+`TurnledgerSession.on_llm_start` and `TurnledgerSession.on_llm_end` from your own) that records
+each model call's ``response.usage`` (issue 35) as answering the window the filter handed to
+that call: a call whose input was not that window (no filter, or items the SDK left out)
+records none, nor does a response without usage (`record_usage`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack, cast
 
@@ -45,6 +52,7 @@ from turnledger.domain.messages import (
     is_breadcrumb,
 )
 from turnledger.domain.providers import plain, to_openai_responses
+from turnledger.domain.usage import OPENAI_RESPONSES, Usage
 from turnledger.integrations import (
     IntegrationOptions,
     OptionKeywords,
@@ -53,6 +61,7 @@ from turnledger.integrations import (
     fresh_json,
     off_loop,
     open_session,
+    record_usage,
     session_uuid,
 )
 from turnledger.store.session import Session, Store
@@ -177,6 +186,11 @@ class TurnledgerSession(SessionsByName):
         # Each window message's items, converted once (messages are immutable values); these
         # dicts never leave the object: what is handed out is a copy (`fresh_json`).
         self._converted: dict[ChatMessage, list[Item]] = {}
+        # The windows the filter handed out lately (its items, its turnledger session and
+        # messages), and per run (its context's id) the one its model call was sent: what
+        # the call's usage answers (issue 35).
+        self._handed: list[tuple[list[Item], Session, list[ChatMessage]]] = []
+        self._sent: dict[int, tuple[Session, list[ChatMessage]]] = {}
 
     @property
     def session(self) -> Session:
@@ -263,9 +277,14 @@ class TurnledgerSession(SessionsByName):
         `TurnledgerError` when ``items`` does not contain this conversation's newest items
         (another conversation's input, or history edited): nothing is recorded then."""
         given = [item if type(item) is dict else plain(item) for item in items]
-        return self._writing("call_model_input_filter", lambda: self._record_new(given))
+        session, window, out = self._writing("call_model_input_filter",
+                                             lambda: self._record_new(given))
+        with self._lock:
+            del self._handed[:-_HANDED]
+            self._handed.append((out, session, window))
+        return out
 
-    def _record_new(self, given: list[Item]) -> list[Item]:
+    def _record_new(self, given: list[Item]) -> tuple[Session, list[ChatMessage], list[Item]]:
         # Judged on each attempt: after a conflict another writer may have recorded them.
         session = self.session
         view = session.chat_view()
@@ -273,7 +292,44 @@ class TurnledgerSession(SessionsByName):
         if new:
             session.extend(from_responses_items(new))
         window = self._window(session)
-        return [fresh_json(item) for chunk in self._items_of(window) for item in chunk]
+        items = [fresh_json(item) for chunk in self._items_of(window) for item in chunk]
+        return session, window, items
+
+    # -- the usage of each model call (issue 35) --
+
+    def run_hooks(self) -> Any:
+        """A ``RunHooks`` recording each model call's usage (module doc):
+        ``Runner.run(agent, text, session=s, hooks=s.run_hooks(),
+        run_config=RunConfig(call_model_input_filter=s.call_model_input_filter))``."""
+        return _usage_hooks()(self)
+
+    async def on_llm_start(
+        self, context: Any, agent: Any, system_prompt: str | None, input_items: list[Any],
+    ) -> None:
+        """``RunHooks.on_llm_start``: note whether ``input_items`` (what the SDK sends) are
+        the very items of a window the filter handed out."""
+        with self._lock:
+            found = next((i for i, (items, _, _) in enumerate(self._handed)
+                          if _same_items(input_items, items)), None)
+            if found is None:
+                self._sent.pop(id(context), None)
+                return
+            _, session, window = self._handed.pop(found)
+            if len(self._sent) > _HANDED:  # runs whose model call raised
+                self._sent.clear()
+            self._sent[id(context)] = (session, window)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        """``RunHooks.on_llm_end``: record ``response.usage`` as answering the window this
+        run's model call was sent (none: nothing; in a worker thread, never raising:
+        `record_usage`)."""
+        with self._lock:
+            sent = self._sent.pop(id(context), None)
+        if sent is not None:
+            session, window = sent
+            await _settled(record_usage, session, window,
+                           functools.partial(_usage_of, getattr(response, "usage", None)),
+                           self.options.conflict_budget_seconds)
 
     def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
         """The items of each of ``messages`` (shared: copy what leaves the object)."""
@@ -311,6 +367,49 @@ class TurnledgerSession(SessionsByName):
 
     def _writing(self, what: str, write: Callable[[], R]) -> R:
         return self.options.retrying(write, f"{what} of session {self.session_id!r}")
+
+
+_HANDED = 16  # windows handed out and not yet sent that are kept (concurrent runs)
+
+
+def _same_items(sent: Sequence[object], items: Sequence[object]) -> bool:
+    """Whether ``sent`` are the very ``items`` (the SDK passes the filter's items on)."""
+    return len(sent) == len(items) and all(a is b for a, b in zip(sent, items, strict=True))
+
+
+def _usage_of(usage: Any) -> Usage | None:
+    """The SDK's ``Usage`` of one model response (the Responses API's fields: the input with
+    its cached tokens, ``input_tokens_details.cached_tokens``) as a `Usage`; None when it
+    counts no token (a model that returned no usage)."""
+    if usage is None or not (usage.input_tokens or usage.output_tokens):
+        return None
+    details = usage.input_tokens_details
+    return Usage(OPENAI_RESPONSES, usage.input_tokens, usage.output_tokens,
+                 getattr(details, "cached_tokens", 0) or 0,
+                 getattr(details, "cache_write_tokens", 0) or 0)
+
+
+@functools.cache
+def _usage_hooks() -> type[Any]:
+    """The ``RunHooks`` class of `TurnledgerSession.run_hooks` (made at first use: the SDK
+    is imported only where its own types are needed)."""
+    from agents.lifecycle import RunHooks
+
+    class TurnledgerRunHooks(RunHooks[Any]):
+        """Records each model call's usage through its `TurnledgerSession`."""
+
+        def __init__(self, session: TurnledgerSession) -> None:
+            super().__init__()
+            self.session = session
+
+        async def on_llm_start(self, context: Any, agent: Any, system_prompt: str | None,
+                               input_items: list[Any]) -> None:
+            await self.session.on_llm_start(context, agent, system_prompt, input_items)
+
+        async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+            await self.session.on_llm_end(context, agent, response)
+
+    return TurnledgerRunHooks
 
 
 def _unrecorded(

@@ -14,6 +14,11 @@ Needs ``pip install 'turnledger[pydantic-ai]'`` (pydantic-ai-slim).
   run's current request as pydantic-ai requires (what other runs recorded after it waits for
   the run's next request). The run's own message list is left whole; the run's last messages
   are recorded when it ends. ``history.messages()``: the ``message_history`` of the next run.
+- **Usage** (issue 35): each model response's ``usage`` (every attempt's, a rejected one's
+  too) is recorded as answering the window sent to that request, by the run's next store call
+  (its next request, or its end); a response whose usage pydantic-ai did not measure records
+  none, nor does a request sent something other than the window fitted for it whole (another
+  run's newer messages cut off, or a capability that changed the messages after this one).
 
 A run's messages are told apart from the history given to it by where they stand: from the
 first message stamped with the run's ``run_id`` on (`_of_run`); what was passed as
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, Unpack
@@ -41,11 +47,13 @@ from turnledger.domain.formats.pydantic_ai import (
     to_pydantic_ai_json,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
+from turnledger.domain.usage import PYDANTIC_AI, Usage
 from turnledger.integrations import (
     BuiltOnce,
     Decided,
     IntegrationOptions,
     OptionKeywords,
+    WaitingUsages,
     WindowKeywords,
     after_recorded,
     fit_then_build,
@@ -226,6 +234,17 @@ def _ending_with_run(
     return [m for m in window if m.run_id != run_id] + _of_run(messages, run_id)
 
 
+def _usage_of(response: ModelResponse) -> Usage | None:
+    """The usage of ``response`` (pydantic-ai's counts mean what `Usage`'s do: the input with
+    the cached tokens, the output with the reasoning); None when pydantic-ai did not measure
+    it (``unmeasured_requests``) or it counts no token at all."""
+    usage = response.usage
+    if usage.unmeasured_requests or not (usage.input_tokens or usage.output_tokens):
+        return None
+    return Usage(PYDANTIC_AI, usage.input_tokens, usage.output_tokens,
+                 usage.cache_read_tokens, usage.cache_write_tokens)
+
+
 class TurnledgerHistory(AbstractCapability[Any]):
     """A pydantic-ai capability that keeps an agent's history in a turnledger session (module
     doc). ``TurnledgerHistory.open(store, "user-42")`` names the conversation (restored, or
@@ -251,6 +270,10 @@ class TurnledgerHistory(AbstractCapability[Any]):
             pydantic_ai_opens,
             lambda groups: _validated([pydantic_ai_message_json(g) for g in groups]),
             _fresh)
+        # run id -> (the messages sent to its current request, the window fitted for it when
+        # they are that whole window, else None): what its responses' usage answers.
+        self._asked: dict[str, tuple[list[ModelMessage], list[ChatMessage] | None]] = {}
+        self._usages = WaitingUsages()  # recorded by the next store call
 
     @classmethod
     def open(
@@ -270,6 +293,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
     def messages(self) -> list[ModelMessage]:
         """The window now, as pydantic-ai messages (the trims it takes are recorded): the
         ``message_history`` of the next run."""
+        self._record_usages()
         window = self._retrying(
             "messages", lambda: fit_window(self.session, self.summarizer))
         return self._to_pydantic_ai(window)
@@ -277,6 +301,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
     def record(self, messages: Sequence[ModelMessage]) -> None:
         """Record ``messages`` in one transaction (`InvalidMessage`: none of them)."""
         converted = from_pydantic_ai(messages)  # once: a retry only records again
+        self._record_usages()
         if converted:
             self._retrying("record", lambda: self.session.extend(converted))
 
@@ -305,14 +330,20 @@ class TurnledgerHistory(AbstractCapability[Any]):
     ) -> list[ChatMessage]:
         """Record ``converted`` and the trims of the window, in one transaction; the window
         (``decided``: as `Session.fit_window` takes it)."""
+        self._record_usages()  # before this fit: each answers the window fitted before it
         return self._retrying(
             "messages", lambda: fit_window(self.session, self.summarizer, converted, decided))
+
+    def _record_usages(self) -> None:
+        """Record the usages of the responses that arrived since the last store call."""
+        self._usages.record(self.options.conflict_budget_seconds)
 
     def _to_pydantic_ai(self, window: Sequence[ChatMessage]) -> list[ModelMessage]:
         """`to_pydantic_ai` of ``window``, each message built and validated once."""
         return self._built(window)
 
     def _record_run(self, messages: Sequence[ModelMessage], run_id: str) -> None:
+        self._record_usages()
         with self._lock:
             done = self._recorded.get(run_id, 0)
             ours = _of_run(messages, run_id)
@@ -334,11 +365,33 @@ class TurnledgerHistory(AbstractCapability[Any]):
         (`fit_then_build`). A run's requests come one after another: no lock."""
         run_id, messages = ctx.run_id or "", request_context.messages
         converted, count = self._unrecorded(messages, run_id)
-        window = await fit_then_build(functools.partial(self._fit, converted),
-                                      self._to_pydantic_ai)
+        chat, window = await fit_then_build(functools.partial(self._fit, converted),
+                                            self._with_pydantic_ai)
         self._recorded[run_id] = count
-        request_context.messages = _ending_with_run(window, messages, run_id)
+        sent = _ending_with_run(window, messages, run_id)
+        whole = len(sent) == len(window) and all(map(operator.is_, sent, window))
+        if len(self._asked) > 256:  # runs that never ended (they raised)
+            self._asked.clear()
+        self._asked[run_id] = (sent, chat if whole else None)
+        request_context.messages = sent
         return request_context
+
+    def _with_pydantic_ai(
+        self, window: list[ChatMessage]
+    ) -> tuple[list[ChatMessage], list[ModelMessage]]:
+        return window, self._to_pydantic_ai(window)
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        """Hold the response's usage for the run's next store call (module doc), when the
+        request sent the window fitted for it, whole; the response is left as it is."""
+        asked = self._asked.get(ctx.run_id or "")
+        if asked is not None and asked[1] is not None and _same(request_context.messages,
+                                                                asked[0]):
+            self._usages.add(self.session, asked[1], functools.partial(_usage_of, response))
+        return response
 
     async def after_run(
         self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
@@ -347,4 +400,17 @@ class TurnledgerHistory(AbstractCapability[Any]):
         await off_loop(self._record_run, result.all_messages(), ctx.run_id or "")
         with self._lock:
             self._recorded.pop(ctx.run_id or "", None)
+            self._asked.pop(ctx.run_id or "", None)
         return result
+
+
+def _same(messages: Sequence[ModelMessage], sent: Sequence[ModelMessage]) -> bool:
+    """Whether ``messages`` carry the very parts ``sent`` did, in order, each in a request or
+    a response as there: pydantic-ai merges adjacent requests before the model call (a
+    breadcrumb's and the question's), which sends the same window; any other change (a
+    capability's) is not that window."""
+    return messages is sent or _parts_of(messages) == _parts_of(sent)
+
+
+def _parts_of(messages: Sequence[ModelMessage]) -> list[tuple[bool, int]]:
+    return [(isinstance(m, ModelRequest), id(part)) for m in messages for part in m.parts]
