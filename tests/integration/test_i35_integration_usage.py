@@ -208,10 +208,12 @@ def test_i35_p3_pydantic_ai_records_each_model_responses_usage_against_its_windo
 # -- LangChain agents (create_agent middleware) --
 
 
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
 def test_i35_p3_langchain_middleware_records_each_replys_usage_metadata_against_its_window(
-    tmp_path: Path,
+    call: str, tmp_path: Path,
 ) -> None:
-    """Two real ``create_agent`` runs (four tool steps each, trimmed between steps): each
+    """Two real ``create_agent`` runs (four tool steps each, trimmed between steps; the
+    middleware's sync and async paths): each
     AIMessage's ``usage_metadata`` is recorded as answering the window the middleware handed
     to that model call, its cache writes read from ``cache_creation`` or from the lifetime
     split langchain-anthropic writes; a reply without usage records none."""
@@ -264,7 +266,9 @@ def test_i35_p3_langchain_middleware_records_each_replys_usage_metadata_against_
         agent = create_agent(model, [lookup], middleware=[middleware],
                              checkpointer=InMemorySaver())
         for n in range(2):
-            state = agent.invoke({"messages": [HumanMessage(f"question {n}")]}, config)
+            question = {"messages": [HumanMessage(f"question {n}")]}
+            state = (agent.invoke(question, config) if call == "invoke"
+                     else asyncio.run(agent.ainvoke(question, config)))
             assert f"answer after {steps}" == state["messages"][-1].content
         session = middleware.session_for(config)
         assert 2 * (steps + 1) == len(versions)
