@@ -515,7 +515,6 @@ class Session:
         tail = _USAGE_TAIL
         found = _newest_request(self.events(after_version=max(0, version - tail)), digest)
         if found is None and version > tail:
-            found = None
             for page in self.event_pages():
                 found = _newest_request(page, digest) or found
         if found is None:
