@@ -19,7 +19,7 @@ import attrs
 import turnledger as tl
 from turnledger.errors import InvalidUsage
 from turnledger.events import HistoryTrimmed
-from turnledger.providers import to_openai_responses
+from turnledger.providers import Usage, to_openai_responses
 from turnledger.replay.timeline import to_jsonable
 from turnledger.server.ids import conversation_id, session_id
 from turnledger.server.items import DUPLICATE_ID, ItemError, ItemFold, StoredItem, prepare_items
@@ -284,13 +284,16 @@ class Conversations:
         ``request_digest``; None: the conversation's newest window. A usage of no known
         shape, or a digest of no window, is refused (400) with nothing recorded."""
         self.record(conversation, owner)
+        try:
+            read = Usage.of(usage)  # the usage's own faults, before any request is looked up
+        except InvalidUsage as error:
+            raise Refused(str(error), "usage", "invalid_value") from None
 
         def record(session: tl.Session) -> dict[str, Any]:
             try:
-                (event,) = session.record_usage(usage, digest)
-            except InvalidUsage as error:
-                param = "usage" if "no request" not in str(error) else "request_digest"
-                raise Refused(str(error), param, "invalid_value") from None
+                (event,) = session.record_usage(read, digest)
+            except InvalidUsage as error:  # a usage read already: no such request
+                raise Refused(str(error), "request_digest", "invalid_value") from None
             return {"object": "conversation.usage", "event": event_json(event)}
 
         return self._writing(conversation, record)
