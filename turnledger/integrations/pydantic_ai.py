@@ -2,7 +2,8 @@
 
 Needs ``pip install 'turnledger[pydantic-ai]'`` (pydantic-ai-slim).
 
-- **Conversions** (`from_pydantic_ai`, `to_pydantic_ai`): pydantic-ai's ``ModelRequest`` /
+- **Conversions** (`from_pydantic_ai`, `to_pydantic_ai`; from
+  `turnledger.integrations.pydantic_ai_messages`): pydantic-ai's ``ModelRequest`` /
   ``ModelResponse`` ⇄ turnledger messages through the provider format
   `turnledger.domain.formats.pydantic_ai` (ADR-0081). "Equal" is pydantic-ai's own JSON form
   (``ModelMessagesTypeAdapter``): a message that would not come back with the same JSON is
@@ -31,23 +32,13 @@ loses a race to another writer is decided again on the newer state (`retrying`, 
 from __future__ import annotations
 
 import functools
-import json
 import operator
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, Unpack
 
-from turnledger.domain.errors import InvalidMessage
-from turnledger.domain.formats import Json, Piece
-from turnledger.domain.formats.pydantic_ai import (
-    from_pydantic_ai_message,
-    pydantic_ai_groups,
-    pydantic_ai_message_json,
-    pydantic_ai_opens,
-    to_pydantic_ai_json,
-)
+from turnledger.domain.formats.pydantic_ai import pydantic_ai_message_json, pydantic_ai_opens
 from turnledger.domain.messages import ChatMessage, ConversationMessage
-from turnledger.domain.usage import PYDANTIC_AI, Usage
 from turnledger.integrations import (
     BuiltOnce,
     Decided,
@@ -61,16 +52,22 @@ from turnledger.integrations import (
     off_loop,
     options_of,
 )
+from turnledger.integrations.pydantic_ai_messages import (
+    checked_from_pydantic_ai,
+    fresh_message,
+    from_pydantic_ai,
+    parts_json,
+    to_pydantic_ai,
+    usage_of,
+)
+from turnledger.integrations.pydantic_ai_messages import (
+    validated as _validated,  # by this name: what each window build validates with
+)
 from turnledger.store.session import Session, Store
 
 try:
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.messages import (
-        ModelMessage,
-        ModelMessagesTypeAdapter,
-        ModelRequest,
-        ModelResponse,
-    )
+    from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext
@@ -83,115 +80,6 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 __all__ = ["TurnledgerHistory", "from_pydantic_ai", "to_pydantic_ai"]
 
 R = TypeVar("R")
-
-
-def _dump(messages: Sequence[ModelMessage], *, compact: bool = False) -> list[Json]:
-    """pydantic-ai's own JSON form of ``messages`` (``compact``: without null fields)."""
-    dumped: list[Json] = ModelMessagesTypeAdapter.dump_python(
-        list(messages), mode="json", exclude_none=compact
-    )
-    return dumped
-
-
-def from_pydantic_ai(messages: Iterable[ModelMessage]) -> list[ConversationMessage]:
-    """The turnledger messages of pydantic-ai messages (module doc), each checked to come back.
-
-    "The same" is pydantic-ai's own save and load: a deprecated ``RetryPromptPart`` comes back
-    as the part pydantic-ai loads it as. Raises `InvalidMessage` naming the message (and part)
-    when one is not a pydantic-ai message, holds a part kind turnledger has no form for, or
-    would not come back with the same JSON; nothing is converted with a loss.
-    """
-    return _from_pydantic_ai(messages)[0]
-
-
-_Built = tuple[tuple[Piece, ...], ModelMessage]  # pieces, the message their check validated
-
-
-def _from_pydantic_ai(
-    messages: Iterable[ModelMessage],
-) -> tuple[list[ConversationMessage], list[_Built]]:
-    """`from_pydantic_ai`, with the messages its check validated (`BuiltOnce.seed`)."""
-    messages = list(messages)
-    if all(isinstance(m, ModelRequest | ModelResponse) for m in messages):
-        try:
-            # The messages as given, when they come back as they are (`_converted`); else as
-            # pydantic-ai itself saves and loads them (a legacy part loads as its successor).
-            return _converted(messages)
-        except Exception:  # said below, of the messages as pydantic-ai loads them
-            pass
-    try:
-        loaded = ModelMessagesTypeAdapter.validate_json(
-            ModelMessagesTypeAdapter.dump_json(messages))
-    except Exception as error:  # pydantic's errors name the bad field
-        raise InvalidMessage(f"not pydantic-ai messages: {error}") from None
-    return _converted(loaded)
-
-
-def _converted(messages: list[ModelMessage]) -> tuple[list[ConversationMessage], list[_Built]]:
-    """`_from_pydantic_ai` of ``messages`` as they are: each converted from its compact JSON
-    (no null fields), checked to come back with its full JSON as `to_pydantic_ai` builds it.
-    When the built JSON is the compact one, no validation is needed but pydantic-ai's own load
-    of the compact JSON (only for the messages that left null fields out)."""
-    try:
-        compact, full = _dump(messages, compact=True), _dump(messages)
-    except Exception as error:  # pydantic's errors name the bad field
-        raise InvalidMessage(f"not pydantic-ai messages: {error}") from None
-    out: list[ConversationMessage] = []
-    checked: list[_Built] = []
-    same: dict[int, tuple[Piece, ...]] = {}  # the messages whose window JSON is their compact
-    for i, raw in enumerate(compact):
-        converted = from_pydantic_ai_message(raw, f"messages[{i}]")
-        # Grouped as a window groups them: a window's provider messages carry these very
-        # items (`BuiltOnce`), so no round trip through provider messages is needed.
-        groups = pydantic_ai_groups(converted)
-        built = [pydantic_ai_message_json(group) for group in groups]
-        if built == [raw]:
-            same[i] = groups[0]
-        else:  # checked whole (a null kept, say)
-            back = _validated(built)
-            if _dump(back) != [full[i]]:
-                raise InvalidMessage(f"messages[{i}] ({raw.get('kind')}) would not come back "
-                                     "with the same JSON; it was not recorded")
-            checked.append((groups[0], back[0]))
-        out.extend(converted)
-    dropped = [i for i in same if compact[i] != full[i]]  # their null fields left out
-    if dropped:
-        loaded = _validated([compact[i] for i in dropped])
-        for i, message, dumped in zip(dropped, loaded, _dump(loaded), strict=True):
-            if dumped != full[i]:
-                raise InvalidMessage(f"messages[{i}] ({compact[i].get('kind')}) would not come "
-                                     "back with the same JSON; it was not recorded")
-            checked.append((same[i], message))
-    return out, checked
-
-
-def _validated(out: list[Json]) -> list[ModelMessage]:
-    try:
-        return ModelMessagesTypeAdapter.validate_json(json.dumps(out))
-    except ValueError as error:
-        raise InvalidMessage(f"the recorded messages do not make pydantic-ai messages: "
-                             f"{error}") from None
-
-
-def to_pydantic_ai(history: Iterable[ChatMessage | ConversationMessage]) -> list[ModelMessage]:
-    """The pydantic-ai messages of a turnledger window or history (the inverse of
-    `from_pydantic_ai`); the breadcrumb is a user prompt of the request it opens. Messages
-    another runtime recorded come back as the plain parts of their role."""
-    return _validated(to_pydantic_ai_json(history))
-
-
-def _fresh(message: ModelMessage) -> ModelMessage:
-    """A copy of a cached message with a parts list of its own (pydantic-ai replaces a
-    request's fields, never edits a part in place): the dataclass instance's fields copied,
-    ~3x cheaper than `copy.copy` (1.2 µs against 4.5 µs a message, per model call)."""
-    copied: ModelMessage = object.__new__(type(message))
-    copied.__dict__.update(message.__dict__)
-    copied.parts = list(message.parts)  # type: ignore[assignment]
-    return copied
-
-
-def _parts_json(message: ModelMessage) -> list[Json]:
-    return _dump([message])[0]["parts"]  # type: ignore[no-any-return]
 
 
 def _ends_with(items: Sequence[Any], tail: Sequence[Any]) -> bool:
@@ -226,23 +114,12 @@ def _ending_with_run(
         # request rebuilt from the record is most often equal to the run's own.
         return isinstance(message, ModelRequest) and message.run_id == run_id and (
             _ends_with(message.parts, current.parts)
-            or _ends_with(_parts_json(message), _parts_json(current)))
+            or _ends_with(parts_json(message), parts_json(current)))
 
     end = after_recorded(window, [messages[-1]], same=is_current)
     if end is not None:
         return window[:end]
     return [m for m in window if m.run_id != run_id] + _of_run(messages, run_id)
-
-
-def _usage_of(response: ModelResponse) -> Usage | None:
-    """The usage of ``response`` (pydantic-ai's counts mean what `Usage`'s do: the input with
-    the cached tokens, the output with the reasoning); None when pydantic-ai did not measure
-    it (``unmeasured_requests``) or it counts no token at all."""
-    usage = response.usage
-    if usage.unmeasured_requests or not (usage.input_tokens or usage.output_tokens):
-        return None
-    return Usage(PYDANTIC_AI, usage.input_tokens, usage.output_tokens,
-                 usage.cache_read_tokens, usage.cache_write_tokens)
 
 
 class TurnledgerHistory(AbstractCapability[Any]):
@@ -269,7 +146,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self._built = BuiltOnce(
             pydantic_ai_opens,
             lambda groups: _validated([pydantic_ai_message_json(g) for g in groups]),
-            _fresh)
+            fresh_message)
         # run id -> (the messages sent to its current request, the window fitted for it when
         # they are that whole window, else None): what its responses' usage answers.
         self._asked: dict[str, tuple[list[ModelMessage], list[ChatMessage] | None]] = {}
@@ -321,7 +198,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         retry only records again), and how many of its messages there are with them. What
         the conversion's check validated is kept for the window (`BuiltOnce.seed`)."""
         ours = _of_run(messages, run_id)
-        converted, checked = _from_pydantic_ai(ours[self._recorded.get(run_id, 0):])
+        converted, checked = checked_from_pydantic_ai(ours[self._recorded.get(run_id, 0):])
         self._built.seed(checked)
         return converted, len(ours)
 
@@ -390,7 +267,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         asked = self._asked.get(ctx.run_id or "")
         if asked is not None and asked[1] is not None and _same(request_context.messages,
                                                                 asked[0]):
-            self._usages.add(self.session, asked[1], functools.partial(_usage_of, response))
+            self._usages.add(self.session, asked[1], functools.partial(usage_of, response))
         return response
 
     async def after_run(
