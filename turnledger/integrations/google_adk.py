@@ -1,8 +1,9 @@
 """Google ADK agents on turnledger sessions (issue 22; ``pip install 'turnledger[google-adk]'``).
 
-- **Conversions** (`from_genai`, `to_genai`): ``google.genai.types.Content`` ⇄ turnledger
-  messages through the provider format `turnledger.domain.formats.genai` (ADR-0081); a content
-  that would not come back with the same JSON is refused (`InvalidMessage`).
+- **Conversions** (`from_genai`, `to_genai`; from `turnledger.integrations.google_adk_messages`):
+  ``google.genai.types.Content`` ⇄ turnledger messages through the provider format
+  `turnledger.domain.formats.genai` (ADR-0081); a content that would not come back with the same
+  JSON is refused (`InvalidMessage`).
 - **Callbacks**: `TurnledgerCallback` (``LlmAgent(..., before_model_callback=callback,
   after_model_callback=callback.after_model)``). Before every model call (R24) it records the
   contents ADK added since the last call and the trims a request would make, in one
@@ -24,23 +25,14 @@ step's commit waits (`fit_then_build`, ADR-0093); a lost race is decided again (
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple, Unpack
 
 from turnledger.domain.blocks import canonical_json
-from turnledger.domain.errors import InvalidMessage, TurnledgerError
-from turnledger.domain.formats import Json, Piece
-from turnledger.domain.formats.genai import (
-    GenaiCalls,
-    from_genai_content,
-    genai_content_json,
-    genai_groups,
-    genai_opens,
-    to_genai_json,
-    unanswered_calls,
-)
-from turnledger.domain.messages import ChatMessage, ConversationMessage, ToolCall
+from turnledger.domain.errors import TurnledgerError
+from turnledger.domain.formats import Json
+from turnledger.domain.formats.genai import genai_content_json, genai_opens, unanswered_calls
+from turnledger.domain.messages import ChatMessage, ToolCall
 from turnledger.domain.usage import Usage
 from turnledger.integrations import (
     BuiltOnce,
@@ -53,6 +45,16 @@ from turnledger.integrations import (
     fit_then_build,
     off_loop,
 )
+from turnledger.integrations.google_adk_messages import (
+    checked_from_genai,
+    dump_content,
+    fresh_content,
+    from_genai,
+    to_genai,
+)
+from turnledger.integrations.google_adk_messages import (
+    validated as _validated,  # by this name: what each window build validates with
+)
 from turnledger.store.session import Session, Store
 
 try:
@@ -60,7 +62,6 @@ try:
     from google.adk.models.llm_request import LlmRequest
     from google.adk.models.llm_response import LlmResponse
     from google.genai import types
-    from pydantic import BaseModel
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "turnledger.integrations.google_adk needs google-adk: "
@@ -68,82 +69,6 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     ) from error
 
 __all__ = ["TurnledgerCallback", "from_genai", "to_genai"]
-
-
-def _dump(content: types.Content) -> Json:
-    dumped: Json = content.model_dump(mode="json", exclude_none=True)
-    return dumped
-
-
-def from_genai(
-    contents: Iterable[types.Content], *, unanswered: Iterable[ToolCall] = (), seed: str = ""
-) -> list[ConversationMessage]:
-    """The turnledger messages of genai contents, each checked to come back with the same
-    JSON (``unanswered``, ``seed``: `from_genai_json`; the callback's seed is the session and
-    its next log position). Raises `InvalidMessage` naming the content (and part) when one is
-    not a ``Content``, has no turnledger form or would not come back; nothing is converted
-    with a loss."""
-    return _from_genai(contents, unanswered, seed)[0]
-
-
-_Built = tuple[tuple[Piece, ...], types.Content]  # pieces, the content their check validated
-
-
-def _from_genai(
-    contents: Iterable[types.Content], unanswered: Iterable[ToolCall] = (), seed: str = ""
-) -> tuple[list[ConversationMessage], list[_Built]]:
-    """`from_genai`, with the contents its check validated (`BuiltOnce.seed`). Each content
-    is checked as a window groups its messages (`genai_groups`): a window's provider messages
-    carry these very items, so no round trip through provider messages is needed."""
-    calls = GenaiCalls(unanswered, seed)
-    out: list[ConversationMessage] = []
-    checked: list[_Built] = []
-    for i, content in enumerate(contents):
-        where = f"contents[{i}]"
-        if not isinstance(content, types.Content):
-            raise InvalidMessage(f"{where}: not a google.genai Content: "
-                                 f"{type(content).__name__}")
-        raw = _dump(content)
-        converted = from_genai_content(raw, calls, where)
-        groups = genai_groups(converted)
-        back = _validated([genai_content_json(group) for group in groups])
-        if [_dump(c) for c in back] != [raw]:
-            raise InvalidMessage(f"{where} would not come back with the same JSON; it was "
-                                 "not recorded")
-        checked.append((groups[0], back[0]))
-        out.extend(converted)
-    return out, checked
-
-
-def _validated(out: list[Json]) -> list[types.Content]:
-    try:
-        return [types.Content.model_validate_json(json.dumps(raw)) for raw in out]
-    except ValueError as error:
-        raise InvalidMessage(f"the recorded messages do not make genai contents: "
-                             f"{error}") from None
-
-
-def to_genai(history: Iterable[ChatMessage | ConversationMessage]) -> list[types.Content]:
-    """The genai contents of a turnledger window or history (the inverse of `from_genai`);
-    the breadcrumb is a text part of the user content it opens; a system message (recorded by
-    another runtime) is a user text part, since contents have no system role."""
-    return _validated(to_genai_json(history))
-
-
-def _fresh(content: types.Content) -> types.Content:
-    """A copy of a cached content for a request (pydantic's public ``model_copy``): ADK and
-    its model classes edit a request's contents, their parts and the parts' sub-models
-    (function_call, inline_data, ...) in place, so those are copied one level; their values
-    (a text, a call's args) are shared: ADK replaces them, never edits them in place."""
-    if content.parts is None:
-        return content.model_copy()
-    return content.model_copy(update={"parts": [_fresh_part(p) for p in content.parts]})
-
-
-def _fresh_part(part: types.Part) -> types.Part:
-    subs = {name: value.model_copy() for name in part.model_fields_set
-            if isinstance(value := getattr(part, name), BaseModel)}
-    return part.model_copy(update=subs)
 
 
 def _pending(session: Session, contents: Sequence[types.Content]) -> list[ToolCall]:
@@ -173,9 +98,9 @@ def _aligned(
     ``recorded`` is the whole record, which ends at the beginning of ``contents`` it is."""
     most = min(_ALIGN, len(recorded))
     if whole and len(contents) >= most and all(
-            _dump(contents[i]) == recorded[i] for i in range(most)):
+            dump_content(contents[i]) == recorded[i] for i in range(most)):
         return most  # the record is the beginning of these contents
-    return after_recorded(contents, recorded, key=_dump, most=_ALIGN)
+    return after_recorded(contents, recorded, key=dump_content, most=_ALIGN)
 
 
 class _Seen(NamedTuple):
@@ -200,13 +125,13 @@ def _new_contents(
     several writers the newest recorded content may be another writer's."""
     if seen is None:
         return _new_after_recorded(contents, recorded)
-    if 0 < seen.number <= len(contents) and _dump(contents[seen.number - 1]) == seen.last:
+    if 0 < seen.number <= len(contents) and dump_content(contents[seen.number - 1]) == seen.last:
         start = seen.number
     else:
         start = _aligned(contents, [seen.last]) or 0
     if (invocation is not None and user_content is not None
             and seen.invocation not in (None, invocation)):
-        found = _aligned(contents, [_dump(user_content)])
+        found = _aligned(contents, [dump_content(user_content)])
         if found is not None:
             start = min(start, found - 1)
     return start
@@ -220,13 +145,13 @@ def _new_after_recorded(
     one; else all are new (a fresh ADK session continuing the conversation)."""
     if not recorded:
         return 0
-    found = _aligned(contents, [_dump(c) for c in recorded[-_ALIGN:]],
+    found = _aligned(contents, [dump_content(c) for c in recorded[-_ALIGN:]],
                      whole=len(recorded) <= _ALIGN)
     if found is not None:
         return found
-    known = {canonical_json(_dump(c)) for c in recorded}
+    known = {canonical_json(dump_content(c)) for c in recorded}
     return after_recorded(contents[:-1], [known],
-                          same=lambda c, texts: canonical_json(_dump(c)) in texts) or 0
+                          same=lambda c, texts: canonical_json(dump_content(c)) in texts) or 0
 
 
 # --- the callback -----------------------------------------------------------------------------
@@ -245,10 +170,10 @@ class TurnledgerCallback(SessionsByName):
         # ADK session name -> what this object saw recorded of it: what tells its new contents
         # from those it recorded (`_new_contents`).
         self._seen: dict[str | None, _Seen] = {}
-        # Each window content's genai Content, built once; handed out as copies (`_fresh`).
+        # Each window content's genai Content, built once; handed out as copies (`fresh_content`).
         self._built = BuiltOnce(
             genai_opens, lambda groups: _validated([genai_content_json(g) for g in groups]),
-            _fresh)
+            fresh_content)
         # (ADK session, invocation, agent) -> the window handed to its model call, until the
         # call's reply arrives: what the reply's usage answers (issue 35).
         self._asked: dict[tuple[str, str, str], list[ChatMessage]] = {}
@@ -300,8 +225,8 @@ class TurnledgerCallback(SessionsByName):
         seen = self._seen.get(name)
         recorded = to_genai(session.conversation_view()) if seen is None else []
         start = _new_contents(contents, seen, recorded, invocation, user_content)
-        new, checked = _from_genai(contents[start:], _pending(session, contents[start:]),
-                                   _seed(session))
+        new, checked = checked_from_genai(
+            contents[start:], _pending(session, contents[start:]), _seed(session))
         self._built.seed(checked)  # the window's contents of them, validated by the check
         # The step's new contents and the window's trims: one transaction.
         window = self._window(session, new, decided)
@@ -310,7 +235,7 @@ class TurnledgerCallback(SessionsByName):
         if invocation is None and seen is not None:
             invocation = seen.invocation
         if contents:
-            self._seen[name] = _Seen(len(contents), _dump(contents[-1]), invocation)
+            self._seen[name] = _Seen(len(contents), dump_content(contents[-1]), invocation)
         elif seen is not None:
             self._seen[name] = seen._replace(invocation=invocation)
         return window
@@ -329,14 +254,14 @@ class TurnledgerCallback(SessionsByName):
         session = self.session_for(name)
 
         def write() -> None:
-            new, checked = _from_genai([content], _pending(session, [content]),
-                                       _seed(session))
+            new, checked = checked_from_genai([content], _pending(session, [content]),
+                                              _seed(session))
             session.extend(new)
             self._built.seed(checked)
 
         self._retrying(session, "the reply callback", write)
         seen = self._seen.get(name)  # ADK appends the reply to this session's contents
-        self._seen[name] = _Seen((seen.number if seen else 0) + 1, _dump(content),
+        self._seen[name] = _Seen((seen.number if seen else 0) + 1, dump_content(content),
                                  seen.invocation if seen else None)
 
     async def __call__(
