@@ -64,19 +64,27 @@ def test_i36_gemini_rest_field_names_are_read_and_the_renaming_said(
     ] == exported
 
 
-def test_i36_a_record_gemini_cannot_carry_is_refused_by_name_on_export(
+def test_i36_what_gemini_cannot_carry_is_left_out_and_said_on_export(
     cli: Cli, tmp_path: Path
 ) -> None:
-    """An Anthropic document block has no Gemini part: exit 2 naming it, nothing printed."""
-    line = {"messages": [{"role": "user", "content": [{"type": "document", "source": {
-        "type": "text", "media_type": "text/plain", "data": "hi"}}]},
-        {"role": "assistant", "content": "ok"}]}
+    """Anthropic documents become the Gemini parts they have (a text document its text, a
+    base64 one inline data); a redacted thinking block has none: left out and said, exit 0."""
+    line = {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                        "data": "hi"}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                        "data": "JVBERi0+"}}]},
+        {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "opaque"},
+                                          {"type": "text", "text": "ok"}]}]}
     [session] = imported_ids(cli.ok("import", write_jsonl(tmp_path / "doc.jsonl", line)))
     result = cli.run("export", session, "--format", "gemini")
 
-    assert (2, "") == (result.returncode, result.stdout)
-    assert ("turnledger: error: the gemini format cannot carry this record (a DocumentBlock has "
-            "no genai part form); export it in another format\n") == result.stderr
+    assert 0 == result.returncode, describe(result)
+    assert [{"role": "user", "parts": [
+        {"text": "hi"}, {"inline_data": {"data": "JVBERi0-", "mime_type": "application/pdf"}}]},
+        {"role": "model", "parts": [{"text": "ok"}]}] == json.loads(result.stdout)
+    assert ("turnledger: warning: message 1: redacted_thinking block left out: Gemini "
+            "contents have no part of its kind\n") == result.stderr
 
 
 def test_i36_a_public_gemini_recording_imports_with_its_signature_kept(cli: Cli) -> None:

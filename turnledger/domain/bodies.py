@@ -72,6 +72,7 @@ __all__ = [
     "LeftOut",
     "check_api",
     "fit_messages",
+    "is_its_own",
     "prompt_cache_key",
     "render_body",
 ]
@@ -487,7 +488,8 @@ def _fit_result(result: ToolResult, api: str, notes: _Notes) -> ChatMessage:
     extra = _keep_fields(result.extra, _MESSAGE_FIELDS[api]["tool"], notes, "tool result")
     is_error = result.is_error
     if is_error is not None and api != API_ANTHROPIC and notes.fields:
-        notes.add("is_error flag", f"{_NAMES[api]} does not define it")
+        if is_error:  # a false flag says what a result without one says: no note
+            notes.add("is_error flag", f"{_NAMES[api]} does not define it")
         is_error = None
     blocks = result.blocks or declared_images(result)
     if blocks:
@@ -531,6 +533,28 @@ def fit_messages(
         if fitted is not None:
             out.append(fitted)
     return out, tuple(left)
+
+
+_OWN: Final[dict[str, frozenset[str]]] = {
+    api: _defined(api) - frozenset().union(*(_defined(o) for o in APIS if o != api))
+    for api in APIS
+}
+"""Per API, the fields only its format defines (a Responses item's ``type``, ``status``)."""
+
+
+def is_its_own(messages: Sequence[ChatMessage], api: str) -> bool:
+    """Whether ``messages`` are a record of ``api``'s format as it recorded them (issue 36),
+    so that an export in that format copies them: fitting them to ``api`` with every recorded
+    field (``fields=False``) leaves nothing out, and each message it would write otherwise
+    carries a field only that format defines (a Responses item recorded with its ``type``,
+    as Codex records an assistant message with no ``id``). The caller also checks that the
+    format's writer gives the record back; any other record is written by `fit_messages` and
+    `render_body`, the one writer of ``api``'s requests."""
+    sent, left_out = fit_messages(messages, api, fields=False)
+    if left_out or len(sent) != len(messages):
+        return False
+    return all(before == after or not _OWN[api].isdisjoint(extra_fields(before.extra))
+               for before, after in zip(messages, sent, strict=True))
 
 
 _RENDER: Final[dict[str, Callable[[Sequence[ChatMessage]], Any]]] = {

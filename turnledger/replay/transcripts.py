@@ -27,6 +27,7 @@ from turnledger.domain.bodies import (
     API_OPENAI_RESPONSES,
     LeftOut,
     fit_messages,
+    is_its_own,
     render_body,
 )
 from turnledger.domain.errors import InvalidMessage
@@ -45,10 +46,17 @@ from turnledger.domain.formats.bedrock import (
 from turnledger.domain.formats.bedrock import (
     is_block as is_converse_block,
 )
-from turnledger.domain.formats.genai import from_genai_json, snake_case_contents, to_genai_json
+from turnledger.domain.formats.genai import (
+    from_genai_json,
+    snake_case_contents,
+    to_genai_json,
+    to_genai_record,
+)
 from turnledger.domain.messages import (
     ChatMessage,
     ConversationMessage,
+    chat_tool_call_id,
+    chat_tool_calls,
     compact_json,
     to_chat_messages,
 )
@@ -61,6 +69,7 @@ from turnledger.domain.providers import (
     to_openai_chat,
     to_openai_responses,
 )
+from turnledger.domain.sweep import sweep_orphans
 from turnledger.replay.formats import (
     AGENT_FORMATS,
     AUTO,
@@ -505,6 +514,8 @@ def write_conversation(history: Sequence[ConversationMessage | ChatMessage], fmt
 
 _FORMAT_API: Final = {"openai": API_OPENAI_CHAT, "anthropic": API_ANTHROPIC,
                       "responses": API_OPENAI_RESPONSES}
+_API_NAMES: Final = {API_OPENAI_CHAT: "OpenAI Chat Completions", API_ANTHROPIC: "Anthropic",
+                     API_OPENAI_RESPONSES: "OpenAI Responses"}
 
 
 _CHANGES_RECORD: Final = Deciders(ChangesRecord)
@@ -545,17 +556,71 @@ def write_record(
     if fmt == "bedrock":  # no request body of turnledger's: the format's own writer says
         body, left_out = to_bedrock_record(history)
         return compact_json(body), left_out
-    if fmt == "gemini":  # its writer refuses by name what has no genai form
-        try:
-            return write_conversation(history, fmt), ()
-        except InvalidMessage as error:
-            raise InvalidMessage(f"the gemini format cannot carry this record ({error}); "
-                                 "export it in another format") from error
+    if fmt == "gemini":  # its writer leaves out and says what has no genai part
+        contents, left_out = to_genai_record(history)
+        return compact_json(contents), left_out
+    api = _FORMAT_API[fmt]
     messages = to_chat_messages(history)
-    sent, left_out = fit_messages(messages, _FORMAT_API[fmt], fields=False)
-    if not left_out:
+    if _is_its_own(history, messages, fmt):
         return write_conversation(history, fmt), ()
-    return compact_json(render_body(sent, _FORMAT_API[fmt])), left_out
+    answered, where, swept = _answered(messages, api)
+    sent, left_out = fit_messages(answered, api)
+    moved = tuple(attrs.evolve(entry, message=where[entry.message]) for entry in left_out)
+    return compact_json(render_body(sent, api)), tuple(sorted(
+        swept + moved, key=lambda entry: entry.message))
+
+
+def _is_its_own(history: Sequence[ConversationMessage], messages: list[ChatMessage],
+                fmt: str) -> bool:
+    """Whether ``history`` is a record of ``fmt`` that its export copies (issue 36): it is
+    the format's own (`is_its_own`) and the format's writer and reader give it back exactly.
+    Any other record is written by the one writer of the format's requests (`fit_messages`,
+    `render_body`), as `PreparedRequest.body` writes it."""
+    if not is_its_own(messages, _FORMAT_API[fmt]):
+        return False
+    importer, exporter, _ = _CODECS[fmt]
+    try:
+        return importer(json.loads(compact_json(exporter(history)))) == list(history)
+    except (TranscriptError, InvalidMessage):
+        return False
+
+
+def _answered(
+    messages: list[ChatMessage], api: str
+) -> tuple[list[ChatMessage], list[int], tuple[LeftOut, ...]]:
+    """``messages`` without the tool calls no result answers and the results no call made
+    (the orphan sweep, R36: every provider refuses both), a trailing call still waiting for
+    its result kept; where each kept message was, and what was left out."""
+    pending = bool(messages) and chat_tool_calls(messages[-1]) is not None
+    head = messages[:-1] if pending else messages
+    swept = sweep_orphans(head)
+    if not swept.orphan_tool_call_ids:
+        return messages, list(range(len(messages))), ()
+    removed = set(swept.removed_indices)
+    rewritten = dict(swept.rewritten)
+    where = [i for i in range(len(head)) if i not in removed]
+    if pending:
+        where.append(len(messages) - 1)
+    left: list[LeftOut] = []
+    for index in sorted(removed | set(rewritten)):
+        message = head[index]
+        answer = chat_tool_call_id(message)
+        if answer is not None or message.role == "tool":
+            left.append(LeftOut(index, f"tool result {answer or '(no id)'}",
+                                "it answers no recorded call"))
+            continue
+        kept = set(_call_ids(rewritten.get(index)))
+        ids = [i for i in _call_ids(message) if i not in kept]
+        left.append(LeftOut(index, f"tool call {', '.join(ids)}",
+                            f"no result was recorded for it, and {_API_NAMES[api]} refuses a "
+                            "call without its result"))
+    return [rewritten.get(i, m) for i, m in enumerate(messages) if i not in removed], where, (
+        tuple(left))
+
+
+def _call_ids(message: ChatMessage | None) -> list[str]:
+    calls = chat_tool_calls(message) if message is not None else None
+    return [call.id for call in calls[1]] if calls else []
 
 
 def changes(conversation: Conversation, fmt: str) -> list[str]:

@@ -25,12 +25,15 @@ from typing import Any, Final
 
 from turnledger.domain.blocks import (
     ContentBlock,
+    DocumentBlock,
     ImageBlock,
     OpaqueBlock,
     TextBlock,
     ThinkingBlock,
     canonical_json,
+    extra_fields,
 )
+from turnledger.domain.bodies import LeftOut
 from turnledger.domain.errors import InvalidMessage
 from turnledger.domain.formats import (
     Json,
@@ -61,6 +64,7 @@ __all__ = [
     "genai_opens",
     "snake_case_contents",
     "to_genai_json",
+    "to_genai_record",
     "unanswered_calls",
 ]
 
@@ -384,3 +388,75 @@ def snake_case_contents(contents: Any) -> Any:
                           for k, v in part.items()})
         renamed.append({**content, "parts": parts})
     return renamed
+
+
+# --- an export of a record ------------------------------------------------------------------
+
+
+def to_genai_record(
+    history: Sequence[ConversationMessage],
+) -> tuple[list[Json], tuple[LeftOut, ...]]:
+    """The contents' JSON of a record (`to_genai_json`) and what they could not carry
+    (issue 36): a block with no genai part form (a document, redacted thinking, another
+    provider's server-tool block or typed part) is left out and said (``LeftOut.message``: its
+    index in the history), a message left with nothing at all too; never a part genai's
+    ``Part`` type refuses."""
+    left: list[LeftOut] = []
+    carried = [_carried(item, index, left) for index, item in enumerate(history)]
+    kept = [item for item in carried if item is not None]
+    return to_genai_json(kept), tuple(left)
+
+
+_KINDS: Final = {"DocumentBlock": "document", "RedactedThinkingBlock": "redacted_thinking",
+                 "ServerToolUse": "server_tool_use"}
+
+
+def _part_block(block: Any, index: int, left: list[LeftOut]) -> Any:
+    """``block`` as a block genai has a part for: itself, a document's text or inline data,
+    or None (left out, and said)."""
+    if isinstance(block, TextBlock | ThinkingBlock | ImageBlock | ToolCall) or (
+            isinstance(block, OpaqueBlock) and _KEYED.key in extra_fields(block.json)):
+        return block  # an opaque block of any other format is no genai part
+    if isinstance(block, DocumentBlock):
+        source = extra_fields(block.source)
+        data, media = source.get("data"), source.get("media_type")
+        if source.get("type") == "text" and isinstance(data, str):
+            return TextBlock(data)
+        if source.get("type") == "base64" and isinstance(data, str) and isinstance(media, str):
+            return OpaqueBlock(canonical_json({_KEYED.key: {"inline_data": {
+                "data": _urlsafe_b64(data), "mime_type": media}}}))
+    kind = getattr(block, "type", "") or _KINDS.get(type(block).__name__, "untyped")
+    left.append(LeftOut(index, f"{kind} block", "Gemini contents have no part of its kind"))
+    return None
+
+
+def _parts(blocks: Sequence[Any], index: int, left: list[LeftOut]) -> list[Any]:
+    fitted = [_part_block(b, index, left) for b in blocks]
+    return [b for b in fitted if b is not None]
+
+
+def _carried(item: ConversationMessage, index: int,
+             left: list[LeftOut]) -> ConversationMessage | None:
+    match item:
+        case Chat(message=chat) if chat.blocks:
+            blocks = _parts(chat.blocks, index, left)
+            if not blocks:
+                left.append(LeftOut(index, "message", "nothing of it has a Gemini part"))
+                return None
+            if blocks == list(chat.blocks):
+                return item
+            return Chat(ChatMessage.from_blocks(chat.role, blocks, extra=chat.extra))
+        case AssistantToolCalls() if item.blocks:
+            kept = _parts(item.blocks, index, left)
+            if kept == list(item.blocks):
+                return item
+            return AssistantToolCalls.from_blocks(
+                kept, reasoning_content=item.reasoning_content, extra=item.extra)
+        case ToolResults():
+            results = tuple(
+                r if not r.blocks else ToolResult.from_blocks(
+                    r.tool_call_id, _parts(r.blocks, index, left), r.tool_name,
+                    is_error=r.is_error, extra=r.extra)
+                for r in item.results)
+            return item if results == item.results else ToolResults(results)
+    return item
