@@ -35,10 +35,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
-from turnledger.domain.errors import InvalidUsage, TurnledgerError
+from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import MessageAppended
 from turnledger.domain.messages import ChatMessage
-from turnledger.domain.usage import LANGCHAIN, Usage
 from turnledger.integrations import (
     IntegrationOptions,
     OptionKeywords,
@@ -59,6 +58,7 @@ from turnledger.integrations.langchain_messages import (
     recorded_id,
     to_langchain,
     to_langchain_messages,
+    usage_of,
 )
 from turnledger.store.session import Session, Store
 
@@ -104,30 +104,6 @@ def _state_messages(state: Mapping[str, Any]) -> Any:
         raise TypeError(f"a graph state holds its messages under 'messages'; this one has "
                         f"{keys}")
     return state["messages"]
-
-
-def _usage_of(metadata: object) -> Usage | None:
-    """An ``AIMessage.usage_metadata`` as a `Usage` (None: the reply has none). LangChain's
-    ``input_tokens`` is the sum of every input token type (its integrations add Anthropic's
-    cache reads and writes to it) and ``input_token_details`` breaks it down: ``cache_read``,
-    and the cache writes as ``cache_creation``, or (``langchain-anthropic`` since it splits them
-    by lifetime) as ``ephemeral_5m_input_tokens`` and ``ephemeral_1h_input_tokens`` with
-    ``cache_creation`` 0."""
-    if metadata is None:
-        return None
-    if not isinstance(metadata, Mapping):
-        raise InvalidUsage(f"usage_metadata must be a dict, got {type(metadata).__name__}")
-    details = metadata.get("input_token_details") or {}
-    if not isinstance(details, Mapping):
-        raise InvalidUsage("usage_metadata input_token_details must be a dict, got "
-                           f"{type(details).__name__}")
-    written = details.get("cache_creation") or sum(
-        details.get(key) or 0 for key in ("ephemeral_5m_input_tokens",
-                                          "ephemeral_1h_input_tokens"))
-    # Usage checks every count (a missing or negative one: `InvalidUsage`, naming it).
-    given: Any = metadata.get("input_tokens")
-    output: Any = metadata.get("output_tokens")
-    return Usage(LANGCHAIN, given, output, details.get("cache_read") or 0, written)
 
 
 class TurnledgerTrimmer(SessionsByName):
@@ -271,7 +247,7 @@ class TurnledgerTrimmer(SessionsByName):
         reply = next((m for m in new if isinstance(m, AIMessage)), None)
         if reply is not None:
             window = self._asked.pop(session.id)
-            record_usage(session, window, functools.partial(_usage_of, reply.usage_metadata),
+            record_usage(session, window, functools.partial(usage_of, reply.usage_metadata),
                          self.options.conflict_budget_seconds)
 
     def _noted(self, session: Session, new: Sequence[BaseMessage], after_last: bool) -> None:

@@ -9,7 +9,7 @@ Completions provider format (`turnledger.domain.providers`), which keeps every b
 other field LangChain sets (``id``, ``name``, ``additional_kwargs``, ``response_metadata``,
 ``usage_metadata``, ``artifact``, ``status``...) is kept verbatim beside it under
 ``"langchain"``. A message that would not come back equal is refused (`InvalidMessage`), never
-stored changed.
+stored changed. `usage_of` reads an ``AIMessage``'s ``usage_metadata`` as a `Usage` (issue 35).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from turnledger.domain.errors import InvalidMessage
+from turnledger.domain.errors import InvalidMessage, InvalidUsage
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
+from turnledger.domain.usage import LANGCHAIN, Usage
 from turnledger.integrations import fresh_json
 
 try:
@@ -44,6 +45,7 @@ __all__ = [
     "recorded_id",
     "to_langchain",
     "to_langchain_messages",
+    "usage_of",
 ]
 
 _ROLES: dict[type[BaseMessage], str] = {
@@ -153,3 +155,27 @@ def recorded_id(message: ConversationMessage) -> str | None:
     """The LangChain id a recorded message was converted from (None: it had none)."""
     last: str | None = to_openai_chat([message])[-1].get(_KEY, {}).get("id")
     return last
+
+
+def usage_of(metadata: object) -> Usage | None:
+    """An ``AIMessage.usage_metadata`` as a `Usage` (None: the reply has none). LangChain's
+    ``input_tokens`` is the sum of every input token type (its integrations add Anthropic's
+    cache reads and writes to it) and ``input_token_details`` breaks it down: ``cache_read``,
+    and the cache writes as ``cache_creation``, or (``langchain-anthropic`` since it splits them
+    by lifetime) as ``ephemeral_5m_input_tokens`` and ``ephemeral_1h_input_tokens`` with
+    ``cache_creation`` 0."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidUsage(f"usage_metadata must be a dict, got {type(metadata).__name__}")
+    details = metadata.get("input_token_details") or {}
+    if not isinstance(details, Mapping):
+        raise InvalidUsage("usage_metadata input_token_details must be a dict, got "
+                           f"{type(details).__name__}")
+    written = details.get("cache_creation") or sum(
+        details.get(key) or 0 for key in ("ephemeral_5m_input_tokens",
+                                          "ephemeral_1h_input_tokens"))
+    # Usage checks every count (a missing or negative one: `InvalidUsage`, naming it).
+    given: Any = metadata.get("input_tokens")
+    output: Any = metadata.get("output_tokens")
+    return Usage(LANGCHAIN, given, output, details.get("cache_read") or 0, written)
