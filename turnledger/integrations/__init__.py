@@ -35,7 +35,9 @@ window message once (ADR-0091).
 is never recorded for a window it does not answer; a usage the framework does not have records
 nothing, and one that cannot be recorded is logged, never raised into the framework's loop.
 `WaitingUsages` holds usages until the integration's next store call in a worker thread (the
-frameworks whose replies are recorded by their next call: no thread hop of its own).
+frameworks whose replies are recorded by their next call: no thread hop of its own). `Asked`
+holds, per model call, the window handed to it until its reply comes: what the reply's usage
+answers.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ log = logging.getLogger("turnledger.integrations")
 
 __all__ = [
     "CONFLICT_BUDGET_SECONDS",
+    "Asked",
     "BuiltOnce",
     "IntegrationOptions",
     "OptionKeywords",
@@ -113,6 +116,7 @@ R = TypeVar("R")
 M = TypeVar("M")
 K = TypeVar("K")
 T = TypeVar("T")
+V = TypeVar("V")
 
 _NAMESPACE = uuid5(NAMESPACE_URL, "https://turnledger/integrations/session")
 
@@ -626,6 +630,34 @@ class WaitingUsages:
             waiting, self._waiting = self._waiting, []
         for session, window, read in waiting:
             record_usage(session, window, read, budget_seconds)
+
+
+class Asked(Generic[K, V]):
+    """What an integration handed to the model calls whose replies have not come yet (the
+    window, or what it needs of it), by the call's key (a run, a thread, an agent's call):
+    what each reply's usage answers (issue 35). Past ``most`` held, all are dropped first (the
+    calls whose reply never came: the model raised); None: no bound. Thread-safe."""
+
+    def __init__(self, most: int | None = 256) -> None:
+        self._most = most
+        self._held: dict[K, V] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, key: K, value: V) -> None:
+        """Hold ``value`` for the call ``key`` (in place of what was held for it)."""
+        with self._lock:
+            if self._most is not None and len(self._held) > self._most:
+                self._held.clear()
+            self._held[key] = value
+
+    def get(self, key: K) -> V | None:
+        """What is held for the call ``key`` (None: nothing)."""
+        return self._held.get(key)
+
+    def take(self, key: K) -> V | None:
+        """What is held for the call ``key``, no longer held (None: nothing)."""
+        with self._lock:
+            return self._held.pop(key, None)
 
 
 class SessionsByName:

@@ -35,6 +35,7 @@ from turnledger.domain.formats.genai import genai_content_json, genai_opens, una
 from turnledger.domain.messages import ChatMessage, ToolCall
 from turnledger.domain.usage import Usage
 from turnledger.integrations import (
+    Asked,
     BuiltOnce,
     Decided,
     IntegrationOptions,
@@ -176,7 +177,7 @@ class TurnledgerCallback(SessionsByName):
             fresh_content)
         # (ADK session, invocation, agent) -> the window handed to its model call, until the
         # call's reply arrives: what the reply's usage answers (issue 35).
-        self._asked: dict[tuple[str, str, str], list[ChatMessage]] = {}
+        self._asked: Asked[tuple[str, str, str], list[ChatMessage]] = Asked()
         self._usages = WaitingUsages()  # recorded by the next store call (`_record_usages`)
 
     def session_for(self, name: str | None = None) -> Session:
@@ -275,10 +276,8 @@ class TurnledgerCallback(SessionsByName):
             functools.partial(self._recorded_window, list(llm_request.contents), name,
                               callback_context.invocation_id, callback_context.user_content),
             self._with_genai)
-        asked = self._asked
-        if len(asked) > 256:  # calls whose reply never came (the model raised)
-            asked.clear()
-        asked[name, callback_context.invocation_id, callback_context.agent_name] = window
+        self._asked.hold(
+            (name, callback_context.invocation_id, callback_context.agent_name), window)
         return None
 
     def _with_genai(
@@ -296,8 +295,8 @@ class TurnledgerCallback(SessionsByName):
         content = llm_response.content
         if not llm_response.partial:
             name = callback_context.session.id
-            window = self._asked.pop(
-                (name, callback_context.invocation_id, callback_context.agent_name), None)
+            window = self._asked.take(
+                (name, callback_context.invocation_id, callback_context.agent_name))
             usage = llm_response.usage_metadata
             if window is not None and usage is not None:
                 self._usages.add(self.session_for(name), window,

@@ -39,6 +39,7 @@ from turnledger.domain.errors import TurnledgerError
 from turnledger.domain.events import MessageAppended
 from turnledger.domain.messages import ChatMessage
 from turnledger.integrations import (
+    Asked,
     IntegrationOptions,
     OptionKeywords,
     SessionsByName,
@@ -139,7 +140,7 @@ class TurnledgerTrimmer(SessionsByName):
         self._converted: dict[ChatMessage, BaseMessage] = {}
         # Each session's last window handed out whose reply was not recorded yet: what the
         # reply's usage answers (issue 35).
-        self._asked: dict[str, list[ChatMessage]] = {}
+        self._asked: Asked[str, list[ChatMessage]] = Asked(most=None)
 
     def session_for(self, config: RunnableConfig | None = None) -> Session:
         """The session of the thread of ``config`` (or of ``session_id``); opened once."""
@@ -173,7 +174,7 @@ class TurnledgerTrimmer(SessionsByName):
                 # The step's new messages and the window's trims: one transaction.
                 window = self._window(session, from_langchain_messages(new))
                 self._noted(session, new, after_last)
-                self._asked[session.id] = window
+                self._asked.hold(session.id, window)
                 return window
 
         chat = self._retrying(session, "the trimming step", record_and_fit)
@@ -242,11 +243,11 @@ class TurnledgerTrimmer(SessionsByName):
         """Record the usage of the reply among ``new`` (its first `AIMessage`) as answering
         the window handed out last, once (`record_usage`: a reply without usage records
         none). Under the session's writing lock."""
-        if session.id not in self._asked:
+        if self._asked.get(session.id) is None:
             return
         reply = next((m for m in new if isinstance(m, AIMessage)), None)
-        if reply is not None:
-            window = self._asked.pop(session.id)
+        window = None if reply is None else self._asked.take(session.id)
+        if reply is not None and window is not None:
             record_usage(session, window, functools.partial(usage_of, reply.usage_metadata),
                          self.options.conflict_budget_seconds)
 

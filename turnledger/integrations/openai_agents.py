@@ -42,27 +42,29 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Unpack, cast
 
 from turnledger.domain.arguments import is_int
-from turnledger.domain.errors import InvalidSessionSettings, SessionClosed, TurnledgerError
+from turnledger.domain.errors import InvalidSessionSettings, SessionClosed
 from turnledger.domain.formats.responses import from_responses_items
-from turnledger.domain.messages import (
-    BREADCRUMB_TEXT,
-    SUMMARY_PREFIX,
-    ChatMessage,
-    ConversationMessage,
-    is_breadcrumb,
-)
-from turnledger.domain.providers import plain, to_openai_responses
-from turnledger.domain.usage import OPENAI_RESPONSES, Usage
+from turnledger.domain.messages import ChatMessage
+from turnledger.domain.providers import plain
 from turnledger.integrations import (
+    Asked,
     IntegrationOptions,
     OptionKeywords,
     SessionsByName,
-    after_recorded,
     fresh_json,
     off_loop,
     open_session,
     record_usage,
     session_uuid,
+)
+from turnledger.integrations.openai_agents_items import (
+    Item,
+    ItemsOnce,
+    new_items,
+    newest_items,
+    same_items,
+    to_item,
+    usage_of,
 )
 from turnledger.store.session import Session, Store
 
@@ -74,17 +76,7 @@ __all__ = [
     "open_session",
 ]
 
-Item = dict[str, Any]
 R = TypeVar("R")
-
-
-
-def _opens_window(item: Item) -> bool:
-    """The breadcrumb's item, or that of the summary shown in its place (issue 24)."""
-    content = item.get("content")
-    return (item.keys() == {"role", "content"} and item["role"] == "user"
-            and isinstance(content, str)
-            and (content == BREADCRUMB_TEXT or content.startswith(SUMMARY_PREFIX)))
 
 
 class _Closed:
@@ -136,29 +128,6 @@ def _session_settings(session_id: str, value: object) -> Any:
         ) from None
 
 
-def _to_item(message: ConversationMessage) -> Item:
-    (item,) = to_openai_responses([message])
-    return item
-
-
-def _newest_items(items: list[list[Item]], limit: int | None) -> list[Item]:
-    """The SDK's ``limit`` over the items of a window (given per message): the newest
-    ``limit`` items; 0 none; None or negative all."""
-    if limit is None or limit < 0:
-        return [item for chunk in items for item in chunk]
-    chunks: list[list[Item]] = []
-    count = 0
-    for chunk in reversed(items):
-        if count >= limit:
-            break
-        chunks.append(chunk)
-        count += len(chunk)
-    newest = [item for chunk in reversed(chunks) for item in chunk]
-    # ``newest[-limit:]``, not ``newest[len(newest) - limit:]``: with fewer items than
-    # ``limit`` the latter starts at a negative index and drops the oldest ones (issue 22).
-    return newest[-limit:] if limit else []
-
-
 class TurnledgerSession(SessionsByName):
     """The OpenAI Agents SDK ``Session`` protocol over a turnledger session (module doc).
 
@@ -183,14 +152,14 @@ class TurnledgerSession(SessionsByName):
         self.session_id: str = session_id
         self.session_settings = _session_settings(session_id, session_settings)
         self._closed = False
-        # Each window message's items, converted once (messages are immutable values); these
-        # dicts never leave the object: what is handed out is a copy (`fresh_json`).
-        self._converted: dict[ChatMessage, list[Item]] = {}
+        # Each window message's items, converted once; these dicts never leave the object:
+        # what is handed out is a copy (`fresh_json`).
+        self._items_of = ItemsOnce()
         # The windows the filter handed out lately (its items, its turnledger session and
         # messages), and per run (its context's id) the one its model call was sent: what
         # the call's usage answers (issue 35).
         self._handed: list[tuple[list[Item], Session, list[ChatMessage]]] = []
-        self._sent: dict[int, tuple[Session, list[ChatMessage]]] = {}
+        self._sent: Asked[int, tuple[Session, list[ChatMessage]]] = Asked(most=_HANDED)
 
     @property
     def session(self) -> Session:
@@ -288,7 +257,7 @@ class TurnledgerSession(SessionsByName):
         # Judged on each attempt: after a conflict another writer may have recorded them.
         session = self.session
         view = session.chat_view()
-        new = _unrecorded(given, view, self._items_of(view), self.session_id)
+        new = new_items(given, view, self._items_of(view), self.session_id)
         if new:
             session.extend(from_responses_items(new))
         window = self._window(session)
@@ -310,46 +279,30 @@ class TurnledgerSession(SessionsByName):
         the very items of a window the filter handed out."""
         with self._lock:
             found = next((i for i, (items, _, _) in enumerate(self._handed)
-                          if _same_items(input_items, items)), None)
+                          if same_items(input_items, items)), None)
             if found is None:
-                self._sent.pop(id(context), None)
+                self._sent.take(id(context))
                 return
             _, session, window = self._handed.pop(found)
-            if len(self._sent) > _HANDED:  # runs whose model call raised
-                self._sent.clear()
-            self._sent[id(context)] = (session, window)
+            self._sent.hold(id(context), (session, window))  # past _HANDED: runs that raised
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         """``RunHooks.on_llm_end``: record ``response.usage`` as answering the window this
         run's model call was sent (none: nothing; in a worker thread, never raising:
         `record_usage`)."""
-        with self._lock:
-            sent = self._sent.pop(id(context), None)
+        sent = self._sent.take(id(context))
         if sent is not None:
             session, window = sent
             await _settled(record_usage, session, window,
-                           functools.partial(_usage_of, getattr(response, "usage", None)),
+                           functools.partial(usage_of, getattr(response, "usage", None)),
                            self.options.conflict_budget_seconds)
-
-    def _items_of(self, messages: Sequence[ChatMessage]) -> list[list[Item]]:
-        """The items of each of ``messages`` (shared: copy what leaves the object)."""
-        cache = self._converted
-        if len(cache) > 2 * len(messages) + 256:
-            cache.clear()  # what trims and pops removed from the window
-        out = []
-        for message in messages:
-            items = cache.get(message)
-            if items is None:
-                items = cache[message] = to_openai_responses([message])
-            out.append(items)
-        return out
 
     # -- the same, blocking (for threads and scripts) --
 
     def items(self, limit: int | None = None) -> list[Item]:
         """Blocking `get_items` (without ``session_settings``)."""
         window = self._writing("get_items", lambda: self._window(self.session))
-        return [fresh_json(item) for item in _newest_items(self._items_of(window), limit)]
+        return [fresh_json(item) for item in newest_items(self._items_of(window), limit)]
 
     def add(self, items: Iterable[object]) -> None:
         """Blocking `add_items`."""
@@ -359,7 +312,7 @@ class TurnledgerSession(SessionsByName):
     def pop(self) -> Item | None:
         """Blocking `pop_item`."""
         popped = self._writing("pop_item", lambda: self.session.pop())
-        return None if popped is None else _to_item(popped)
+        return None if popped is None else to_item(popped)
 
     def clear(self) -> None:
         """Blocking `clear_session`."""
@@ -370,23 +323,6 @@ class TurnledgerSession(SessionsByName):
 
 
 _HANDED = 16  # windows handed out and not yet sent that are kept (concurrent runs)
-
-
-def _same_items(sent: Sequence[object], items: Sequence[object]) -> bool:
-    """Whether ``sent`` are the very ``items`` (the SDK passes the filter's items on)."""
-    return len(sent) == len(items) and all(a is b for a, b in zip(sent, items, strict=True))
-
-
-def _usage_of(usage: Any) -> Usage | None:
-    """The SDK's ``Usage`` of one model response (the Responses API's fields: the input with
-    its cached tokens, ``input_tokens_details.cached_tokens``) as a `Usage`; None when it
-    counts no token (a model that returned no usage)."""
-    if usage is None or not (usage.input_tokens or usage.output_tokens):
-        return None
-    details = usage.input_tokens_details
-    return Usage(OPENAI_RESPONSES, usage.input_tokens, usage.output_tokens,
-                 getattr(details, "cached_tokens", 0) or 0,
-                 getattr(details, "cache_write_tokens", 0) or 0)
 
 
 @functools.cache
@@ -410,34 +346,3 @@ def _usage_hooks() -> type[Any]:
             await self.session.on_llm_end(context, agent, response)
 
     return TurnledgerRunHooks
-
-
-def _unrecorded(
-    given: list[Item], view: Sequence[ChatMessage], items: list[list[Item]], name: str
-) -> list[Item]:
-    """The items of ``given`` after the newest recorded ones (ADR-0077).
-
-    The recorded items are the view's after its breadcrumb (or summary). ``given`` holds them
-    at its end (before what is new) in one of two forms: whole, after older items the view has
-    trimmed since the SDK read them; or, when the SDK read the newest ``limit`` items only, as
-    a suffix of them that is all of ``given`` before what is new (after a leading breadcrumb
-    or summary).
-    The shortest unrecorded tail wins, so with the SDK's session saves (nothing new) one
-    comparison decides. An empty view: everything is new. ``items``: those of each message of
-    ``view``."""
-    start = next((i + 1 for i, m in enumerate(view) if is_breadcrumb(m)), 0)
-    recorded = [item for chunk in items[start:] for item in chunk]
-    if not recorded:
-        return given
-    body = given[1:] if given and _opens_window(given[0]) else given
-    end = after_recorded(body, recorded, whole=True)
-    if end is not None:
-        return body[end:]
-    if not body:
-        return []
-    raise TurnledgerError(
-        f"call_model_input_filter of session {name!r}: the model input ({len(given)} items) "
-        "does not continue this conversation's newest recorded items, so what is new in it "
-        "cannot be told; nothing was recorded. Run with session= this TurnledgerSession, or "
-        "give the items its get_items returned followed by the new ones"
-    )

@@ -40,6 +40,7 @@ from typing import Any, TypeVar, Unpack
 from turnledger.domain.formats.pydantic_ai import pydantic_ai_message_json, pydantic_ai_opens
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.integrations import (
+    Asked,
     BuiltOnce,
     Decided,
     IntegrationOptions,
@@ -149,7 +150,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
             fresh_message)
         # run id -> (the messages sent to its current request, the window fitted for it when
         # they are that whole window, else None): what its responses' usage answers.
-        self._asked: dict[str, tuple[list[ModelMessage], list[ChatMessage] | None]] = {}
+        self._asked: Asked[str, tuple[list[ModelMessage], list[ChatMessage] | None]] = Asked()
         self._usages = WaitingUsages()  # recorded by the next store call
 
     @classmethod
@@ -247,9 +248,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         self._recorded[run_id] = count
         sent = _ending_with_run(window, messages, run_id)
         whole = len(sent) == len(window) and all(map(operator.is_, sent, window))
-        if len(self._asked) > 256:  # runs that never ended (they raised)
-            self._asked.clear()
-        self._asked[run_id] = (sent, chat if whole else None)
+        self._asked.hold(run_id, (sent, chat if whole else None))  # until the run ends
         request_context.messages = sent
         return request_context
 
@@ -277,7 +276,7 @@ class TurnledgerHistory(AbstractCapability[Any]):
         await off_loop(self._record_run, result.all_messages(), ctx.run_id or "")
         with self._lock:
             self._recorded.pop(ctx.run_id or "", None)
-            self._asked.pop(ctx.run_id or "", None)
+            self._asked.take(ctx.run_id or "")
         return result
 
 
