@@ -91,7 +91,7 @@ def test_i36_p2_a_codex_rollout_is_its_response_items(cli: Cli) -> None:
 
     assert 0 == result.returncode, describe(result)
     [session] = imported_ids(result.stdout)
-    assert f"{session}\tline 1: 7 messages, 2 turns (read as codex)\n" == result.stdout
+    assert f"{session}\tline 1: 9 messages, 2 turns (read as codex)\n" == result.stdout
     assert [
         "turnledger: warning: line 1: not recorded (the agent's own records): event_msg "
         "records (1), ghost_snapshot items (1), turn_context records (1)",
@@ -112,12 +112,21 @@ def test_i36_p2_a_codex_rollout_is_its_response_items(cli: Cli) -> None:
          "arguments": "{\"command\":[\"sed\",\"-n\",\"1,5p\",\"README.md\"]}",
          "call_id": "call_01"},
         {"type": "function_call_output", "call_id": "call_01", "output": "# Teh app"},
+        *_payloads("custom_tool_call", "custom_tool_call_output"),
         {"type": "message", "role": "user", "content": [
             {"type": "input_text",
              "text": "The user asked to fix a README typo; line 1 reads 'Teh'."}]},
         {"type": "message", "role": "assistant",
          "content": [{"type": "output_text", "text": "Fixed: 'Teh' is now 'The'."}]},
     ] == exported
+
+
+def _payloads(*kinds: str) -> list[dict[str, object]]:
+    """The response items of codex_rich.jsonl of these types, as the file holds them."""
+    records = [json.loads(line) for line in (AGENTS / "codex_rich.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    return [r["payload"] for r in records
+            if r["type"] == "response_item" and r["payload"]["type"] in kinds]
 
 
 def test_i36_p2_the_public_claude_code_sample_imports_and_verifies(cli: Cli) -> None:

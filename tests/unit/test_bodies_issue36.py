@@ -1,4 +1,5 @@
-"""Issue 36 points 3 and 4, the parts built: what one format's fields do in another's body.
+"""Issue 36 points 3 and 4: what one format's fields do in another's body; a custom tool
+call keeps its kind.
 
 A function call's ``namespace`` is a field of a Responses function call (the installed openai
 package defines it): the Responses body keeps it and the SDK's type accepts it. The fields a
@@ -9,6 +10,10 @@ record's own unknown fields. A reason names "an assistant message", not "a assis
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from tests.extras import need
@@ -18,11 +23,19 @@ from turnledger.domain.bodies import APIS, fit_messages, render_body
 from turnledger.domain.messages import (
     AssistantToolCalls,
     ChatMessage,
+    ConversationMessage,
     ToolCall,
     ToolResult,
     ToolResults,
     to_chat_messages,
 )
+from turnledger.domain.providers import (
+    TranscriptError,
+    from_openai_chat,
+    is_custom_call,
+    to_openai_chat,
+)
+from turnledger.replay.transcripts import read_conversations
 
 
 def test_i36_p4_a_function_call_keeps_its_namespace_in_a_responses_body() -> None:
@@ -63,3 +76,96 @@ def _fields(extra: str) -> dict[str, object]:
     from turnledger.domain.blocks import extra_fields
 
     return extra_fields(extra)
+
+
+# --- point 4: a custom tool call keeps its kind ----------------------------------------------
+
+CODEX = Path(__file__).parents[1] / "fixtures" / "agents" / "codex_rich.jsonl"
+
+
+def _codex_payload(kind: str) -> dict[str, Any]:
+    records = [json.loads(line) for line in CODEX.read_text(encoding="utf-8").splitlines()]
+    (payload,) = [r["payload"] for r in records
+                  if r["type"] == "response_item" and r["payload"]["type"] == kind]
+    return payload
+
+
+def _codex_record() -> list[ConversationMessage]:
+    (session,) = read_conversations(CODEX.read_text(encoding="utf-8"), "auto")
+    assert not isinstance(session, TranscriptError)
+    return session.history
+
+
+def test_i36_p4_a_codex_custom_tool_call_is_recorded_as_a_tool_call_of_kind_custom() -> None:
+    """Codex's apply_patch (a custom_tool_call) is a tool call, its input the arguments, and
+    its output the result of that call: not an assistant message."""
+    call, output = _codex_payload("custom_tool_call"), _codex_payload("custom_tool_call_output")
+    record = _codex_record()
+    steps = [m for m in record if isinstance(m, AssistantToolCalls)]
+    (patch,) = [c for step in steps for c in step.tool_calls if c.name == "apply_patch"]
+    (answer,) = [r for m in record if isinstance(m, ToolResults) for r in m.results
+                 if r.tool_call_id == patch.id]
+    assert (True, call["call_id"], call["input"], output["output"]) == (
+        is_custom_call(patch), patch.id, patch.arguments, answer.content)
+
+
+EXPECTED_CALL = {
+    "openai_chat": lambda c: {"id": c["call_id"], "type": "custom",
+                              "custom": {"name": c["name"], "input": c["input"]}},
+    "anthropic": lambda c: {"type": "tool_use", "id": c["call_id"], "name": c["name"],
+                            "input": {"input": c["input"]}},
+    "openai_responses": lambda c: {k: v for k, v in c.items() if k != "status"},
+}
+"""The call in each API's body (a Responses custom call defines no ``status``)."""
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_i36_p4_a_custom_tool_call_crosses_with_its_kind_where_the_format_has_it(
+    api: str,
+) -> None:
+    """Chat keeps the kind (a ``custom`` tool call), Responses writes ``custom_tool_call``
+    and its ``custom_tool_call_output``, Anthropic a ``tool_use`` with the input as argument
+    ``input``, the kind change said; accepted by the SDK's types (in Responses, the custom
+    items: Codex records its reasoning and replies without the ids the types require)."""
+    need("openai")
+    need("anthropic")
+    call = _codex_payload("custom_tool_call")
+    sent, left_out = fit_messages(to_chat_messages(_codex_record()), api)
+    body = render_body(sent, api)
+    checked = [i for i in body if i.get("type", "").startswith("custom")] if (
+        api == "openai_responses") else body
+    assert [] == problems(api, checked)
+    assert EXPECTED_CALL[api](call) in _calls(api, body)
+    kind_notes = [o.what for o in left_out if o.what.startswith("kind")]
+    changed = ["kind custom_tool_call of call call_02 (apply_patch)"]
+    assert (changed if api == "anthropic" else []) == kind_notes
+    if api == "openai_responses":
+        output = _codex_payload("custom_tool_call_output")
+        assert output in body
+
+
+def _calls(api: str, body: Any) -> list[Any]:
+    if api == "openai_chat":
+        return [c for m in body for c in m.get("tool_calls") or ()]
+    if api == "anthropic":
+        return [b for m in body["messages"] if isinstance(m["content"], list)
+                for b in m["content"]]
+    return list(body)
+
+
+def test_i36_p4_an_openai_chat_custom_call_round_trips_and_answers_as_custom_in_responses(
+) -> None:
+    """A Chat recording's custom call comes back exactly; in Responses its result is the
+    custom call's output."""
+    chat = [{"role": "user", "content": "fix"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "custom",
+                 "custom": {"name": "apply_patch", "input": "*** Begin Patch"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    record = from_openai_chat(chat)
+    sent, _ = fit_messages(to_chat_messages(record), "openai_responses")
+    assert chat == to_openai_chat(record)
+    assert [{"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
+             "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "ok"}] == (
+        render_body(sent, "openai_responses")[1:])

@@ -290,8 +290,10 @@ def _call(**function: Any) -> dict[str, Any]:
         ([_call(function={"name": "f", "arguments": {"a": 1}})],
          "message 0: tool_calls[0].function.arguments must be a string, got dict"),
         ([_call(function="f")], "message 0: tool_calls[0].function must be an object, got str"),
+        ([_call(type="mcp", function={"name": "f", "arguments": "{}"})],
+         "message 0: tool_calls[0].type must be 'function' or 'custom', got 'mcp'"),
         ([_call(type="custom", function={"name": "f", "arguments": "{}"})],
-         "message 0: tool_calls[0].type must be 'function', got 'custom'"),
+         "message 0: tool_calls[0].custom must be an object, got null"),
         ([{"role": "assistant", "content": None, "tool_calls": [{"id": "", "function": {}}]}],
          "message 0: tool_calls[0].id must not be empty"),
         ([{"role": "assistant", "content": None, "tool_calls": [

@@ -54,7 +54,10 @@ from turnledger.domain.messages import (
     ToolResults,
 )
 from turnledger.domain.providers import (
+    CUSTOM_CALL,
+    CUSTOM_OUTPUT,
     declared_images,
+    is_custom_call,
     marker_blocks,
     structured_item,
     to_anthropic,
@@ -133,6 +136,9 @@ _BLOCK_FIELDS: Final[dict[str, dict[type, frozenset[str]]]] = {
 }
 """The block fields each API defines; any other kept field is left out when crossing."""
 
+_CUSTOM_FIELDS: Final = frozenset({"type", "id", "caller", "namespace"})
+"""The fields of a Responses custom tool call (no ``status``, unlike a function call)."""
+
 _MESSAGE_FIELDS: Final[dict[str, dict[str, frozenset[str]]]] = {
     API_ANTHROPIC: {"system": frozenset({"role"}), "user": frozenset(),
                     "assistant": frozenset(), "tool": frozenset({"is_error"})},
@@ -200,8 +206,11 @@ class _Notes:
     but another format's (an export of the record keeps the fields its format recorded,
     `fit_messages`)."""
 
-    def __init__(self, index: int, api: str, out: list[LeftOut], fields: bool = True) -> None:
+    def __init__(self, index: int, api: str, out: list[LeftOut], fields: bool = True,
+                 custom: set[str] | None = None) -> None:
         self.index, self.api, self.out, self.fields = index, api, out, fields
+        # the ids of the custom tool calls so far: a Responses result says its call's kind
+        self.custom = set() if custom is None else custom
 
     def add(self, what: str, why: str) -> None:
         self.out.append(LeftOut(self.index, what, why))
@@ -224,7 +233,8 @@ def _keep_fields(extra: str, allowed: frozenset[str], notes: _Notes, owner: str)
             if k in allowed or (not notes.fields and k not in foreign)}
     if len(kept) == len(fields):
         return extra
-    dropped = sorted(k for k, v in fields.items() if k not in kept and v not in _EMPTY)
+    dropped = sorted(k for k, v in fields.items() if k not in kept and v not in _EMPTY
+                     and (k, v) != ("type", "message"))  # a message says that by itself
     if dropped:  # a null or empty field carries nothing: leaving it out is worth no note
         notes.add(f"{owner} fields {', '.join(dropped)}",
                   f"{_NAMES[notes.api]} does not define them")
@@ -353,7 +363,9 @@ def _fit_block(block: Any, api: str, role: str, notes: _Notes) -> Any:
         notes.add(_block_name(block), "an Anthropic system prompt holds text blocks only")
         return None
     match block:
-        case TextBlock() | ToolCall():
+        case ToolCall():
+            return _fit_call(block, api, notes)
+        case TextBlock():
             return _with_fields(block, api, notes)
         case ImageBlock():
             if api == API_OPENAI_CHAT and role != "user":
@@ -378,6 +390,43 @@ def _fit_block(block: Any, api: str, role: str, notes: _Notes) -> Any:
         case OpaqueBlock():
             return _fit_opaque(block, api, role, notes)
     raise TypeError(f"not a content block: {type(block).__name__}")
+
+
+def _fit_call(call: ToolCall, api: str, notes: _Notes) -> ToolCall:
+    """A tool call with the fields ``api`` defines, of the kind it has there: a custom tool
+    call stays one in OpenAI's APIs and is a ``tool_use`` for Anthropic (said)."""
+    if is_custom_call(call):
+        notes.custom.add(call.id)
+        if api == API_OPENAI_RESPONSES:
+            extra = _keep_fields(call.extra, _CUSTOM_FIELDS, notes, "custom tool call")
+            return call if extra == call.extra else attrs.evolve(call, extra=extra)
+    custom = is_custom_call(call) and api != API_OPENAI_RESPONSES
+    if custom and api == API_ANTHROPIC:
+        call = _as_function_call(call, api, notes)
+    elif custom:
+        call = _kind_apart(call)
+    fitted: ToolCall = _with_fields(call, api, notes)
+    return _custom_call(fitted) if custom and api == API_OPENAI_CHAT else fitted
+
+
+def _kind_apart(call: ToolCall) -> ToolCall:
+    """A custom tool call without the ``type`` that says its kind (to fit its other fields)."""
+    fields = {k: v for k, v in extra_fields(call.extra).items() if k != "type"}
+    return attrs.evolve(call, extra=extra_text(fields))
+
+
+def _custom_call(call: ToolCall) -> ToolCall:
+    """A call fitted apart from its kind, a custom tool call again (Chat's ``custom``)."""
+    return attrs.evolve(call, extra=extra_text(extra_fields(call.extra) | {"type": CUSTOM_CALL}))
+
+
+def _as_function_call(call: ToolCall, api: str, notes: _Notes) -> ToolCall:
+    """A custom tool call (free-form input, as Codex's ``apply_patch``) as the function call
+    ``api`` has instead, its input the argument ``input``; its kind changed, and said."""
+    notes.add(f"kind custom_tool_call of call {call.id} ({call.name})",
+              f"{_NAMES[api]} has no custom tool calls: written as a tool_use with its input "
+              "as the argument input")
+    return attrs.evolve(_kind_apart(call), arguments=canonical_json({"input": call.arguments}))
 
 
 def _fit_blocks(blocks: Sequence[Any], api: str, role: str, notes: _Notes) -> list[Any]:
@@ -485,7 +534,13 @@ def _fit_calls(item: AssistantToolCalls, api: str, notes: _Notes) -> ChatMessage
 
 
 def _fit_result(result: ToolResult, api: str, notes: _Notes) -> ChatMessage:
-    extra = _keep_fields(result.extra, _MESSAGE_FIELDS[api]["tool"], notes, "tool result")
+    extra = result.extra
+    if api != API_OPENAI_RESPONSES and extra_fields(extra).get("type") == CUSTOM_OUTPUT:
+        # the output of a custom call: its call's note says the kind changed
+        extra = extra_text({k: v for k, v in extra_fields(extra).items() if k != "type"})
+    elif api == API_OPENAI_RESPONSES and result.tool_call_id in notes.custom:
+        extra = extra_text(extra_fields(extra) | {"type": CUSTOM_OUTPUT})  # its call's kind
+    extra = _keep_fields(extra, _MESSAGE_FIELDS[api]["tool"], notes, "tool result")
     is_error = result.is_error
     if is_error is not None and api != API_ANTHROPIC and notes.fields:
         if is_error:  # a false flag says what a result without one says: no note
@@ -528,8 +583,9 @@ def fit_messages(
     check_api("api", api)
     left: list[LeftOut] = []
     out: list[ChatMessage] = []
+    custom: set[str] = set()
     for index, message in enumerate(messages):
-        fitted = _fit_message(message, api, _Notes(index, api, left, fields))
+        fitted = _fit_message(message, api, _Notes(index, api, left, fields, custom))
         if fitted is not None:
             out.append(fitted)
     return out, tuple(left)

@@ -69,6 +69,8 @@ from turnledger.domain.messages import (
 )
 
 __all__ = [
+    "CUSTOM_CALL",
+    "CUSTOM_OUTPUT",
     "TranscriptError",
     "block_json",
     "declared_images",
@@ -77,6 +79,7 @@ __all__ = [
     "from_openai_chat",
     "from_openai_responses",
     "from_openai_responses_item",
+    "is_custom_call",
     "marker_blocks",
     "plain",
     "structured_item",
@@ -356,11 +359,20 @@ def _openai_message(where: _Where, raw: Json) -> Chat:
 def _openai_call(where: _Where, raw: object, path: str) -> ToolCall:
     call = where.obj(raw, path)
     call_id = where.text(call, path, "id", empty=False)
+    if call.get("type") == "custom":  # a custom tool's call: its kind kept, as Responses'
+        custom = where.obj(call.get("custom"), f"{path}.custom")
+        name = where.text(custom, f"{path}.custom", "name", empty=False)
+        text = where.text(custom, f"{path}.custom", "input")
+        rest = {k: v for k, v in call.items() if k not in ("id", "type", "custom")}
+        more = {k: v for k, v in custom.items() if k not in ("name", "input")}
+        kept = rest | ({"custom": more} if more else {}) | {"type": CUSTOM_CALL}
+        return where.build(path, ToolCall, call_id, name, text, extra=extra_text(kept))
     function = where.obj(call.get("function"), f"{path}.function")
     name = where.text(function, f"{path}.function", "name", empty=False)
     arguments = where.text(function, f"{path}.function", "arguments")
     if call.get("type", "function") != "function":
-        raise where.error(f"{path}.type must be 'function', got {call.get('type')!r}")
+        raise where.error(f"{path}.type must be 'function' or 'custom', got "
+                          f"{call.get('type')!r}")
     rest = {k: v for k, v in call.items() if k not in ("id", "type", "function")}
     more = {k: v for k, v in function.items() if k not in ("name", "arguments")}
     if more:
@@ -478,6 +490,10 @@ def _openai_message_json(message: ChatMessage) -> Json:
 
 def _openai_call_json(call: ToolCall) -> Json:
     fields = extra_fields(call.extra)
+    if is_custom_call(call):
+        del fields["type"]
+        custom = {"name": call.name, "input": call.arguments, **fields.pop("custom", {})}
+        return {"id": call.id, "type": "custom", "custom": custom, **fields}
     function = {"name": call.name, "arguments": call.arguments, **fields.pop("function", {})}
     return {"id": call.id, "type": "function", "function": function, **fields}
 
@@ -884,11 +900,27 @@ def _responses_message(where: _Where, raw: Json) -> Chat:
     return Chat(where.build("", ChatMessage.from_blocks, role, blocks, extra=extra))
 
 
+CUSTOM_CALL: Final = "custom_tool_call"
+CUSTOM_OUTPUT: Final = "custom_tool_call_output"
+"""A Responses custom tool call (a free-form input, as Codex's ``apply_patch``) and its
+output (issue 36): recorded as a `ToolCall` (its ``input`` as the arguments) and a
+`ToolResult` whose ``extra`` keep the item ``type``, the call's kind."""
+
+
+def is_custom_call(call: ToolCall) -> bool:
+    """Whether ``call`` is a custom tool call (its input free text, not JSON arguments)."""
+    return bool(call.extra) and extra_fields(call.extra).get("type") == CUSTOM_CALL
+
+
 def _responses_call(where: _Where, raw: Json) -> ToolCall:
     call_id = where.text(raw, "", "call_id", empty=False)
     name = where.text(raw, "", "name", empty=False)
-    arguments = where.text(raw, "", "arguments")
-    extra = _rest(raw, "type", "call_id", "name", "arguments")
+    if raw.get("type") == CUSTOM_CALL:  # its kind kept in the extra: type custom_tool_call
+        arguments = where.text(raw, "", "input")
+        extra = _rest(raw, "call_id", "name", "input")
+    else:
+        arguments = where.text(raw, "", "arguments")
+        extra = _rest(raw, "type", "call_id", "name", "arguments")
     return where.build("", ToolCall, call_id, name, arguments, extra=extra)
 
 
@@ -896,7 +928,7 @@ def _responses_output(where: _Where, raw: Json) -> ToolResult:
     call_id = where.text(raw, "", "call_id", empty=False)
     output = raw.get("output")
     parts = _content_list(where, output, "output")
-    interpreted = ["type", "call_id"]
+    interpreted = ["type", "call_id"] if raw.get("type") != CUSTOM_OUTPUT else ["call_id"]
     if isinstance(output, str) or parts is not None:
         interpreted.append("output")
     extra = _rest(raw, *interpreted)
@@ -949,9 +981,9 @@ def _responses_item(where: _Where, raw: Json) -> ConversationMessage | ToolCall 
     kind = raw.get("type", "message")
     if kind == "message":
         return _responses_message(where, raw)
-    if kind == "function_call":
+    if kind in ("function_call", CUSTOM_CALL):
         return _responses_call(where, raw)
-    if kind == "function_call_output":
+    if kind in ("function_call_output", CUSTOM_OUTPUT):
         return _responses_output(where, raw)
     if kind == "reasoning":
         return _responses_reasoning(where, raw)
@@ -1254,8 +1286,10 @@ def _responses_json(item: ConversationMessage) -> list[Json]:
                 out.append({"role": "assistant", "content": [_responses_part_json(block,
                                                                                   "assistant")]})
         out.extend(
-            _with({"type": "function_call", "call_id": c.id, "name": c.name,
-                   "arguments": c.arguments}, c.extra)
+            _with({"type": CUSTOM_CALL, "call_id": c.id, "name": c.name, "input": c.arguments}
+                  if is_custom_call(c) else {"type": "function_call", "call_id": c.id,
+                                             "name": c.name, "arguments": c.arguments},
+                  c.extra)
             for c in item.tool_calls
         )
         return out

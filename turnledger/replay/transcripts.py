@@ -207,6 +207,7 @@ _RESPONSES_ITEMS: Final = frozenset({
     "message", "function_call", "function_call_output", "reasoning", "web_search_call",
     "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call",
     "mcp_list_tools", "computer_call", "item_reference", "compaction", "custom_tool_call",
+    "custom_tool_call_output",
 })
 
 

@@ -60,6 +60,7 @@ from turnledger.domain.messages import (
     ToolResults,
     compact_json,
 )
+from turnledger.domain.providers import is_custom_call
 
 __all__ = ["from_bedrock_json", "is_block", "to_bedrock_json", "to_bedrock_record"]
 
@@ -234,6 +235,12 @@ class _Export:
 
     def block(self, block: ContentBlock | ToolCall) -> Json | None:
         match block:
+            case ToolCall() if is_custom_call(block):
+                self.leave_out(f"kind custom_tool_call of call {block.id} ({block.name})",
+                               "Bedrock Converse has no custom tool calls: written as a "
+                               "toolUse with its input as the argument input")
+                return {"toolUse": {"toolUseId": block.id, "name": block.name,
+                                    "input": {"input": block.arguments}}}
             case ToolCall():
                 call = dict(_fields(block.extra).get("call", {}))
                 return {"toolUse": {"toolUseId": block.id, "name": block.name,

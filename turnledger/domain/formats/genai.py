@@ -54,6 +54,7 @@ from turnledger.domain.messages import (
     ToolResults,
     compact_json,
 )
+from turnledger.domain.providers import is_custom_call
 
 __all__ = [
     "GenaiCalls",
@@ -414,6 +415,11 @@ _KINDS: Final = {"DocumentBlock": "document", "RedactedThinkingBlock": "redacted
 def _part_block(block: Any, index: int, left: list[LeftOut]) -> Any:
     """``block`` as a block genai has a part for: itself, a document's text or inline data,
     or None (left out, and said)."""
+    if isinstance(block, ToolCall) and is_custom_call(block):
+        left.append(LeftOut(index, f"kind custom_tool_call of call {block.id} ({block.name})",
+                            "Gemini has no custom tool calls: written as a function call with "
+                            "its input as the argument input"))
+        return ToolCall(block.id, block.name, canonical_json({"input": block.arguments}))
     if isinstance(block, TextBlock | ThinkingBlock | ImageBlock | ToolCall) or (
             isinstance(block, OpaqueBlock) and _KEYED.key in extra_fields(block.json)):
         return block  # an opaque block of any other format is no genai part
@@ -452,6 +458,12 @@ def _carried(item: ConversationMessage, index: int,
                 return item
             return AssistantToolCalls.from_blocks(
                 kept, reasoning_content=item.reasoning_content, extra=item.extra)
+        case AssistantToolCalls():
+            calls = _parts(item.tool_calls, index, left)
+            if calls == list(item.tool_calls):
+                return item
+            return AssistantToolCalls(item.text, tuple(calls), item.reasoning_content,
+                                      extra=item.extra)
         case ToolResults():
             results = tuple(
                 r if not r.blocks else ToolResult.from_blocks(
