@@ -451,16 +451,16 @@ def _print_import(row: dict[str, Any], out: TextIO) -> None:
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
-    from turnledger.replay.transcripts import record_of, write_conversation, write_record
+    from turnledger.replay.transcripts import record_of, write_record, write_view
 
     with _open_for_reading(args) as store:
         if args.view == "chat":
-            state = store.read_state(args.session)
-            print(write_conversation(state.chat_view(), args.format), file=out)
-            return EXIT_OK
-        _require_session(store, args.session)
-        pages = store.event_pages(args.session)
-        line, left_out = write_record(record_of(e for page in pages for e in page), args.format)
+            line, left_out = write_view(store.read_state(args.session).chat_view(), args.format)
+        else:
+            _require_session(store, args.session)
+            pages = store.event_pages(args.session)
+            line, left_out = write_record(record_of(e for page in pages for e in page),
+                                          args.format)
     print(line, file=out)
     for entry in left_out:
         print(f"turnledger: warning: message {entry.message}: {entry.what} left out: "

@@ -58,6 +58,7 @@ from turnledger.domain.messages import (
     chat_tool_call_id,
     chat_tool_calls,
     compact_json,
+    from_chat_messages,
     to_chat_messages,
 )
 from turnledger.domain.providers import (
@@ -87,6 +88,7 @@ __all__ = [
     "stream_lines",
     "write_conversation",
     "write_record",
+    "write_view",
 ]
 
 _Importer = Callable[[Any], list[ConversationMessage]]
@@ -549,9 +551,13 @@ def write_record(
 ) -> tuple[str, tuple[LeftOut, ...]]:
     """One JSONL line of ``history`` in ``fmt`` and what that format could not carry.
 
-    The record as it is when ``fmt`` carries all of it (an imported session gives its line
-    back); otherwise without the blocks ``fmt``'s API cannot take (`fit_messages`, every
-    recorded field kept), with what was left out.
+    A provider format is written by one writer, `render_body`, the one of request bodies
+    (issue 36). A record of ``fmt`` itself (`_is_its_own`) is copied: its messages rendered
+    as they are, so an imported session gives its line back. Any other record is first
+    fitted to ``fmt``'s API as a request is (`fit_messages`: what it cannot carry left out, what
+    has an equivalent translated, only the fields it defines kept), a call without its result
+    left out too (R36, a trailing one waiting for it kept), and what was left out is said.
+    Bedrock and Gemini have their own writers, which leave out and say what they cannot carry.
     """
     _check_format(fmt)
     if fmt == "bedrock":  # no request body of turnledger's: the format's own writer says
@@ -563,12 +569,17 @@ def write_record(
     api = _FORMAT_API[fmt]
     messages = to_chat_messages(history)
     if _is_its_own(history, messages, fmt):
-        return write_conversation(history, fmt), ()
+        return compact_json(render_body(messages, api)), ()
     answered, where, swept = _answered(messages, api)
     sent, left_out = fit_messages(answered, api)
     moved = tuple(attrs.evolve(entry, message=where[entry.message]) for entry in left_out)
     return compact_json(render_body(sent, api)), tuple(sorted(
         swept + moved, key=lambda entry: entry.message))
+
+
+def write_view(view: Sequence[ChatMessage], fmt: str) -> tuple[str, tuple[LeftOut, ...]]:
+    """`write_record` of a view's messages (``export --view chat``: what the model sees)."""
+    return write_record(from_chat_messages(view), fmt)
 
 
 def _is_its_own(history: Sequence[ConversationMessage], messages: list[ChatMessage],
