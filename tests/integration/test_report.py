@@ -234,5 +234,12 @@ def test_i35_p3_the_report_says_each_cache_break_its_cause_and_the_bill() -> Non
             f'<td>{len(found)} trim</td><td class="num">8</td><td class="num">50.0%</td>'
             '<td class="num">0.50</td>') in section
     first = found[0]
-    assert (f'<li><a href="#e{first.position}">request {first.position}</a>: trim at '
-            f'<a href="#e{first.cause_position}">{first.cause_position}</a></li>') in section
+    # The request by its number (the chart's x), then its event position (issue 38).
+    number = [e.originator_version for e in events
+              if isinstance(e, tl.RequestPrepared)].index(first.position) + 1
+    assert (f'<li><a href="#e{first.position}">request {number}</a> (event {first.position}): '
+            f'trim at <a href="#e{first.cause_position}">event {first.cause_position}</a></li>'
+            ) in section
+    # The chart's cache lane draws the same breaks, one marker per request (issue 38).
+    lane = re.findall(r'<g class="mark cache" data-event="(\d+)" data-count="(\d+)"', page)
+    assert [b.position for b in found] == [int(v) for v, n in lane if n == "1"]

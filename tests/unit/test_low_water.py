@@ -416,7 +416,7 @@ def test_i35_p1_what_if_with_the_key(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert 0 == main(["--store", store_url, "report", session_id, "-o", str(html),
                       "--what-if", "compaction.low_water=0.5"])
     text = html.read_text()
-    assert "compaction.low_water None → 0.5" in text
+    assert "compaction.low_water unset → 0.5" in text  # no `None` in a report (issue 38)
 
 
 def test_i35_p1_report_shows_the_profile_setting() -> None:

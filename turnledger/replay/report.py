@@ -5,9 +5,13 @@
 1. **Context over time**: one point per request, prepared or rejected (x = request number, y =
    its estimated tokens), the token budget and the model window as step lines, route switches as
    vertical rules, and one lane of markers per kind of decision: token-budget trims, turn-limit
-   trims, overflow recoveries, orphan sweeps. Rejected requests are crosses on the line. Every
-   point and marker carries its event's position in an SVG ``<title>`` (the hover text) and
-   links to the timeline row of that event.
+   trims, overflow recoveries, orphan sweeps, and the requests that break the provider's cache
+   (`cache_breaks`). Rejected requests are crosses on the line, a run of them labelled once.
+   Every point and marker carries its event's position in an SVG ``<title>`` (the hover text)
+   and links to the timeline row of that event. Visible labels never overlap and stay inside
+   the plot (`_Labels`: a label with no room is left to the hover text); a model window far
+   above every request is said, not drawn to scale. A session that recorded no request (an
+   imported transcript) is drawn by turns: the estimated tokens recorded by each turn's end.
 2. **Turns**: the log's turns as a strip, widths proportional to their estimated tokens, coloured
    by their fate (kept, or dropped by which trim at which event; dropped and shown as a runtime's
    summary, naming its `TurnsSummarized`, issue 24); turns with images, large tool results or
@@ -15,7 +19,9 @@
 3. **Timeline**: one row per event with its one-line summary (`summarize`, as in ``replay``).
 4. **Totals**: the session's `Counters` (the fold behind ``turnledger stats``).
 5. With ``what_if``: the chart and strip of the same session re-decided under another profile
-   (`replay_what_if`), side by side with the recorded ones, on the same scales.
+   (`replay_what_if`), side by side with the recorded ones, on the same scales; both sides are
+   labelled simulated when the session recorded no request, and a route that declared no
+   context window is said (`window_note`).
 
 Large sessions stay readable and fast (ADR-0051): past `POINT_BUDGET` requests the chart draws
 buckets of consecutive requests (their min-max band and peak), markers closer than `CELL_PX`
@@ -80,7 +86,7 @@ from turnledger.files import write_private
 from turnledger.projections.counters import Counters, fold_counters
 from turnledger.replay.cache_breaks import CacheBreak, cache_breaks
 from turnledger.replay.timeline import ReplayError, item_tokens, printable, summarize
-from turnledger.replay.whatif import WhatIfReport, replay_what_if
+from turnledger.replay.whatif import WhatIfReport, replay_what_if, window_note
 from turnledger.store.summaries import Summarizer, SummaryFunction
 
 __all__ = ["POINT_BUDGET", "TIMELINE_FULL", "report"]
@@ -105,12 +111,19 @@ LARGE_RESULT_TOKENS: Final = 1_000
 _WIDTH: Final = 1000  # SVG user units across one chart; CSS scales them to the page
 _SIDE_WIDTH: Final = 660  # across each of two charts side by side: their text stays legible
 _LEFT, _RIGHT, _TOP, _PLOT_H, _LANE_H = 122, 16, 26, 230, 20
+_PAD: Final = 9.0  # inside the plot, left and right: a marker at either end stays inside it
+_PAD_Y: Final = 7.0  # and above its bottom edge: a point at 0 tokens too
 _LANES: Final = (
     ("token_budget", "trim: token budget"),
     ("turn_limit", "trim: turn limit"),
     ("overflow", "overflow recovery"),
     ("sweep", "orphan sweep"),
+    ("cache", "cache break"),
 )
+_WINDOW_SCALE: Final = 3
+"""A model window more than this many times the largest request or budget is not drawn to
+scale: the chart says it instead (a 200,000-token window would flatten an 8,000-token budget)."""
+_EM: Final = 0.62  # a generous average glyph width, in font sizes: labels are kept apart by it
 _FATES: Final = {
     "kept": "kept",
     "token_budget": "dropped by a token-budget trim",
@@ -161,10 +174,16 @@ class _Mark:
     x: float
     version: int
     event: DomainEvent = attrs.field(repr=False)
+    said: str | None = None
+    """The hover text when it is not the event's own summary (a cache break's cause)."""
+    turn: float = 0.0
+    """Where it sits on a turn axis (a session that recorded no request): after that many
+    turns."""
 
     @property
     def summary(self) -> str:
-        return summarize(self.event)  # only for the markers drawn one by one
+        # only for the markers drawn one by one
+        return summarize(self.event) if self.said is None else self.said
 
 
 @attrs.define
@@ -212,12 +231,43 @@ class _Session:
     head_tokens: int = 0
     budget: int = 0
     legacy: bool = False
+    context: int = 0
+    """The estimated tokens recorded so far (appends less pops; a clear starts again)."""
+    turn_tokens: list[int] = attrs.field(factory=list)
+    """`context` at the end of each turn, for a session that recorded no request."""
+    undeclared: dict[str, int] = attrs.field(factory=dict)
+    """The routes selected with no declared context window (R19), and the stand-in window
+    their requests were judged against (R17)."""
     dropped: dict[View, int] = attrs.field(factory=lambda: {View.CHAT: 0, View.CONVERSATION: 0})
 
-    @property
-    def x(self) -> float:
-        """Where a non-request event sits: after the requests so far."""
-        return len(self.points) + 0.5
+    def mark(self, kind: str, event: DomainEvent) -> _Mark:
+        """A decision drawn where it happened: after the requests (and the turns) so far."""
+        return _Mark(kind, len(self.points) + 0.5, event.originator_version, event,
+                     turn=len(self.turns) + 0.5)
+
+    def cache_marks(self, found: Iterable[CacheBreak]) -> None:
+        """The cache lane: a marker at each request that breaks the provider's cache."""
+        numbers = {point.version: point for point in self.points}
+        for found_break in found:
+            point = numbers.get(found_break.position)
+            if point is not None:
+                self.marks.append(_Mark(
+                    "cache", point.number, point.version, point.event,
+                    said=(f"cache break: request {_n(point.number)} does not start with the "
+                          f"previous request ({found_break.cause} at event "
+                          f"{_n(found_break.cause_position)})")))
+
+    def turn_ended(self) -> None:
+        """The estimated tokens recorded so far, as the last turn's point (`turn_tokens`)."""
+        if self.turns:
+            self.turn_tokens.append(max(self.context, 0))
+
+    def on_turn_axis(self) -> _Session:
+        """This session drawn by turns (it recorded no request): its decisions at the turn
+        they followed."""
+        moved = [attrs.evolve(m, x=m.turn) for m in self.marks]
+        return attrs.evolve(self, marks=moved,
+                            switches=[attrs.evolve(m, x=m.turn) for m in self.switches])
 
     def fold(self, events: Iterable[DomainEvent]) -> _Session:
         """Draw ``events``; ``TypeError`` for a class nobody registered (`Deciders`)."""
@@ -241,17 +291,20 @@ class _Session:
                 case HistoryCleared():
                     self.cleared(drawn)
                 case OverflowUnrecoverable():
-                    self.marks.append(_Mark("overflow", self.x, drawn.originator_version, drawn))
+                    self.marks.append(self.mark("overflow", drawn))
                 case SessionStarted():
                     self.legacy = drawn.legacy
                 case _:
                     assert_never(drawn)
+        self.turn_ended()
         return self
 
     def route(self, event: RouteSelected) -> None:
         self.budget = event.budget
+        if event.capacity is None:
+            self.undeclared[_route_of(event)] = event.window
         if event.reason is not RouteReason.INITIAL:
-            self.switches.append(_Mark("route", self.x, event.originator_version, event))
+            self.switches.append(self.mark("route", event))
 
     def request(self, event: RequestPrepared | RequestRejected) -> None:
         # A rejection records no budget: the route's budget applied (R18).
@@ -264,9 +317,11 @@ class _Session:
     def appended(self, event: MessageAppended) -> None:
         item = event.message
         if is_turn_start_item(item):
+            self.turn_ended()
             self.turns.append(_Turn(len(self.turns) + 1, event.position, preview=_first(item)))
             self.starts.append(event.position)
         tokens = item_tokens(item)
+        self.context += tokens
         if not self.turns:
             self.head_tokens += tokens
             return
@@ -284,7 +339,7 @@ class _Session:
 
     def trimmed(self, event: TrimDecided) -> None:
         kind = "overflow" if event.trigger is TrimTrigger.OVERFLOW else event.reason.value
-        self.marks.append(_Mark(kind, self.x, event.originator_version, event))
+        self.marks.append(self.mark(kind, event))
         # The chat view never shows more than the conversation view (a conversation trim drags
         # it along), and a legacy session has one window for both.
         views = [View.CHAT, View.CONVERSATION] if self.legacy else [event.view]
@@ -302,7 +357,7 @@ class _Session:
         self.dropped[view] = at
 
     def swept(self, event: OrphansSwept) -> None:
-        self.marks.append(_Mark("sweep", self.x, event.originator_version, event))
+        self.marks.append(self.mark("sweep", event))
         for position in event.positions:
             at = self._turn_at(position)
             if at >= 0:
@@ -346,12 +401,14 @@ class _Session:
     def cleared(self, event: HistoryCleared) -> None:
         """Every turn so far left both views (the log keeps them)."""
         how = f"clear at event {_n(event.originator_version)}"
+        self.context = 0
         for view in (View.CHAT, View.CONVERSATION):
             self._drop(view, event.next_position, ("cleared", event.originator_version, how))
 
     def popped(self, event: MessagePopped) -> None:
         """A popped message leaves its turn's counts (it stays in the log)."""
         at = self._turn_at(event.position)
+        self.context -= item_tokens(event.message)
         if at < 0:
             self.head_tokens -= item_tokens(event.message)
             return
@@ -455,10 +512,38 @@ class _Frame:
         return self.lanes_top + len(_LANES) * _LANE_H + 6
 
     def px(self, x: float) -> float:
-        return _LEFT + x / (self.requests + 1) * self.plot_w
+        return _LEFT + _PAD + x / (self.requests + 1) * (self.plot_w - 2 * _PAD)
 
     def py(self, y: float) -> float:
-        return _TOP + _PLOT_H - min(y, self.ymax) / self.ymax * _PLOT_H
+        return _TOP + _PLOT_H - _PAD_Y - min(y, self.ymax) / self.ymax * (_PLOT_H - _PAD_Y)
+
+
+@attrs.define
+class _Labels:
+    """The visible labels of one chart, placed so that none overlaps another or leaves the
+    plot's left and right edges: a label goes right of its anchor, else left of it, else (at
+    each of ``rows``, when given) on another row, else it is not drawn — the element's hover
+    text still says everything (issue 38 point 3)."""
+
+    frame: _Frame
+    placed: list[tuple[float, float, float, float]] = attrs.field(factory=list)
+
+    def place(self, x: float, ys: Sequence[float], text: str, size: float, cls: str) -> str:
+        """The ``<text>`` of ``text`` (already escaped) near ``x`` on the first row of ``ys``
+        (baselines) with room for it, or ``""``."""
+        width = len(text) * size * _EM + 2
+        for y in ys:
+            for left in (x + 4, x - 4 - width):
+                box = (left, y - size, left + width, y + size * 0.3)
+                if left < _LEFT + 1 or box[2] > self.frame.right - 1 or any(
+                    box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                    for b in self.placed
+                ):
+                    continue
+                self.placed.append(box)
+                attr = f' class="{cls}"' if cls else ""
+                return f'<text{attr} x="{left:.1f}" y="{y:.1f}">{text}</text>'
+        return ""
 
 
 @attrs.frozen
@@ -490,11 +575,18 @@ def _buckets(points: Sequence[_Point]) -> list[_Bucket]:
 
 
 def _frame(sessions: Sequence[_Session], width: int) -> _Frame:
+    """The scales of charts drawn side by side: requests, or turns when none of the sessions
+    recorded a request (`_estimated`)."""
+    by_turn = not any(s.points for s in sessions)
     values = [1] + [
-        max(p.tokens, p.window, p.budget) for s in sessions for p in s.points
-    ]
+        max(p.tokens, p.budget) for s in sessions for p in s.points
+    ] + [max([s.budget, *s.turn_tokens]) for s in sessions if by_turn]
     top = max(values)
-    return _Frame(max(len(s.points) for s in sessions), math.ceil(top * 1.08), width)
+    window = max((p.window for s in sessions for p in s.points), default=0)
+    if window <= _WINDOW_SCALE * top:  # else the window is said, not drawn (`_limits`)
+        top = max(top, window)
+    count = max(len(s.turn_tokens if by_turn else s.points) for s in sessions)
+    return _Frame(count, math.ceil(top * 1.08), width)
 
 
 def _ticks(maximum: float, count: int = 5) -> list[int]:
@@ -507,7 +599,7 @@ def _ticks(maximum: float, count: int = 5) -> list[int]:
     return list(range(0, int(maximum) + 1, max(step, 1)))
 
 
-def _axes(frame: _Frame) -> list[str]:
+def _axes(frame: _Frame, x_label: str) -> list[str]:
     bottom = _TOP + _PLOT_H
     out = [f'<rect class="plot" x="{_LEFT}" y="{_TOP}" width="{frame.plot_w}" '
            f'height="{_PLOT_H}"/>']
@@ -521,18 +613,19 @@ def _axes(frame: _Frame) -> list[str]:
         out.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 15}" '
                    f'text-anchor="middle">{_n(value)}</text>')
     out.append(f'<text class="axis" x="{frame.right}" y="{bottom + 30}" '
-               'text-anchor="end">request number →</text>')
+               f'text-anchor="end">{x_label}</text>')
     out.append(f'<text class="axis" x="{_LEFT}" y="{_TOP - 10}">estimated tokens</text>')
     return out
 
 
 def _step_path(buckets: Sequence[_Bucket], value: Callable[[_Point], int], frame: _Frame) -> str:
-    """A step line of ``value`` (the last of each bucket); a 0 (trimming off) breaks it."""
+    """A step line of ``value`` (the last of each bucket); a 0 (trimming off) or a value above
+    the chart's scale breaks it."""
     parts: list[str] = []
     drawing = False
     for bucket in buckets:
         v = value(bucket.points[-1])
-        if v <= 0:
+        if v <= 0 or v > frame.ymax:
             drawing = False
             continue
         x0, x1 = frame.px(bucket.points[0].number - 0.5), frame.px(bucket.points[-1].number + 0.5)
@@ -541,28 +634,31 @@ def _step_path(buckets: Sequence[_Bucket], value: Callable[[_Point], int], frame
     return "".join(parts)
 
 
-def _limits(buckets: Sequence[_Bucket], frame: _Frame) -> list[str]:
+def _limits(buckets: Sequence[_Bucket], frame: _Frame, labels: _Labels) -> list[str]:
+    """The model window and the token budget as step lines; a window far above every request
+    (`_WINDOW_SCALE`) is said in the plot's corner instead of squashing the requests."""
     out = []
     for cls, value in (("window", lambda p: p.window), ("budget", lambda p: p.budget)):
         d = _step_path(buckets, value, frame)
         if d:
             out.append(f'<path class="{cls}" d="{d}"><title>{cls}</title></path>')
+    above = max(p.window for b in buckets for p in b.points)
+    if above > frame.ymax:
+        out.append(labels.place(frame.right - 2, [_TOP + 12], f"model window {_n(above)}: "
+                                "above this scale ↑", 10, "window-label"))
     return out
 
 
-def _switches(switches: Sequence[_Mark], frame: _Frame, links: _Links) -> list[str]:
+def _switches(switches: Sequence[_Mark], frame: _Frame, links: _Links,
+              labels: _Labels) -> list[str]:
     """One rule per route switch; switches closer than `_SWITCH_PX` share one, with a count."""
     cells: dict[int, list[_Mark]] = {}
     for mark in switches:
         cells.setdefault(int(frame.px(mark.x) // _SWITCH_PX), []).append(mark)
-    labelled = len(cells) <= 12
-    return [_switch_group(group, n, frame, links, labelled)
-            for n, group in enumerate(cells.values())]
+    return [_switch_group(group, frame, links, labels) for group in cells.values()]
 
 
-def _switch_group(
-    group: Sequence[_Mark], n: int, frame: _Frame, links: _Links, labelled: bool
-) -> str:
+def _switch_group(group: Sequence[_Mark], frame: _Frame, links: _Links, labels: _Labels) -> str:
     first = group[0]
     x = frame.px(first.x)
     if len(group) == 1:
@@ -571,12 +667,9 @@ def _switch_group(
         shown = ", ".join(_n(m.version) for m in group[:_TITLE_VERSIONS])
         more = ", …" if len(group) > _TITLE_VERSIONS else ""
         title, text = f"{_n(len(group))} route switches: events {shown}{more}", f"×{len(group)}"
-    y = _TOP + 11 + (n % 3) * 12  # staggered: neighbouring switches' labels do not overlap
-    # Near the right edge the label runs leftwards, so that it stays inside the chart.
-    anchor = f'x="{x - 3:.1f}" text-anchor="end"' if x > frame.right - 160 else (
-        f'x="{x + 3:.1f}"')
-    label = (f'<text class="switch-label" {anchor} y="{y}">→ {_e(text)}</text>'
-             if labelled else "")
+    # On the first of three rows with room for it, right of the rule or left of it.
+    label = labels.place(x, [_TOP + 11 + row * 12 for row in range(3)], f"→ {_e(text)}", 10,
+                         "switch-label")
     inner = (f'<g class="switch"{links.target(m.version for m in group)} '
              f'data-event="{first.version}" data-count="{len(group)}"><title>{title}</title>'
              f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP}" y2="{_TOP + _PLOT_H}"/>{label}</g>')
@@ -593,20 +686,43 @@ def _cross(x: float, y: float, size: float = 5.0) -> str:
             f"M{x - size:.1f},{y + size:.1f}L{x + size:.1f},{y - size:.1f}")
 
 
-def _single_point(point: _Point, frame: _Frame, links: _Links) -> str:
+def _single_point(point: _Point, frame: _Frame, links: _Links, label: str = "") -> str:
+    """A request drawn by itself; a rejected one as a cross, with ``label`` (placed text)."""
     x, y = frame.px(point.number), frame.py(point.tokens)
     title = (f"<title>request {_n(point.number)} · event {_n(point.version)}: "
              f"{_e(point.summary)}</title>")
     if point.rejected:
         inner = (f'<g class="rejected"{links.target([point.version])} '
                  f'data-event="{point.version}" data-count="1">{title}'
-                 f'<path d="{_cross(x, y)}"/><text x="{x + 7:.1f}" y="{y - 6:.1f}">'
-                 f'rejected · {_n(point.version)}</text></g>')
+                 f'<path d="{_cross(x, y)}"/>{label}</g>')
     else:
         inner = (f'<circle class="pt"{links.target([point.version])} '
                  f'data-event="{point.version}" cx="{x:.1f}" cy="{y:.1f}" '
                  f'r="3.2">{title}</circle>')
     return _link(links.point(point), inner)
+
+
+def _rejection_labels(points: Sequence[_Point], frame: _Frame, labels: _Labels
+                      ) -> dict[int, str]:
+    """Request number → the label of the run of consecutive rejected requests it starts
+    (``rejected · event N``, or ``K rejected · events N–M``), where there is room for it."""
+    runs: list[list[_Point]] = []
+    for point in points:
+        if not point.rejected:
+            continue
+        if runs and runs[-1][-1].number == point.number - 1:
+            runs[-1].append(point)
+        else:
+            runs.append([point])
+    out = {}
+    for run in runs:
+        first, last = run[0], run[-1]
+        text = (f"rejected · event {_n(first.version)}" if len(run) == 1 else
+                f"{_n(len(run))} rejected · events {_n(first.version)}–{_n(last.version)}")
+        y = frame.py(max(p.tokens for p in run))
+        out[first.number] = labels.place(frame.px(first.number) + 3, [y - 6, y + 16], text,
+                                         10, "")
+    return out
 
 
 def _bucket_marks(bucket: _Bucket, frame: _Frame, links: _Links) -> str:
@@ -627,10 +743,8 @@ def _bucket_marks(bucket: _Bucket, frame: _Frame, links: _Links) -> str:
     return out
 
 
-def _requests(buckets: Sequence[_Bucket], frame: _Frame, links: _Links) -> list[str]:
-    if not buckets:
-        return [f'<text class="empty" x="{_LEFT + frame.plot_w / 2}" y="{_TOP + _PLOT_H / 2}" '
-                'text-anchor="middle">no request was recorded in this session</text>']
+def _requests(buckets: Sequence[_Bucket], frame: _Frame, links: _Links,
+              labels: _Labels) -> list[str]:
     line = " ".join(f"{frame.px(b.x):.1f},{frame.py(b.high):.1f}" for b in buckets)
     out = []
     aggregated = any(len(b.points) > 1 for b in buckets)
@@ -638,9 +752,12 @@ def _requests(buckets: Sequence[_Bucket], frame: _Frame, links: _Links) -> list[
         low = " ".join(f"{frame.px(b.x):.1f},{frame.py(b.low):.1f}" for b in reversed(buckets))
         out.append(f'<polygon class="band" points="{line} {low}"/>')
     out.append(f'<polyline class="tokens" points="{line}"/>')
+    named = _rejection_labels([b.points[0] for b in buckets if len(b.points) == 1], frame,
+                              labels)
     for bucket in buckets:
         if len(bucket.points) == 1:
-            out.append(_single_point(bucket.points[0], frame, links))
+            point = bucket.points[0]
+            out.append(_single_point(point, frame, links, named.get(point.number, "")))
         else:
             out.append(_bucket_marks(bucket, frame, links))
     return out
@@ -649,6 +766,8 @@ def _requests(buckets: Sequence[_Bucket], frame: _Frame, links: _Links) -> list[
 def _shape(kind: str, x: float, y: float) -> str:
     if kind == "sweep":
         return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5"/>'
+    if kind == "cache":  # a gap: the prefix the provider had cached does not continue
+        return f'<rect x="{x - 3.5:.1f}" y="{y - 4.5:.1f}" width="7" height="9"/>'
     if kind == "token_budget":  # pointing down: the context shrank to the budget
         d = f"M{x - 5:.1f},{y - 4:.1f}L{x + 5:.1f},{y - 4:.1f}L{x:.1f},{y + 5:.1f}Z"
     elif kind == "turn_limit":
@@ -659,25 +778,27 @@ def _shape(kind: str, x: float, y: float) -> str:
 
 
 def _lane_group(kind: str, label: str, group: Sequence[_Mark], y: float, frame: _Frame,
-                links: _Links, labelled: bool) -> str:
+                links: _Links, labels: _Labels) -> str:
     first = group[0]
     x = frame.px(first.x)
     if len(group) == 1:
         title = f"event {_n(first.version)}: {_e(first.summary)}"
-        text = _n(first.version) if labelled else ""
+        text = _n(first.version)
     else:
         shown = ", ".join(_n(m.version) for m in group[:_TITLE_VERSIONS])
         more = ", …" if len(group) > _TITLE_VERSIONS else ""
         title = f"{_n(len(group))} × {label}: events {shown}{more}"
-        text = f"×{_n(len(group))}" if labelled else ""
-    caption = f'<text x="{x + 7:.1f}" y="{y + 4:.1f}">{text}</text>' if text else ""
-    inner = (f'<g class="mark {kind}"{links.target(m.version for m in group)} '
+        text = f"×{_n(len(group))}"
+    caption = labels.place(x + 3, [y + 4], text, 9.5, "")
+    # A cache break is drawn at its request, whose point the timeline links back to.
+    target = "" if kind == "cache" else links.target(m.version for m in group)
+    inner = (f'<g class="mark {kind}"{target} '
              f'data-event="{first.version}" data-count="{len(group)}">'
              f"<title>{title}</title>{_shape(kind, x, y)}{caption}</g>")
     return _link(links.event(first.version), inner)
 
 
-def _lanes(marks: Sequence[_Mark], frame: _Frame, links: _Links) -> list[str]:
+def _lanes(marks: Sequence[_Mark], frame: _Frame, links: _Links, labels: _Labels) -> list[str]:
     out = []
     for n, (kind, label) in enumerate(_LANES):
         y = frame.lanes_top + n * _LANE_H + _LANE_H / 2
@@ -688,23 +809,60 @@ def _lanes(marks: Sequence[_Mark], frame: _Frame, links: _Links) -> list[str]:
         for mark in marks:
             if mark.kind == kind:
                 cells.setdefault(int(frame.px(mark.x) // CELL_PX), []).append(mark)
-        # Versions as visible labels only while they cannot overlap.
-        labelled = len(cells) <= frame.plot_w / 40
-        out += [_lane_group(kind, label, g, y, frame, links, labelled) for g in cells.values()]
+        # Each marker's shape first, so that no label of a neighbour covers one; then each
+        # label where it fits (`_Labels`).
+        for group in cells.values():
+            x = frame.px(group[0].x)
+            labels.placed.append((x - 5.5, y - 5.5, x + 5.5, y + 5.5))
+        out += [_lane_group(kind, label, g, y, frame, links, labels) for g in cells.values()]
     return out
 
 
 def _chart(session: _Session, frame: _Frame, links: _Links, caption: str) -> str:
-    buckets = _buckets(session.points)
-    aggregated = int(any(len(b.points) > 1 for b in buckets))
+    labels = _Labels(frame)
+    if not session.points:
+        session = session.on_turn_axis()
+        body = [*_estimated(session, frame), *_switches(session.switches, frame, links, labels)]
+    else:
+        buckets = _buckets(session.points)
+        body = [*_limits(buckets, frame, labels),
+                *_switches(session.switches, frame, links, labels),
+                *_requests(buckets, frame, links, labels)]
+    aggregated = int(len(session.points) > POINT_BUDGET)
     parts = [
         f'<svg class="chart" data-aggregated="{aggregated}" data-ymax="{frame.ymax}" '
         f'data-requests="{frame.requests}" viewBox="0 0 {frame.width} '
         f'{frame.height}" role="img" aria-label="{_e(caption)}">',
-        *_axes(frame), *_limits(buckets, frame), *_switches(session.switches, frame, links),
-        *_requests(buckets, frame, links), *_lanes(session.marks, frame, links), "</svg>",
+        *_axes(frame, "request number →" if session.points else "turn number →"), *body,
+        *_lanes(session.marks, frame, links, labels), "</svg>",
     ]
     return "\n".join(parts)
+
+
+def _estimated(session: _Session, frame: _Frame) -> list[str]:
+    """A session that recorded no request (an imported transcript): the estimated tokens of
+    what was recorded up to the end of each turn, one point per turn (per bucket of turns past
+    `POINT_BUDGET`), under the route's token budget."""
+    values = session.turn_tokens
+    if not values:
+        return [f'<text class="empty" x="{_LEFT + frame.plot_w / 2}" y="{_TOP + _PLOT_H / 2}" '
+                'text-anchor="middle">no turn was recorded in this session</text>']
+    out = []
+    if session.budget:
+        y = frame.py(session.budget)
+        out.append(f'<path class="budget" d="M{frame.px(0.5):.1f},{y:.1f}'
+                   f'H{frame.px(frame.requests + 0.5):.1f}"><title>token budget '
+                   f"{_n(session.budget)} (the route's, R11-R17)</title></path>")
+    size = max(1, math.ceil(len(values) / POINT_BUDGET))
+    peaks = [(i + 1, max(values[i:i + size])) for i in range(0, len(values), size)]
+    line = " ".join(f"{frame.px(n + (size - 1) / 2):.1f},{frame.py(v):.1f}" for n, v in peaks)
+    out.append(f'<polyline class="tokens" points="{line}"/>')
+    if size == 1:
+        out += [f'<circle class="estimated" data-turn="{n}" cx="{frame.px(n):.1f}" '
+                f'cy="{frame.py(v):.1f}" r="2.6"><title>turn {_n(n)}: ~{_n(v)} estimated tokens '
+                "recorded up to its end (no request was recorded)</title></circle>"
+                for n, v in peaks]
+    return out
 
 
 # --- the turns strip --------------------------------------------------------------------------
@@ -966,6 +1124,8 @@ svg a { cursor: pointer; }
 .window { fill: none; stroke: #30363d; stroke-width: 1.4; stroke-dasharray: 2 2; }
 .switch line { stroke: #2a9d8f; stroke-width: 1.4; stroke-dasharray: 4 3; }
 .switch-label { fill: #1f7a6f; font-size: 10px; }
+.window-label { fill: #30363d; font-size: 10px; }
+.estimated { fill: #1f5fa8; } .mark.cache rect { fill: none; stroke: #6b4f00; stroke-width: 1.5; }
 .rejected path { stroke: var(--overflow); stroke-width: 2.4; }
 .rejected text { fill: var(--overflow); font-size: 10px; }
 .lane { stroke: #e3e6ea; } .mark text { fill: #3a424a; font-size: 9.5px; }
@@ -989,6 +1149,7 @@ svg a { cursor: pointer; }
 .sw.kept { background: var(--kept); } .sw.token_budget { background: var(--token_budget); }
 .sw.turn_limit { background: var(--turn_limit); } .sw.overflow { background: var(--overflow); }
 .sw.sweep { background: var(--sweep); } .sw.head { background: var(--head); }
+.sw.cache { border: 1.5px solid #6b4f00; }
 .sw.image { background: #d6336c; border-radius: 6px; } .sw.large { background: #343a40; }
 table { border-collapse: collapse; font-size: 12.5px; }
 td, th { padding: 2px 8px; border-bottom: 1px solid #eceff2; text-align: left;
@@ -1009,6 +1170,8 @@ _LEGEND: Final = (
     '<span><span class="sw turn_limit"></span>turn-limit trim (◆)</span>'
     '<span><span class="sw overflow"></span>overflow recovery (▲) / rejected request (✕)</span>'
     '<span><span class="sw sweep"></span>orphan sweep (●)</span>'
+    '<span><span class="sw cache"></span>cache break: the request does not start with the '
+    "previous one (□)</span>"
     '<span><span class="sw cleared"></span>removed by a clear</span>'
     '<span><span class="sw summarised"></span>dropped and shown as a summary</span>'
     '<span><span class="sw head"></span>leading system messages</span>'
@@ -1084,20 +1247,25 @@ def _render(events: Sequence[DomainEvent], what_if: RuntimeProfile | None,
         run = replay_what_if(events, what_if, summarizer=summarizer)
         compared, what_if_events = run.report, run.what_if
         requests: tuple[int, ...] | None = tuple(r.position for r in compared.requests)
-        if compared.simulated_requests is not None:  # the recorded side is a re-run too
+        simulated = compared.simulated_requests is not None
+        if simulated:  # the recorded side is a re-run too
             requests = None
-            sides[0] = _Side("recorded, with simulated requests", _Session().fold(run.recorded),
-                             _Links(None), fold_counters(run.recorded))
-        sides.append(_Side("what-if", _Session().fold(run.what_if),
+            sides[0] = _Side("recorded profile, simulated requests",
+                             _Session().fold(run.recorded), _Links(None),
+                             fold_counters(run.recorded))
+        name = "what-if profile, simulated requests" if simulated else "what-if"
+        sides.append(_Side(name, _Session().fold(run.what_if),
                            _Links(anchors if requests else None, requests, events=False),
                            fold_counters(run.what_if)))
     title = f"turnledger report: session {_e(started.originator_id)}"
-    context = _context_section(sides)  # first: it says which chart element draws each event
     breaks = [("recorded", cache_breaks(events), anchors)]
     if compared is not None and compared.simulated_requests is not None:
         breaks = [(sides[0].name, cache_breaks(run.recorded), {})]  # the requests simulated
     if what_if_events is not None:
-        breaks.append(("what-if", cache_breaks(what_if_events), {}))
+        breaks.append((sides[-1].name, cache_breaks(what_if_events), {}))
+    for side, (_, found, _) in zip(sides, breaks, strict=True):
+        side.session.cache_marks(found)
+    context = _context_section(sides)  # first: it says which chart element draws each event
     body = "\n".join((
         _header(started, events, sides, compared), context, _turns_section(sides),
         _timeline_section(rows, len(events), sides[0].links.drawn),
@@ -1125,10 +1293,18 @@ def _cache_section(sides: Sequence[_Side],
             f"<td class=\"num\">{'–' if hit is None else f'{hit:.1%}'}</td>"
             f"<td class=\"num\">{'–' if ratio is None else f'{ratio:.2f}'}</td></tr>")
     recorded_name, recorded, anchors = breaks[0]
+    numbers = {point.version: point.number for point in sides[0].session.points}
+    linked = sides[0].links.rows is not None  # the simulated requests have no timeline row
+
+    def at(position: int, text: str) -> str:
+        return (f'<a href="#e{anchors.get(position, position)}">{text}</a>' if linked
+                else text)
+
     items = "".join(
-        f'<li><a href="#e{anchors.get(b.position, b.position)}">request {_n(b.position)}</a>: '
-        f'{_e(b.cause)} at <a href="#e{anchors.get(b.cause_position, b.cause_position)}">'
-        f"{_n(b.cause_position)}</a></li>" for b in recorded[:_CACHE_BREAKS_LISTED])
+        f"<li>{at(b.position, f'request {_n(numbers.get(b.position, 0))}')} (event "
+        f"{_n(b.position)}): {_e(b.cause)} at "
+        f"{at(b.cause_position, 'event ' + _n(b.cause_position))}</li>"
+        for b in recorded[:_CACHE_BREAKS_LISTED])
     more = len(recorded) - _CACHE_BREAKS_LISTED
     listed = (f'<p class="note">The {_e(recorded_name)} breaks:</p><ol class="breaks">{items}'
               "</ol>" if items else "")
@@ -1153,14 +1329,25 @@ _CACHE_BREAKS_LISTED: Final = 50
 def _header(started: SessionStarted, events: Sequence[DomainEvent], sides: Sequence[_Side],
             compared: WhatIfReport | None) -> str:
     recorded = sides[0].session
+    requests = sum(isinstance(e, RequestPrepared | RequestRejected) for e in events)
+    if not requests and len(sides) > 1:  # the first side is the simulated re-run: say the log
+        recorded = _Session().fold(events)
+    decisions = sum(m.kind != "cache" for m in recorded.marks)
     lines = [
         f"<h1>Session <code>{_e(started.originator_id)}</code></h1>",
         f'<p class="meta">{_e(summarize(started))}</p>',
         *(f'<p class="meta">{_e(line)}</p>' for line in _compaction_settings(started.profile)),
         f'<p class="meta">started {_e(started.timestamp.isoformat(timespec="seconds"))} · '
         f"{_n(len(events))} events · {_n(len(recorded.turns))} turns · "
-        f"{_n(len(recorded.points))} requests · {_n(len(recorded.marks))} decisions drawn</p>",
+        f"{_n(requests)} requests · {_n(decisions)} decisions drawn</p>",
     ]
+    if not requests:
+        lines.append('<p class="meta">no request was recorded in this session (an imported '
+                     "transcript): its chart shows the estimated tokens recorded up to the end "
+                     "of each turn, what a request would have held before any trim</p>")
+    note = window_note([("recorded", events)]) if compared is None else compared.window_note
+    if note is not None:
+        lines.append(f'<p class="meta">{_e(note)}</p>')
     if compared is not None:
         lines.append(f'<p class="meta">what-if profile: {_e(_profile_change(compared))}</p>')
         if compared.summarizer is not None:
@@ -1197,8 +1384,8 @@ def _profile_change(compared: WhatIfReport) -> str:
 
 def _changes(before: object, after: object, prefix: str = "") -> list[str]:
     """``key before → after`` for each field of two attrs values that differs; a field that
-    is itself an attrs value on both sides by its dotted keys (``compaction.low_water None →
-    0.6``), as a profile file and ``--what-if`` name them."""
+    is itself an attrs value on both sides by its dotted keys (``compaction.low_water unset →
+    0.6``), as a profile file and ``--what-if`` name them; None is said ``unset``."""
     out = []
     for field in attrs.fields(type(before)):  # type: ignore[arg-type]  # an attrs class
         old, new = getattr(before, field.name), getattr(after, field.name)
@@ -1207,8 +1394,13 @@ def _changes(before: object, after: object, prefix: str = "") -> list[str]:
         if attrs.has(type(old)) and type(old) is type(new):
             out += _changes(old, new, f"{prefix}{field.name}.")
         else:
-            out.append(f"{prefix}{field.name} {old!r} → {new!r}")
+            out.append(f"{prefix}{field.name} {_setting(old)} → {_setting(new)}")
     return out
+
+
+def _setting(value: object) -> str:
+    """A profile setting as ``--what-if`` takes it, None said ``unset``."""
+    return "unset" if value is None else repr(value)
 
 
 def _width(sides: Sequence[_Side]) -> int:

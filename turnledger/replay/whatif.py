@@ -53,7 +53,7 @@ side), then under the other profile; the report says how many calls were simulat
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final, assert_never, cast
 
 import attrs
@@ -297,11 +297,22 @@ class WhatIfReport:
     was simulated before each of that many assistant messages."""
     summarizer: str | None = attrs.field(default=None, kw_only=True)
     """The name of the summarizer passed to the what-if (None: recorded summaries only)."""
+    window_note: str | None = attrs.field(default=None, kw_only=True)
+    """When a route of either side declared no context window: which window its requests
+    were judged against instead (`window_note`), else None."""
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """`COLUMNS`, the recorded side named ``simulated`` when no request was recorded (its
+        requests are then the simulated ones under the recorded profile, issue 38)."""
+        if self.simulated_requests is None:
+            return self.COLUMNS
+        return tuple(c.replace("recorded", "simulated") for c in self.COLUMNS)
 
     def rows(self) -> list[dict[str, str]]:
-        """One row of display strings per request, keyed by `COLUMNS` in that order."""
+        """One row of display strings per request, keyed by `columns` in that order."""
         return [
-            dict(zip(self.COLUMNS, (
+            dict(zip(self.columns, (
                 str(row.index),
                 str(row.position),
                 row.purpose.value,
@@ -321,11 +332,15 @@ class WhatIfReport:
         """Two or three lines of totals: recorded, what-if, and avoided overflows if any."""
         lines = [f"recorded: {self.recorded.describe()}", f"what-if:  {self.what_if.describe()}"]
         if self.simulated_requests is not None:
-            lines.insert(0, (
+            lines = [
                 "no request was recorded in this session: a model call was simulated before "
                 f"each of its {self.simulated_requests:,} assistant messages (where the runtime "
-                "called the model), under the recorded profile and under the what-if one"
-            ))
+                "called the model), under the recorded profile and under the what-if one",
+                f"simulated, recorded profile: {self.recorded.describe()}",
+                f"simulated, what-if profile:  {self.what_if.describe()}",
+            ]
+        if self.window_note is not None:
+            lines.append(self.window_note)
         if self.overflows_avoided:
             lines.append(
                 f"{self.overflows_avoided:,} provider overflows would have been avoided "
@@ -359,9 +374,11 @@ class WhatIfReport:
             "simulated_requests": self.simulated_requests
         }
         passed = {} if self.summarizer is None else {"summarizer": self.summarizer}
+        note = {} if self.window_note is None else {"window_note": self.window_note}
         return {
             **simulated,
             **passed,
+            **note,
             "session_id": self.session_id,
             "recorded_profile": to_jsonable(self.recorded_profile),
             "profile": to_jsonable(self.profile),
@@ -452,8 +469,28 @@ def replay_what_if(
         overflows_avoided=replay.avoided,
         simulated_requests=simulated,
         summarizer=None if passed is None else passed.name,
+        window_note=window_note((("recorded", recorded), ("what-if", replay.events))),
     )
     return WhatIfRun(report, tuple(recorded), tuple(replay.events))
+
+
+def window_note(sides: Iterable[tuple[str, Iterable[DomainEvent]]]) -> str | None:
+    """What the requests of a route that declared no context window (R19) were judged
+    against (R17's stand-in: ``max_context_tokens``, else 32,000), per side; None when every
+    route selected declared one. Said by `what-if` and the report (issue 38)."""
+    routes: dict[str, None] = {}
+    windows: dict[str, dict[int, None]] = {}
+    for name, events in sides:
+        for event in events:
+            if isinstance(event, RouteSelected) and event.capacity is None:
+                routes[f"{event.route.provider}/{event.route.model}"] = None
+                windows.setdefault(name, {})[event.window] = None
+    if not routes:
+        return None
+    judged = "; ".join(f"{' or '.join(f'{w:,}' for w in found)} tokens under the {name} profile"
+                       for name, found in windows.items())
+    return (f"no context window was declared for {', '.join(routes)}: a request is judged "
+            f"against the profile's max_context_tokens, else 32,000 (R17): {judged}")
 
 
 def _is_assistant(item: ConversationMessage) -> bool:
