@@ -106,3 +106,23 @@ def test_i35_p3_usage_built_by_hand_is_checked_too() -> None:
     with pytest.raises(InvalidUsage, match="output_tokens must be a whole number"):
         Usage("anthropic", 1, -2)
     assert 0.0 == Usage("anthropic", 0, 0).cache_hit_rate
+
+
+def test_i35_p3_a_langchain_usage_metadata_keeps_its_cache_counts() -> None:
+    """An ``AIMessage.usage_metadata`` passed to `Usage.of` is read as LangChain's (its input
+    total already holds the cache counts), not as a Responses usage that would lose them; the
+    writes split by lifetime (langchain-anthropic) are summed."""
+    from langchain_core.messages.ai import UsageMetadata
+
+    metadata: UsageMetadata = {
+        "input_tokens": 1_200, "output_tokens": 40, "total_tokens": 1_240,
+        "input_token_details": {"cache_read": 900, "cache_creation": 100},
+    }
+    assert Usage("langchain", 1_200, 40, 900, 100) == Usage.of(metadata)
+    split = {"input_tokens": 500, "output_tokens": 5, "total_tokens": 505,
+             "input_token_details": {"cache_read": 0, "cache_creation": 0,
+                                     "ephemeral_5m_input_tokens": 120,
+                                     "ephemeral_1h_input_tokens": 30}}
+    assert Usage("langchain", 500, 5, 0, 150) == Usage.of(split)
+    with pytest.raises(InvalidUsage, match="cache_read"):
+        Usage.of({**metadata, "input_token_details": {"cache_read": -1}})

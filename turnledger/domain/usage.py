@@ -28,7 +28,7 @@ import attrs
 
 from turnledger.domain.errors import InvalidUsage
 
-__all__ = ["USAGE_APIS", "Usage"]
+__all__ = ["USAGE_APIS", "Usage", "langchain_usage"]
 
 
 OPENAI_CHAT: Final = "openai-chat"
@@ -80,9 +80,11 @@ class Usage:
 
         The shape is told by its keys: ``prompt_tokens`` is OpenAI Chat; ``cache_read_input_
         tokens`` or ``cache_creation_input_tokens`` Anthropic; ``input_tokens_details`` or
-        ``total_tokens`` beside ``input_tokens`` Responses; ``prompt_token_count`` /
-        ``promptTokenCount`` Gemini. ``input_tokens`` and ``output_tokens`` alone mean the same
-        in Responses and Anthropic when nothing was cached, and are read as Responses.
+        ``total_tokens`` beside ``input_tokens`` Responses; ``input_token_details`` or
+        ``output_token_details`` LangChain's ``usage_metadata`` (`langchain_usage`);
+        ``prompt_token_count`` / ``promptTokenCount`` Gemini. ``input_tokens`` and
+        ``output_tokens`` alone mean the same in Responses and Anthropic when nothing was
+        cached, and are read as Responses.
         `InvalidUsage` for anything else."""
         if isinstance(usage, Usage):
             return usage
@@ -91,6 +93,8 @@ class Usage:
             return _openai_chat(fields)
         if "cache_read_input_tokens" in fields or "cache_creation_input_tokens" in fields:
             return _anthropic(fields)
+        if "input_token_details" in fields or "output_token_details" in fields:
+            return langchain_usage(fields)
         if "input_tokens" in fields:
             return _responses(fields)
         if "prompt_token_count" in fields or "promptTokenCount" in fields:
@@ -168,6 +172,29 @@ def _anthropic(fields: Mapping[str, Any]) -> Usage:
         output_tokens=_get(fields, "output_tokens"),
         cache_read_tokens=read,
         cache_write_tokens=write,
+    )
+
+
+def langchain_usage(metadata: Mapping[str, Any]) -> Usage:
+    """A LangChain ``AIMessage.usage_metadata``. Its ``input_tokens`` is the sum of every input
+    token type (LangChain's integrations add Anthropic's cache reads and writes to it) and
+    ``input_token_details`` breaks it down: ``cache_read``, and the cache writes as
+    ``cache_creation``, or (``langchain-anthropic``, which splits them by lifetime) as
+    ``ephemeral_5m_input_tokens`` and ``ephemeral_1h_input_tokens`` with ``cache_creation`` 0.
+    """
+    details = metadata.get("input_token_details") or {}
+    if not isinstance(details, Mapping):
+        raise InvalidUsage("usage_metadata input_token_details must be a dict, got "
+                           f"{type(details).__name__}")
+    written = _get(details, "cache_creation", required=False) or sum(
+        _get(details, key, required=False)
+        for key in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"))
+    return Usage(
+        api=LANGCHAIN,
+        input_tokens=_get(metadata, "input_tokens"),
+        output_tokens=_get(metadata, "output_tokens"),
+        cache_read_tokens=_get(details, "cache_read", required=False),
+        cache_write_tokens=written,
     )
 
 
