@@ -68,13 +68,16 @@ def test_i36_what_gemini_cannot_carry_is_left_out_and_said_on_export(
     cli: Cli, tmp_path: Path
 ) -> None:
     """Anthropic documents become the Gemini parts they have (a text document its text, a
-    base64 one inline data); a redacted thinking block has none: left out and said, exit 0."""
+    base64 one inline data); Anthropic's (redacted) thinking goes back to Anthropic only: left
+    out and said, exit 0."""
     line = {"messages": [{"role": "user", "content": [
         {"type": "document", "source": {"type": "text", "media_type": "text/plain",
                                         "data": "hi"}},
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
                                         "data": "JVBERi0+"}}]},
         {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "opaque"},
+                                          {"type": "thinking", "thinking": "hm",
+                                           "signature": "c2ln"},
                                           {"type": "text", "text": "ok"}]}]}
     [session] = imported_ids(cli.ok("import", write_jsonl(tmp_path / "doc.jsonl", line)))
     result = cli.run("export", session, "--format", "gemini")
@@ -83,8 +86,10 @@ def test_i36_what_gemini_cannot_carry_is_left_out_and_said_on_export(
     assert [{"role": "user", "parts": [
         {"text": "hi"}, {"inline_data": {"data": "JVBERi0-", "mime_type": "application/pdf"}}]},
         {"role": "model", "parts": [{"text": "ok"}]}] == json.loads(result.stdout)
-    assert ("turnledger: warning: message 1: redacted_thinking block left out: Gemini "
-            "contents have no part of its kind\n") == result.stderr
+    assert ["turnledger: warning: message 1: redacted_thinking block left out: Gemini "
+            "contents have no part of its kind",
+            "turnledger: warning: message 1: thinking block left out: another provider's "
+            "thinking goes back to that provider only"] == result.stderr.splitlines()
 
 
 def test_i36_a_public_gemini_recording_imports_with_its_signature_kept(cli: Cli) -> None:

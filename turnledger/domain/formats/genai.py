@@ -420,6 +420,10 @@ def _part_block(block: Any, index: int, left: list[LeftOut]) -> Any:
                             "Gemini has no custom tool calls: written as a function call with "
                             "its input as the argument input"))
         return ToolCall(block.id, block.name, canonical_json({"input": block.arguments}))
+    if isinstance(block, ThinkingBlock) and _KEYED.key not in extra_fields(block.extra):
+        left.append(LeftOut(index, "thinking block", "another provider's thinking goes back "
+                            "to that provider only"))
+        return None
     if isinstance(block, TextBlock | ThinkingBlock | ImageBlock | ToolCall) or (
             isinstance(block, OpaqueBlock) and _KEYED.key in extra_fields(block.json)):
         return block  # an opaque block of any other format is no genai part
