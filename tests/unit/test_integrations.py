@@ -1,7 +1,8 @@
 """What the framework integrations share (`turnledger.integrations`): `fit_then_build`
 (ADR-0093: an integration's window is built in the event loop's thread while its transaction's
 commit waits on the database in a worker, and only the window the transaction returns is handed
-out), `after_recorded` (what is new since the record) and `IntegrationOptions`."""
+out), `after_recorded` (what is new since the record), `IntegrationOptions`, `Asked` (the window
+each model call was handed) and the size of each framework module (issue 34)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import asyncio
 import gc
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+import turnledger.integrations
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import ConcurrencyConflict
 from turnledger.domain.messages import ChatMessage
 from turnledger.integrations import (
     CONFLICT_BUDGET_SECONDS,
+    Asked,
     Decided,
     IntegrationOptions,
     after_recorded,
@@ -213,3 +217,41 @@ def test_e11_options_are_checked_when_built() -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument 'profile'"):
         options_of(None, {"profile": None}, session_given=True)  # type: ignore[typeddict-unknown-key]
 
+
+# -- what the integrations share for usages (issue 35) and their size (issue 34) --
+
+
+def test_i34_asked_holds_a_window_per_call_until_taken_and_drops_all_past_most() -> None:
+    """A window held for a call is got and then taken once; past ``most`` held, the next hold
+    drops the others first (calls whose reply never came); ``most=None`` drops none."""
+    asked: Asked[str, list[ChatMessage]] = Asked(most=2)
+    window = _window("q")
+    asked.hold("run-1", window)
+    assert window is asked.get("run-1")
+    assert window is asked.take("run-1")
+    assert asked.take("run-1") is None
+    for n in range(3):
+        asked.hold(f"run-{n}", _window(str(n)))
+    asked.hold("last", window)  # three held: more than two, so they are dropped first
+    assert [None, None, None, window] == [asked.get(k) for k in ("run-0", "run-1", "run-2",
+                                                                  "last")]
+    unbounded: Asked[int, str] = Asked(most=None)
+    for n in range(300):
+        unbounded.hold(n, str(n))
+    assert ["0", "299"] == [unbounded.get(0), unbounded.get(299)]
+
+
+FRAMEWORK_MODULES = ("google_adk", "langchain", "langchain_agents", "langchain_history",
+                     "langchain_messages", "openai_agents", "openai_agents_items",
+                     "pydantic_ai", "pydantic_ai_messages", "google_adk_messages")
+
+
+def test_i34_each_framework_module_is_at_most_350_lines() -> None:
+    """An integration is an adapter (STYLE 24): each framework's module holds its adapter and
+    at most 350 lines; what the frameworks share lives in `turnledger.integrations` itself."""
+    folder = Path(turnledger.integrations.__file__).parent
+    found = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert sorted(FRAMEWORK_MODULES) == sorted(found)
+    sizes = {name: len((folder / f"{name}.py").read_text(encoding="utf-8").splitlines())
+             for name in FRAMEWORK_MODULES}
+    assert {} == {name: size for name, size in sizes.items() if size > 350}
