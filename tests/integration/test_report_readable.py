@@ -117,6 +117,10 @@ def test_i38_p3_an_imported_session_draws_its_estimated_context_per_turn(
     points = re.findall(r'<circle class="estimated"[^>]*data-turn="(\d+)"', page)
     assert [str(n) for n in range(1, 301)] == points
     assert "turn number →" in page
+    # A coding agent's short session is drawn at its own scale, the 32,000 budget said.
+    codex = reports["imported-codex_rich"].read_text(encoding="utf-8")
+    assert "token budget 32,000: above this scale" in codex
+    assert 'class="budget"' not in codex
 
 
 def test_i38_p3_what_if_of_an_imported_session_says_its_requests_are_simulated(

@@ -121,8 +121,9 @@ _LANES: Final = (
     ("cache", "cache break"),
 )
 _WINDOW_SCALE: Final = 3
-"""A model window more than this many times the largest request or budget is not drawn to
-scale: the chart says it instead (a 200,000-token window would flatten an 8,000-token budget)."""
+"""A token budget more than this many times the largest request, or a model window more than
+this many times that or the budget, is not drawn to scale: the chart says it instead (a
+200,000-token window would flatten an 8,000-token budget)."""
 _EM: Final = 0.62  # a generous average glyph width, in font sizes: labels are kept apart by it
 _FATES: Final = {
     "kept": "kept",
@@ -578,12 +579,15 @@ def _frame(sessions: Sequence[_Session], width: int) -> _Frame:
     """The scales of charts drawn side by side: requests, or turns when none of the sessions
     recorded a request (`_estimated`)."""
     by_turn = not any(s.points for s in sessions)
-    values = [1] + [
-        max(p.tokens, p.budget) for s in sessions for p in s.points
-    ] + [max([s.budget, *s.turn_tokens]) for s in sessions if by_turn]
-    top = max(values)
+    top = max([1, *(p.tokens for s in sessions for p in s.points),
+               *(t for s in sessions if by_turn for t in s.turn_tokens)])
+    # A limit far above every request is said, not drawn to scale (`_limits`, `_estimated`).
+    budget = max([0, *(p.budget for s in sessions for p in s.points),
+                  *(s.budget for s in sessions if by_turn)])
+    if budget <= _WINDOW_SCALE * top:
+        top = max(top, budget)
     window = max((p.window for s in sessions for p in s.points), default=0)
-    if window <= _WINDOW_SCALE * top:  # else the window is said, not drawn (`_limits`)
+    if window <= _WINDOW_SCALE * top:
         top = max(top, window)
     count = max(len(s.turn_tokens if by_turn else s.points) for s in sessions)
     return _Frame(count, math.ceil(top * 1.08), width)
@@ -642,10 +646,12 @@ def _limits(buckets: Sequence[_Bucket], frame: _Frame, labels: _Labels) -> list[
         d = _step_path(buckets, value, frame)
         if d:
             out.append(f'<path class="{cls}" d="{d}"><title>{cls}</title></path>')
-    above = max(p.window for b in buckets for p in b.points)
-    if above > frame.ymax:
-        out.append(labels.place(frame.right - 2, [_TOP + 12], f"model window {_n(above)}: "
-                                "above this scale ↑", 10, "window-label"))
+    rows = [_TOP + 12, _TOP + 25]
+    for what, above in (("model window", max(p.window for b in buckets for p in b.points)),
+                        ("token budget", max(p.budget for b in buckets for p in b.points))):
+        if above > frame.ymax:
+            out.append(labels.place(frame.right - 2, rows, f"{what} {_n(above)}: above this "
+                                    "scale ↑", 10, "window-label"))
     return out
 
 
@@ -822,7 +828,8 @@ def _chart(session: _Session, frame: _Frame, links: _Links, caption: str) -> str
     labels = _Labels(frame)
     if not session.points:
         session = session.on_turn_axis()
-        body = [*_estimated(session, frame), *_switches(session.switches, frame, links, labels)]
+        body = [*_estimated(session, frame, labels),
+                *_switches(session.switches, frame, links, labels)]
     else:
         buckets = _buckets(session.points)
         body = [*_limits(buckets, frame, labels),
@@ -839,7 +846,7 @@ def _chart(session: _Session, frame: _Frame, links: _Links, caption: str) -> str
     return "\n".join(parts)
 
 
-def _estimated(session: _Session, frame: _Frame) -> list[str]:
+def _estimated(session: _Session, frame: _Frame, labels: _Labels) -> list[str]:
     """A session that recorded no request (an imported transcript): the estimated tokens of
     what was recorded up to the end of each turn, one point per turn (per bucket of turns past
     `POINT_BUDGET`), under the route's token budget."""
@@ -848,7 +855,11 @@ def _estimated(session: _Session, frame: _Frame) -> list[str]:
         return [f'<text class="empty" x="{_LEFT + frame.plot_w / 2}" y="{_TOP + _PLOT_H / 2}" '
                 'text-anchor="middle">no turn was recorded in this session</text>']
     out = []
-    if session.budget:
+    if session.budget > frame.ymax:
+        out.append(labels.place(frame.right - 2, [_TOP + 12], f"token budget "
+                                        f"{_n(session.budget)}: above this scale ↑", 10,
+                                        "window-label"))
+    elif session.budget:
         y = frame.py(session.budget)
         out.append(f'<path class="budget" d="M{frame.px(0.5):.1f},{y:.1f}'
                    f'H{frame.px(frame.requests + 0.5):.1f}"><title>token budget '
