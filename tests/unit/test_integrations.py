@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -255,3 +257,18 @@ def test_i34_each_framework_module_is_at_most_350_lines() -> None:
     sizes = {name: len((folder / f"{name}.py").read_text(encoding="utf-8").splitlines())
              for name in FRAMEWORK_MODULES}
     assert {} == {name: size for name, size in sizes.items() if size > 350}
+
+
+def test_i34_a_framework_module_without_its_framework_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Importing an integration whose framework is not installed raises an `ImportError`
+    naming the module, what it needs and the extra to install (`missing_extra`)."""
+    pytest.importorskip("langchain_core")
+    monkeypatch.setitem(sys.modules, "langchain_core.messages", None)  # as if not installed
+    for name in ("langchain_messages", "langchain_history", "langchain"):
+        monkeypatch.delitem(sys.modules, f"turnledger.integrations.{name}", raising=False)
+    with pytest.raises(ImportError) as raised:
+        importlib.import_module("turnledger.integrations.langchain_messages")
+    assert ("turnledger.integrations.langchain needs langchain-core: "
+            "pip install 'turnledger[langchain]'") == str(raised.value)

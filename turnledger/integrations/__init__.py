@@ -102,6 +102,7 @@ __all__ = [
     "fit_window",
     "fresh_json",
     "grouped",
+    "missing_extra",
     "off_loop",
     "open_session",
     "options_of",
@@ -143,6 +144,13 @@ def session_uuid(name: str | UUID) -> UUID:
         return UUID(name)
     except ValueError:
         return uuid5(_NAMESPACE, name)
+
+
+def missing_extra(module: str, needs: str, extra: str) -> ImportError:
+    """What an integration module raises when its framework is not installed: it names the
+    module, what it needs, and the extra that installs it."""
+    return ImportError(f"turnledger.integrations.{module} needs {needs}: "
+                       f"pip install 'turnledger[{extra}]'")
 
 
 async def off_loop(function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

@@ -44,6 +44,7 @@ from turnledger.integrations import (
     WaitingUsages,
     after_recorded,
     fit_then_build,
+    missing_extra,
     off_loop,
 )
 from turnledger.integrations.google_adk_messages import (
@@ -64,10 +65,7 @@ try:
     from google.adk.models.llm_response import LlmResponse
     from google.genai import types
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.google_adk needs google-adk: "
-        "pip install 'turnledger[google-adk]'"
-    ) from error
+    raise missing_extra("google_adk", "google-adk", "google-adk") from error
 
 __all__ = ["TurnledgerCallback", "from_genai", "to_genai"]
 

@@ -23,15 +23,13 @@ from turnledger.domain.formats.genai import (
     to_genai_json,
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage, ToolCall
+from turnledger.integrations import missing_extra
 
 try:
     from google.genai import types
     from pydantic import BaseModel
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.google_adk needs google-adk: "
-        "pip install 'turnledger[google-adk]'"
-    ) from error
+    raise missing_extra("google_adk", "google-adk", "google-adk") from error
 
 __all__ = [
     "Built",

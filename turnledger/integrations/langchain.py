@@ -44,6 +44,7 @@ from turnledger.integrations import (
     OptionKeywords,
     SessionsByName,
     after_recorded,
+    missing_extra,
     off_loop,
     record_usage,
 )
@@ -67,10 +68,7 @@ try:
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.langchain needs langchain-core: "
-        "pip install 'turnledger[langchain]'"
-    ) from error
+    raise missing_extra("langchain", "langchain-core", "langchain") from error
 
 __all__ = [
     "TurnledgerChatMessageHistory",

@@ -28,7 +28,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Unpack, cast
 
 from turnledger.domain.errors import TurnledgerError
-from turnledger.integrations import IntegrationOptions, OptionKeywords, off_loop
+from turnledger.integrations import (
+    IntegrationOptions,
+    OptionKeywords,
+    missing_extra,
+    off_loop,
+)
 from turnledger.integrations.langchain import TurnledgerTrimmer
 from turnledger.store.session import Session, Store
 
@@ -48,10 +53,7 @@ try:
     from langgraph.runtime import Runtime
     from langgraph.types import Command
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.langchain_agents needs langchain 1.x: "
-        "pip install 'turnledger[langchain]'"
-    ) from error
+    raise missing_extra("langchain_agents", "langchain 1.x", "langchain") from error
 
 __all__ = ["TurnledgerMiddleware"]
 

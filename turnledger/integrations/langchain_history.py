@@ -22,6 +22,7 @@ from turnledger.integrations import (
     OptionKeywords,
     WindowKeywords,
     fit_window,
+    missing_extra,
     off_loop,
     options_of,
     session_uuid,
@@ -36,10 +37,7 @@ try:
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import BaseMessage
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.langchain needs langchain-core: "
-        "pip install 'turnledger[langchain]'"
-    ) from error
+    raise missing_extra("langchain", "langchain-core", "langchain") from error
 
 __all__ = ["TurnledgerChatMessageHistory", "history_factory", "thread_name"]
 

@@ -22,7 +22,7 @@ from turnledger.domain.errors import InvalidMessage, InvalidUsage
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
 from turnledger.domain.usage import LANGCHAIN, Usage
-from turnledger.integrations import fresh_json
+from turnledger.integrations import fresh_json, missing_extra
 
 try:
     from langchain_core.messages import (
@@ -33,10 +33,7 @@ try:
         ToolMessage,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.langchain needs langchain-core: "
-        "pip install 'turnledger[langchain]'"
-    ) from error
+    raise missing_extra("langchain", "langchain-core", "langchain") from error
 
 __all__ = [
     "fresh_message",

@@ -50,6 +50,7 @@ from turnledger.integrations import (
     after_recorded,
     fit_then_build,
     fit_window,
+    missing_extra,
     off_loop,
     options_of,
 )
@@ -73,10 +74,7 @@ try:
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.pydantic_ai needs pydantic-ai: "
-        "pip install 'turnledger[pydantic-ai]'"
-    ) from error
+    raise missing_extra("pydantic_ai", "pydantic-ai", "pydantic-ai") from error
 
 __all__ = ["TurnledgerHistory", "from_pydantic_ai", "to_pydantic_ai"]
 

@@ -24,6 +24,7 @@ from turnledger.domain.formats.pydantic_ai import (
 )
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.usage import PYDANTIC_AI, Usage
+from turnledger.integrations import missing_extra
 
 try:
     from pydantic_ai.messages import (
@@ -33,10 +34,7 @@ try:
         ModelResponse,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "turnledger.integrations.pydantic_ai needs pydantic-ai: "
-        "pip install 'turnledger[pydantic-ai]'"
-    ) from error
+    raise missing_extra("pydantic_ai", "pydantic-ai", "pydantic-ai") from error
 
 __all__ = [
     "Built",
