@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -218,3 +219,92 @@ def test_i37_every_answer_says_an_event_time_as_the_stream_does(small_window: st
     assert window["events"]
     for event in window["events"]:
         assert by_position[event["position"]] == event["timestamp"]
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def served_store(request: pytest.FixtureRequest,
+                 tmp_path: Path) -> Iterator[tuple[str, tl.Store, dict[str, object]]]:
+    """A live server like `small_window`'s, with its store and settings for the test to read."""
+    need("starlette")
+    from turnledger.server.app import Settings, create_app
+
+    settings_of: dict[str, object] = {
+        "profile": tl.RuntimeProfile(max_context_tokens=600),
+        "providers": (tl.ProviderProfile("p", "m", context_window=2000),)}
+    with fresh_target(request.param, tmp_path) as target, tl.open_store(target.url) as store:
+        app = create_app(store, Settings(store_url=target.url, **settings_of))  # type: ignore[arg-type]
+        with serving(app) as url:
+            yield url, store, settings_of
+
+
+def test_i37_a_window_answer_is_byte_for_byte_what_the_same_calls_give_in_process(
+    served_store: tuple[str, tl.Store, dict[str, object]],
+) -> None:
+    """The one-request window (items + window), turn after turn through trims, with tools,
+    each body API and each include: its bytes are the compact UTF-8 JSON of the answer the
+    same calls make in process (a twin session: body, capacity, digest), with the trims and
+    events the server's own log holds for that request. Holds the server's encoding and
+    content exactly while its hot path is made cheaper."""
+    import httpx
+
+    from turnledger.domain.cache import prompt_cache_key
+    from turnledger.events import HistoryTrimmed
+    from turnledger.providers import from_openai_responses, to_openai_responses
+    from turnledger.server.conversations import event_json
+    from turnledger.server.ids import session_id
+
+    url, store, settings_of = served_store
+    tool = {"type": "function", "name": "look", "description": "Looks — ✓ up",
+            "parameters": {"type": "object", "properties": {}}}
+    twin_store = tl.open_store(f"memory://twin-{uuid4().hex}")
+    twin = twin_store.import_conversation([], settings_of["profile"],  # type: ignore[arg-type]
+                                          settings_of["providers"])  # type: ignore[arg-type]
+    base = url + "/v1/conversations"
+    with httpx.Client(timeout=30) as http:
+        made = http.post(base, json={}).json()["id"]
+        seen = store.events_of(session_id(made))[-1].originator_version
+        trimmed = 0
+        for turn in range(14):
+            items = [{"type": "message", "role": "user", "id": f"msg_u{turn}",
+                      "status": "completed", "content": [{"type": "input_text",
+                      "text": f"question {turn} — café ✓ \u2028 " + "word " * 30}]},
+                     {"type": "message", "role": "assistant", "id": f"msg_a{turn}",
+                      "status": "completed", "content": [{"type": "output_text",
+                      "annotations": [], "text": f"answer {turn} " + "word " * 40}]}]
+            api = ("openai_responses", "openai_chat", "anthropic")[turn % 3]
+            include = [["items", "events"], [], ["events"], ["items"]][turn % 4]
+            tools = [tool] if turn % 2 else []
+            answer = http.post(f"{base}/{made}/window", json={
+                "items": items, "api": api, "include": include, "tools": tools})
+            extended = twin.extend([m for item in items for m in from_openai_responses([item])])
+            prepared = twin.prepare_request(tools=tools)
+            logged = store.events_of(session_id(made))
+            # What the window's prepare recorded: after this request's appends (and the
+            # trims the appends made, R27a).
+            caused = [e for e in logged if e.originator_version > seen][len(extended):]
+            seen = logged[-1].originator_version
+            expected: dict[str, object] = {
+                "object": "conversation.window", "conversation_id": made,
+                "capacity": {"fits": True, "estimated_tokens": prepared.estimated_tokens,
+                             "model_context_window": prepared.model_context_window,
+                             "budget": prepared.budget, "window": prepared.window},
+                "body": {"openai_responses": prepared.to_openai_responses,
+                         "openai_chat": prepared.to_openai_chat,
+                         "anthropic": prepared.to_anthropic}[api](),
+                "prompt_cache_key": prompt_cache_key(session_id(made)),
+                "request_digest": prepared.digest,
+                "history_trimmed": [event_json(e) for e in caused
+                                    if isinstance(e, HistoryTrimmed)],
+                "added_items": items}
+            if "items" in include:
+                expected["items"] = to_openai_responses(prepared.messages)
+            if "events" in include:
+                expected["events"] = [event_json(e) for e in caused]
+            assert 200 == answer.status_code, answer.text
+            assert json.dumps(expected, ensure_ascii=False, allow_nan=False,
+                              separators=(",", ":")).encode() == answer.content, turn
+            assert ("application/json", str(len(answer.content))) == (
+                answer.headers["content-type"], answer.headers["content-length"])
+            trimmed += bool(expected["history_trimmed"])
+    assert trimmed > 1  # the trims' answers were held too, not only the plain ones
+    twin_store.close()
