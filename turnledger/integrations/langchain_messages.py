@@ -21,7 +21,7 @@ from typing import Any
 from turnledger.domain.errors import InvalidMessage, InvalidUsage
 from turnledger.domain.messages import ChatMessage, ConversationMessage
 from turnledger.domain.providers import from_openai_chat, to_openai_chat
-from turnledger.domain.usage import LANGCHAIN, Usage
+from turnledger.domain.usage import Usage, langchain_usage
 from turnledger.integrations import fresh_json, missing_extra
 
 try:
@@ -155,24 +155,10 @@ def recorded_id(message: ConversationMessage) -> str | None:
 
 
 def usage_of(metadata: object) -> Usage | None:
-    """An ``AIMessage.usage_metadata`` as a `Usage` (None: the reply has none). LangChain's
-    ``input_tokens`` is the sum of every input token type (its integrations add Anthropic's
-    cache reads and writes to it) and ``input_token_details`` breaks it down: ``cache_read``,
-    and the cache writes as ``cache_creation``, or (``langchain-anthropic`` since it splits them
-    by lifetime) as ``ephemeral_5m_input_tokens`` and ``ephemeral_1h_input_tokens`` with
-    ``cache_creation`` 0."""
+    """An ``AIMessage.usage_metadata`` as a `Usage` (None: the reply has none): read as
+    `langchain_usage` reads it (its input total holds the cache counts)."""
     if metadata is None:
         return None
     if not isinstance(metadata, Mapping):
         raise InvalidUsage(f"usage_metadata must be a dict, got {type(metadata).__name__}")
-    details = metadata.get("input_token_details") or {}
-    if not isinstance(details, Mapping):
-        raise InvalidUsage("usage_metadata input_token_details must be a dict, got "
-                           f"{type(details).__name__}")
-    written = details.get("cache_creation") or sum(
-        details.get(key) or 0 for key in ("ephemeral_5m_input_tokens",
-                                          "ephemeral_1h_input_tokens"))
-    # Usage checks every count (a missing or negative one: `InvalidUsage`, naming it).
-    given: Any = metadata.get("input_tokens")
-    output: Any = metadata.get("output_tokens")
-    return Usage(LANGCHAIN, given, output, details.get("cache_read") or 0, written)
+    return langchain_usage(metadata)
