@@ -58,10 +58,23 @@ class Settings:
     registry: Registry | None = field(default=None, compare=False)
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False,
+                            separators=(",", ":"))
+
+
+class _Json(JSONResponse):
+    """Starlette's JSON answer, the same bytes, encoded without the check for cycles: an
+    answer is made of fresh JSON values and holds none, and the check was a sixth of
+    encoding a window's answer (benchmarks/server.py)."""
+
+    def render(self, content: Any) -> bytes:
+        return _ENCODER.encode(content).encode("utf-8")
+
+
 def error_response(status: int, message: str, *, kind: str = "invalid_request_error",
                    param: str | None = None, code: str | None = None) -> JSONResponse:
     """OpenAI's error envelope."""
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
+    return _Json({"error": {"message": message, "type": kind, "param": param,
                                    "code": code}}, status_code=status)
 
 
@@ -121,12 +134,12 @@ class _Api:
         body = await _body(request)
         items = _items_param(body, required=False)
         record = await self._call(self.c.create, tenant_of(request), items, _metadata(body))
-        return JSONResponse(_conversation(record))
+        return _Json(_conversation(record))
 
     async def retrieve(self, request: Request) -> Response:
         record = await self._call(self.c.record, request.path_params["conversation_id"],
                                   tenant_of(request))
-        return JSONResponse(_conversation(record))
+        return _Json(_conversation(record))
 
     async def update(self, request: Request) -> Response:
         body = await _body(request)
@@ -135,12 +148,12 @@ class _Api:
                           "missing_required_parameter")
         record = await self._call(self.c.update, request.path_params["conversation_id"],
                                   tenant_of(request), _metadata(body))
-        return JSONResponse(_conversation(record))
+        return _Json(_conversation(record))
 
     async def delete(self, request: Request) -> Response:
         conversation = request.path_params["conversation_id"]
         await self._call(self.c.delete, conversation, tenant_of(request))
-        return JSONResponse({"id": conversation, "object": "conversation.deleted",
+        return _Json({"id": conversation, "object": "conversation.deleted",
                              "deleted": True})
 
     async def add_items(self, request: Request) -> Response:
@@ -148,7 +161,7 @@ class _Api:
         items = _items_param(body, required=True)
         stored = await self._call(self.c.add_items, request.path_params["conversation_id"],
                                   tenant_of(request), items)
-        return JSONResponse(_page(stored, has_more=False))
+        return _Json(_page(stored, has_more=False))
 
     async def list_items(self, request: Request) -> Response:
         conversation = request.path_params["conversation_id"]
@@ -168,19 +181,19 @@ class _Api:
                 raise Refused(f"No item with id '{after}' in this conversation", "after",
                               "invalid_value")
             items = items[ids.index(after) + 1:]
-        return JSONResponse(_page(items[:limit], has_more=len(items) > limit))
+        return _Json(_page(items[:limit], has_more=len(items) > limit))
 
     async def retrieve_item(self, request: Request) -> Response:
         item = await self._call(self.c.item, request.path_params["conversation_id"],
                                 tenant_of(request), request.path_params["item_id"])
-        return JSONResponse(item)
+        return _Json(item)
 
     async def delete_item(self, request: Request) -> Response:
         conversation = request.path_params["conversation_id"]
         owner = tenant_of(request)
         await self._call(self.c.delete_item, conversation, owner,
                          request.path_params["item_id"])
-        return JSONResponse(_conversation(await self._call(self.c.record, conversation, owner)))
+        return _Json(_conversation(await self._call(self.c.record, conversation, owner)))
 
     async def window(self, request: Request) -> Response:
         body = await _body(request)
@@ -195,7 +208,7 @@ class _Api:
                                   tenant_of(request), tools,
                                   body.get("api", "openai_responses"), frozenset(include),
                                   items)
-        return JSONResponse(answer)
+        return _Json(answer)
 
     async def overflow(self, request: Request) -> Response:
         body = await _body(request)
@@ -205,7 +218,7 @@ class _Api:
                           "missing_required_parameter")
         answer = await self._call(self.c.recover, request.path_params["conversation_id"],
                                   tenant_of(request), error)
-        return JSONResponse(answer)
+        return _Json(answer)
 
     async def usage(self, request: Request) -> Response:
         body = await _body(request)
@@ -219,7 +232,7 @@ class _Api:
                           "request_digest", "invalid_value")
         answer = await self._call(self.c.usage, request.path_params["conversation_id"],
                                   tenant_of(request), usage, digest)
-        return JSONResponse(answer)
+        return _Json(answer)
 
     async def timeline(self, request: Request) -> Response:
         from turnledger.audit import timeline
@@ -228,7 +241,7 @@ class _Api:
                                   tenant_of(request))
         entries = [{"position": e.position, "timestamp": e.to_jsonable()["timestamp"],
                     "type": e.type, "summary": e.summary} for e in timeline(events)]
-        return JSONResponse({"object": "list", "data": entries})
+        return _Json({"object": "list", "data": entries})
 
     async def verify(self, request: Request) -> Response:
         from turnledger.audit import verify
@@ -236,7 +249,7 @@ class _Api:
         conversation = request.path_params["conversation_id"]
         await self._call(self.c.record, conversation, tenant_of(request))
         report = await self._call(verify, self.c.store.backend, [session_id(conversation)])
-        return JSONResponse({"object": "conversation.verification", "ok": report.ok,
+        return _Json({"object": "conversation.verification", "ok": report.ok,
                              "events_checked": report.events_checked,
                              "findings": [str(v) for v in report.violations],
                              "notes": [str(n) for n in report.notes]})
@@ -249,7 +262,7 @@ class _Api:
         events = await self._call(self.c.events, request.path_params["conversation_id"],
                                   tenant_of(request))
         report = await self._call(lambda: what_if(events, profile))
-        return JSONResponse({"object": "conversation.what_if", "report": str(report)})
+        return _Json({"object": "conversation.what_if", "report": str(report)})
 
     async def report(self, request: Request) -> Response:
         from turnledger.audit import report
@@ -365,7 +378,7 @@ def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
     all_routes = routes(api) + stream
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document())
+        return _Json(openapi_document())
 
     all_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
 

@@ -118,9 +118,7 @@ class Conversations:
                     self._sessions.popitem(last=False)
             return tl.retry_on_conflict(lambda: write(session))
 
-    def items(self, conversation: str) -> list[StoredItem]:
-        """The conversation's items as committed now (`ItemFold`: this process keeps them
-        folded and reads only the events recorded since its last read)."""
+    def _fold(self, conversation: str) -> ItemFold:
         with self._lock:
             fold = self._folds.get(conversation)
             if fold is None:
@@ -128,8 +126,17 @@ class Conversations:
             self._folds.move_to_end(conversation)
             while len(self._folds) > _CACHED_SESSIONS:
                 self._folds.popitem(last=False)
+            return fold
+
+    def items(self, conversation: str) -> list[StoredItem]:
+        """The conversation's items as committed now (`ItemFold`: this process keeps them
+        folded, given the events of its own writes, and reads only the events recorded since
+        by another process)."""
+        return self._fold(conversation).current(self._reader(conversation))
+
+    def _reader(self, conversation: str) -> Callable[[int], list[tl.DomainEvent]]:
         sid = UUID(session_id(conversation))
-        return fold.current(lambda after: self.store.backend.read(sid, after_version=after))
+        return lambda after: self.store.backend.read(sid, after_version=after)
 
     def _prepare(self, items: object) -> tuple[list[Item], list[tl.ConversationMessage]]:
         try:
@@ -181,13 +188,16 @@ class Conversations:
         on the version the check read, so another replica's item of the same id makes it
         conflict and check again, never store a duplicate."""
         # At least as new as the session: a newer item of another replica is refused here
-        # or makes this append conflict and check again.
-        held = {s.item["id"] for s in self.items(conversation)}
+        # or makes this append conflict and check again. A fold as new as the session (this
+        # process wrote last) needs no read of the log.
+        before = session.version
+        fold = self._fold(conversation)
+        held = fold.ids(before, self._reader(conversation))
         for index, item in enumerate(stored):
             if item["id"] in held:
                 raise Refused(f"items[{index}]: an item with id {item['id']!r} is already "
                               "in this conversation", f"items[{index}].id", DUPLICATE_ID)
-        session.extend(messages)
+        fold.recorded(before, session.extend(messages))
 
     def item(self, conversation: str, owner: str, item: str) -> Item:
         self.record(conversation, owner)
@@ -251,6 +261,10 @@ class Conversations:
             # One new event is the RequestPrepared alone: nothing was trimmed, nothing to read.
             caused = (session.events(after_version=before)
                       if session.version - before > 1 or "events" in include else [])
+            if caused:
+                self._fold(conversation).recorded(before, caused)
+            else:
+                self._fold(conversation).passed(before, session.version)
             bodies: dict[str, Callable[[], Any]] = {
                       "openai_responses": prepared.to_openai_responses,
                       "openai_chat": prepared.to_openai_chat,

@@ -181,8 +181,38 @@ class ItemFold:
     def current(self, read: Callable[[int], Sequence[tl.DomainEvent]]) -> list[StoredItem]:
         """The items as committed now; ``read(v)`` gives the events after version ``v``."""
         with self._lock:
-            events = read(self.version)
-            if events:
+            self._catch_up(read)
+            return sorted(self._shown.values(), key=lambda s: s.position)
+
+    def ids(self, version: int, read: Callable[[int], Sequence[tl.DomainEvent]]) -> set[str]:
+        """The ids of the items as of ``version`` or later, read from the log only when the
+        fold stands before ``version``: the check of a write that is conditional on
+        ``version`` (a newer item of another writer makes the write conflict, and the retry
+        checks again from a newer version)."""
+        with self._lock:
+            if self.version < version:
+                self._catch_up(read)
+            return {s.item["id"] for s in self._shown.values()}
+
+    def _catch_up(self, read: Callable[[int], Sequence[tl.DomainEvent]]) -> None:
+        events = read(self.version)
+        if events:
+            _fold(self._shown, events)
+            self.version = events[-1].originator_version
+
+    def recorded(self, after: int, events: Sequence[tl.DomainEvent]) -> None:
+        """Fold ``events``, which this process recorded right after version ``after`` (a
+        write's own events): a fold that stood at ``after`` takes them without reading them
+        back from the log; any other fold reads them on its next `current`."""
+        with self._lock:
+            if (events and self.version == after
+                    and events[0].originator_version == after + 1):
                 _fold(self._shown, events)
                 self.version = events[-1].originator_version
-            return sorted(self._shown.values(), key=lambda s: s.position)
+
+    def passed(self, after: int, version: int) -> None:
+        """Move a fold that stood at ``after`` to ``version``: the caller recorded the events
+        between and knows none of them appends, pops or clears (a `RequestPrepared` alone)."""
+        with self._lock:
+            if self.version == after:
+                self.version = version
