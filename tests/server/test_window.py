@@ -308,3 +308,54 @@ def test_i37_a_window_answer_is_byte_for_byte_what_the_same_calls_give_in_proces
             trimmed += bool(expected["history_trimmed"])
     assert trimmed > 1  # the trims' answers were held too, not only the plain ones
     twin_store.close()
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def two_replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Two servers (two apps, each with its own sessions and item folds) on one store."""
+    need("starlette")
+    from turnledger.server.app import Settings, create_app
+    from turnledger.server.registry import Registry
+
+    with fresh_target(request.param, tmp_path) as target, tl.open_store(target.url) as store:
+        registry = Registry.beside(store)
+        try:
+            first = create_app(store, Settings(store_url=target.url, registry=registry))
+            second = create_app(store, Settings(store_url=target.url, registry=registry))
+            with serving(first) as one, serving(second) as other:
+                yield one, other
+        finally:
+            registry.close()
+
+
+def test_i37_a_window_checks_item_ids_against_its_own_writes_and_another_replicas(
+    two_replicas: tuple[str, str],
+) -> None:
+    """A window's items are checked for ids the conversation holds: those the same server
+    just wrote (taken from its own write, not read back) and those another replica wrote
+    since (refused, 400 duplicate_item_id); the items list shows each item once, in order."""
+    import httpx
+
+    one, other = (url + "/v1/conversations" for url in two_replicas)
+    made = httpx.post(one, json={}).json()["id"]
+
+    def item(n: int) -> dict[str, object]:
+        return {"type": "message", "role": "user", "id": f"msg_{n}", "content": f"q{n}"}
+
+    def window(base: str, *items: dict[str, object]) -> httpx.Response:
+        return httpx.post(f"{base}/{made}/window", json={"items": list(items)})
+
+    assert 200 == window(one, item(0)).status_code
+    assert 200 == window(one, item(1)).status_code
+    again = window(one, item(1))
+    assert (400, "duplicate_item_id") == (again.status_code, again.json()["error"]["code"])
+    assert 200 == httpx.post(f"{other}/{made}/items", json={"items": [item(2)]}).status_code
+    theirs = window(one, item(2))
+    assert (400, "duplicate_item_id") == (theirs.status_code, theirs.json()["error"]["code"])
+    assert 200 == window(one, item(3)).status_code
+    assert 200 == window(other, item(4)).status_code
+    mine = window(other, item(3))
+    assert (400, "duplicate_item_id") == (mine.status_code, mine.json()["error"]["code"])
+    for base in (one, other):
+        listed = httpx.get(f"{base}/{made}/items", params={"order": "asc"}).json()["data"]
+        assert [f"msg_{n}" for n in range(5)] == [i["id"] for i in listed]
