@@ -14,9 +14,12 @@ window for the next model call is prepared, up to ``--turns`` turns per conversa
 - in one request (``one_request``): ``POST .../window {"items": [...]}`` appends and
   prepares in one round trip (``http.client``).
 
-Reports p50 and p99 of a turn (append + window) both ways, the overhead and the ratio; then
-the requests per second one server process answers with ``--clients`` concurrent clients
-each writing its own conversation for ``--seconds``. Prints a table and writes
+Reports p50 and p99 of a turn (append + window) both ways, the overhead and the ratio; the
+CPU time a one-request turn costs the server process (read from ``/proc``, Linux only) beside
+the CPU time of the same calls in process: on a shared machine a clock's overhead moves with
+the load, the CPU a turn costs much less; then the requests per second one server process
+answers with ``--clients`` concurrent clients each writing its own conversation for
+``--seconds``. Prints a table and writes
 ``benchmarks/results/server.json``. Run from the project root when the machine is quiet:
 ``.venv/bin/python -m benchmarks.server``.
 """
@@ -75,6 +78,39 @@ def in_process(url: str, conversations: int, turns: int) -> list[float]:
                 prepared.to_openai_responses()
                 samples.append(time.perf_counter() - start)
     return samples
+
+
+def in_process_cpu(url: str, conversations: int, turns: int) -> float:
+    """CPU seconds per turn of the in-process lane's calls (the store opened outside)."""
+    spent = 0.0
+    with tl.open_store(url) as store:
+        for _ in range(conversations):
+            session = store.start_session()
+            for turn in range(turns):
+                start = time.process_time()
+                messages = [m for item in _items(turn) for m in from_openai_responses([item])]
+                session.extend(messages)
+                session.prepare_request().to_openai_responses()
+                spent += time.process_time() - start
+    return spent / (conversations * turns)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (None where there is no ``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pid: int, base: str, conversations: int, turns: int) -> float | None:
+    """CPU seconds the server process spends per one-request turn (`over_http_client`)."""
+    before = _cpu_seconds(pid)
+    over_http_client(base, conversations, turns, one_request=True)
+    after = _cpu_seconds(pid)
+    return None if before is None or after is None else (after - before) / (conversations
+                                                                            * turns)
 
 
 def _serve(url: str) -> tuple[subprocess.Popen[str], str]:
@@ -178,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
                 lanes["http.client"] += over_http_client(base, 1, args.turns)
                 lanes["httpx"] += over_httpx(base, 1, args.turns)
                 lanes["one_request"] += over_http_client(base, 1, args.turns, one_request=True)
+            cpu: dict[str, list[float]] = {"server_one_request": [], "in_process": []}
+            for n in range(args.conversations):
+                spent = server_cpu(process.pid, base, 1, args.turns)
+                if spent is not None:
+                    cpu["server_one_request"].append(spent)
+                cpu["in_process"].append(in_process_cpu(f"sqlite:///{tmp}/cpu{n}.db", 1,
+                                                        args.turns))
             rps = throughput(base, args.clients, args.seconds)
         finally:
             process.send_signal(signal.SIGTERM)
@@ -193,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "server", "store": "sqlite", "turns": args.turns,
         "conversations": args.conversations, "lanes": rows,
+        "cpu_ms_per_turn": {name: statistics.median(spent) * ms
+                            for name, spent in cpu.items() if spent},
         "requests_per_second_one_worker": rps, "clients": args.clients,
         "python": platform.python_version(), "machine": platform.machine(),
         "cpus": os.cpu_count(), "load": os.getloadavg()[0],
@@ -204,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         extra = (f" {row['overhead_p50_ms']:13.2f} {row['ratio_p50']:6.2f}"
                  if "ratio_p50" in row else "")
         print(f"{name:12} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f}{extra}")
+    spent_ms = result["cpu_ms_per_turn"]
+    if "server_one_request" in spent_ms:
+        print(f"CPU per turn, median of {args.conversations}: server process (one_request) "
+              f"{spent_ms['server_one_request']:.2f} ms, in process "
+              f"{spent_ms['in_process']:.2f} ms, overhead "
+              f"{spent_ms['server_one_request'] - spent_ms['in_process']:.2f} ms")
     print(f"one worker: {rps:.0f} requests/s with {args.clients} httpx clients")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
