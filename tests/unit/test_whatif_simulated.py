@@ -81,3 +81,29 @@ def test_e6_what_if_with_recorded_requests_simulates_nothing() -> None:
     assert report.simulated_requests is None
     assert "simulated_requests" not in report.to_jsonable()
     assert 1 == len(report.requests)
+
+
+def test_i38_p3_simulated_sides_and_an_undeclared_window_are_said() -> None:
+    """Issue 38 point 3: the recorded side of a simulated run is labelled ``simulated`` (its
+    columns and totals), and a route with no declared window says what its requests were
+    judged against (R17); a declared one says nothing."""
+    report = what_if(_imported(), RuntimeProfile(max_context_tokens=2_000))
+    assert ("#", "position", "purpose", "simulated msgs", "simulated tokens", "simulated trims",
+            "simulated", "what-if msgs", "what-if tokens", "what-if trims",
+            "what-if") == report.columns
+    assert list(report.columns) == list(report.rows()[0])
+    assert report.window_note is None  # the route declared 100,000 tokens
+    lines = report.summary().splitlines()
+    assert lines[1].startswith("simulated, recorded profile: 0 trims")
+    assert lines[2].startswith("simulated, what-if profile:  0 trims")
+
+    undeclared = START.__class__(SESSION, RuntimeProfile(), (), Route("p", "m"), False, T0)
+    messages = (ChatMessage.user("one"), ChatMessage.assistant("a1"))
+    events = run(SessionState(), ImportConversation(undeclared, messages)).events
+    note = ("no context window was declared for p/m: a request is judged against the "
+            "profile's max_context_tokens, else 32,000 (R17): 32,000 tokens under the recorded "
+            "profile; 2,000 tokens under the what-if profile")
+    report = what_if(events, RuntimeProfile(max_context_tokens=2_000))
+    assert note == report.window_note
+    assert note in report.summary().splitlines()
+    assert note == report.to_jsonable()["window_note"]
