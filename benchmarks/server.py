@@ -16,10 +16,10 @@ window for the next model call is prepared, up to ``--turns`` turns per conversa
 
 Reports p50 and p99 of a turn (append + window) both ways, the overhead and the ratio; the
 CPU time a one-request turn costs the server process (read from ``/proc``, Linux only) beside
-the CPU time of the same calls in process: on a shared machine a clock's overhead moves with
-the load, the CPU a turn costs much less; then the requests per second one server process
-answers with ``--clients`` concurrent clients each writing its own conversation for
-``--seconds``. Prints a table and writes
+the CPU time of the same calls in process (the server's own cost, without the client's and
+the scheduler's time, which the clock's overhead carries); then the requests per second one
+server process answers with ``--clients`` concurrent clients each writing its own
+conversation for ``--seconds``. Prints a table and writes
 ``benchmarks/results/server.json``. Run from the project root when the machine is quiet:
 ``.venv/bin/python -m benchmarks.server``.
 """
