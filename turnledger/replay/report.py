@@ -124,6 +124,7 @@ _WINDOW_SCALE: Final = 3
 """A token budget more than this many times the largest request, or a model window more than
 this many times that or the budget, is not drawn to scale: the chart says it instead (a
 200,000-token window would flatten an 8,000-token budget)."""
+_COLUMN_PX: Final = 50.0  # the width of `_Labels`' columns
 _EM: Final = 0.62  # a generous average glyph width, in font sizes: labels are kept apart by it
 _FATES: Final = {
     "kept": "kept",
@@ -524,10 +525,23 @@ class _Labels:
     """The visible labels of one chart, placed so that none overlaps another or leaves the
     plot's left and right edges: a label goes right of its anchor, else left of it, else (at
     each of ``rows``, when given) on another row, else it is not drawn — the element's hover
-    text still says everything (issue 38 point 3)."""
+    text still says everything (issue 38 point 3). Placed boxes are kept by columns of
+    `_COLUMN_PX`, so that a chart of many labels checks only its neighbours."""
 
     frame: _Frame
-    placed: list[tuple[float, float, float, float]] = attrs.field(factory=list)
+    columns: dict[int, list[tuple[float, float, float, float]]] = attrs.field(factory=dict)
+
+    def reserve(self, box: tuple[float, float, float, float]) -> None:
+        """Keep ``box`` (left, top, right, bottom) free of labels."""
+        for column in range(int(box[0] // _COLUMN_PX), int(box[2] // _COLUMN_PX) + 1):
+            self.columns.setdefault(column, []).append(box)
+
+    def free(self, box: tuple[float, float, float, float]) -> bool:
+        return not any(
+            box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+            for column in range(int(box[0] // _COLUMN_PX), int(box[2] // _COLUMN_PX) + 1)
+            for b in self.columns.get(column, ())
+        )
 
     def place(self, x: float, ys: Sequence[float], text: str, size: float, cls: str) -> str:
         """The ``<text>`` of ``text`` (already escaped) near ``x`` on the first row of ``ys``
@@ -536,12 +550,9 @@ class _Labels:
         for y in ys:
             for left in (x + 4, x - 4 - width):
                 box = (left, y - size, left + width, y + size * 0.3)
-                if left < _LEFT + 1 or box[2] > self.frame.right - 1 or any(
-                    box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
-                    for b in self.placed
-                ):
+                if left < _LEFT + 1 or box[2] > self.frame.right - 1 or not self.free(box):
                     continue
-                self.placed.append(box)
+                self.reserve(box)
                 attr = f' class="{cls}"' if cls else ""
                 return f'<text{attr} x="{left:.1f}" y="{y:.1f}">{text}</text>'
         return ""
@@ -819,7 +830,7 @@ def _lanes(marks: Sequence[_Mark], frame: _Frame, links: _Links, labels: _Labels
         # label where it fits (`_Labels`).
         for group in cells.values():
             x = frame.px(group[0].x)
-            labels.placed.append((x - 5.5, y - 5.5, x + 5.5, y + 5.5))
+            labels.reserve((x - 5.5, y - 5.5, x + 5.5, y + 5.5))
         out += [_lane_group(kind, label, g, y, frame, links, labels) for g in cells.values()]
     return out
 
