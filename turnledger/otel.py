@@ -32,33 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from turnledger.domain.events import (
-    BreadcrumbInserted,
-    DomainEvent,
-    HistoryCleared,
-    HistoryTrimmed,
-    MessageAppended,
-    MessagePopped,
-    OrphansSwept,
-    OverflowRecovered,
-    OverflowReported,
-    OverflowUnrecoverable,
-    RequestPrepared,
-    RequestRejected,
-    RouteSelected,
-    SessionForgotten,
-    SessionStarted,
-    SummaryRefused,
-    ToolCallsRestored,
-    ToolResultsCleared,
-    TrimDecided,
-    TurnsSummarized,
-    UsageRecorded,
-)
+from turnledger.domain import events as ev
+from turnledger.domain.events import DomainEvent
 
 try:
     from opentelemetry import trace
@@ -121,7 +101,7 @@ class _Spans:
         self.content = content
 
     def __call__(self, events: Sequence[DomainEvent]) -> None:
-        if len(events) == 1 and events[0].__class__ is MessageAppended:
+        if len(events) == 1 and events[0].__class__ is ev.MessageAppended:
             return  # the most frequent batch, and it decides nothing
         facts = [(f, e) for e in events if (f := FACTS.get(e.__class__)) is not None]
         if not facts:  # no decision (`IGNORED`), or a runtime's own registered events
@@ -184,184 +164,145 @@ class Fact:
     belong to: one span event per trim, a third of the cost)."""
 
 
-def _request_prepared(event: RequestPrepared, content: bool) -> Attributes:
+def _request_prepared(event: ev.RequestPrepared, content: bool) -> Attributes:
     return {
         "turnledger.outcome": "prepared",
-        "turnledger.purpose": event.purpose.value,
+        **_fields(event, "purpose"),
         **_route(event.route),
-        "turnledger.budget": event.budget,
-        "turnledger.window": event.window,
-        "turnledger.estimated_tokens": event.estimated_tokens,
-        "turnledger.message_count": event.message_count,
-        "turnledger.digest": event.digest,
+        **_fields(event, "budget", "window", "estimated_tokens", "message_count", "digest"),
     }
 
 
-def _request_rejected(event: RequestRejected, content: bool) -> Attributes:
+def _request_rejected(event: ev.RequestRejected, content: bool) -> Attributes:
     return {
         "turnledger.outcome": "rejected",
-        "turnledger.reason": event.reason.value,
-        "turnledger.purpose": event.purpose.value,
+        **_fields(event, "reason", "purpose"),
         **_route(event.route),
-        "turnledger.window": event.window,
-        "turnledger.estimated_tokens": event.estimated_tokens,
-        "turnledger.message_count": event.message_count,
+        **_fields(event, "window", "estimated_tokens", "message_count"),
         "turnledger.tool_calls": len(event.tool_call_ids),
         **_text(content, "turnledger.detail", event.detail),
         **_ids(content, event.tool_call_ids),
     }
 
 
-def _usage_recorded(event: UsageRecorded, content: bool) -> Attributes:
+def _usage_recorded(event: ev.UsageRecorded, content: bool) -> Attributes:
     return {
         "gen_ai.usage.input_tokens": event.input_tokens,
         "gen_ai.usage.output_tokens": event.output_tokens,
         "gen_ai.usage.cache_read.input_tokens": event.cache_read_tokens,
         "gen_ai.usage.cache_creation.input_tokens": event.cache_write_tokens,
-        "turnledger.api": event.api,
-        "turnledger.digest": event.digest,
-        "turnledger.estimated_tokens": event.estimated_tokens,
-        **_optional("turnledger.request_position", event.request_position),
+        **_fields(event, "api", "digest", "estimated_tokens", "request_position"),
     }
 
 
-def _route_selected(event: RouteSelected, content: bool) -> Attributes:
-    return {
-        "turnledger.reason": event.reason.value,
-        **_route(event.route),
-        "turnledger.budget": event.budget,
-        "turnledger.window": event.window,
-    }
+def _route_selected(event: ev.RouteSelected, content: bool) -> Attributes:
+    return {**_fields(event, "reason"), **_route(event.route),
+            **_fields(event, "budget", "window")}
 
 
-def _overflow_reported(event: OverflowReported, content: bool) -> Attributes:
+def _overflow_reported(event: ev.OverflowReported, content: bool) -> Attributes:
     return {
         "turnledger.outcome": "reported",
-        "turnledger.estimated_tokens": event.estimated_tokens,
-        "turnledger.target_tokens": event.target_tokens,
+        **_fields(event, "estimated_tokens", "target_tokens"),
         **_text(content, "turnledger.error", event.error),
     }
 
 
-def _overflow_recovered(event: OverflowRecovered, content: bool) -> Attributes:
-    return {
-        "turnledger.outcome": "recovered",
-        "turnledger.tokens_before": event.tokens_before,
-        "turnledger.tokens_after": event.tokens_after,
-    }
+def _overflow_recovered(event: ev.OverflowRecovered, content: bool) -> Attributes:
+    return {"turnledger.outcome": "recovered", **_fields(event, "tokens_before", "tokens_after")}
 
 
-def _overflow_unrecoverable(event: OverflowUnrecoverable, content: bool) -> Attributes:
+def _overflow_unrecoverable(event: ev.OverflowUnrecoverable, content: bool) -> Attributes:
     return {
         "turnledger.outcome": "unrecoverable",
         **_text(content, "turnledger.detail", event.detail),
     }
 
 
-def _trim_decided(event: TrimDecided, content: bool) -> Attributes:
-    return {
-        "turnledger.view": event.view.value,
-        "turnledger.trigger": event.trigger.value,
-        "turnledger.reason": event.reason.value,
-        "turnledger.dropped_messages": event.dropped_messages,
-        "turnledger.dropped_turns": event.dropped_turns,
-        "turnledger.kept_turns": event.kept_turns,
-        "turnledger.tokens_before": event.tokens_before,
-        "turnledger.tokens_after": event.tokens_after,
-        "turnledger.limit": event.limit,
-        **_optional("turnledger.budget", event.budget),
-        **_optional("turnledger.estimate_correction", event.estimate_correction),
-    }
+def _trim_decided(event: ev.TrimDecided, content: bool) -> Attributes:
+    return _fields(event, "view", "trigger", "reason", "dropped_messages", "dropped_turns",
+                   "kept_turns", "tokens_before", "tokens_after", "limit", "budget",
+                   "estimate_correction")
 
 
-def _breadcrumb_inserted(event: BreadcrumbInserted, content: bool) -> Attributes:
+def _breadcrumb_inserted(event: ev.BreadcrumbInserted, content: bool) -> Attributes:
     return {"turnledger.breadcrumb_inserted": True}  # before the trim's first kept turn (R31)
 
 
-def _history_trimmed(event: HistoryTrimmed, content: bool) -> Attributes:
+def _history_trimmed(event: ev.HistoryTrimmed, content: bool) -> Attributes:
     return {"turnledger.history_trimmed": True}  # the client's notice (R33): the trim's counts
 
 
-def _turns_summarized(event: TurnsSummarized, content: bool) -> Attributes:
+def _turns_summarized(event: ev.TurnsSummarized, content: bool) -> Attributes:
     return {
-        "turnledger.view": event.view.value,
-        "turnledger.first_position": event.first_position,
-        "turnledger.last_position": event.last_position,
-        "turnledger.covers_from": event.covers_from,
-        "turnledger.summarizer": event.summarizer,
-        "turnledger.tokens": event.tokens,
-        "turnledger.replaced_tokens": event.replaced_tokens,
-        "turnledger.digest": event.digest,
+        **_fields(event, "view", "first_position", "last_position", "covers_from",
+                  "summarizer", "tokens", "replaced_tokens", "digest"),
         **_text(content, "turnledger.summary", event.text),
     }
 
 
-def _summary_refused(event: SummaryRefused, content: bool) -> Attributes:
+def _summary_refused(event: ev.SummaryRefused, content: bool) -> Attributes:
     return {
-        "turnledger.first_position": event.first_position,
-        "turnledger.last_position": event.last_position,
-        "turnledger.summarizer": event.summarizer,
-        "turnledger.reason": event.reason.value,
+        **_fields(event, "first_position", "last_position", "summarizer", "reason"),
         **_text(content, "turnledger.detail", event.detail),
     }
 
 
-def _tool_results_cleared(event: ToolResultsCleared, content: bool) -> Attributes:
+def _tool_results_cleared(event: ev.ToolResultsCleared, content: bool) -> Attributes:
     return {
         "turnledger.tool_calls": len(event.tool_call_ids),
-        "turnledger.kept_turns": event.kept_turns,
-        "turnledger.tokens_before": event.tokens_before,
-        "turnledger.tokens_after": event.tokens_after,
+        **_fields(event, "kept_turns", "tokens_before", "tokens_after"),
         **_ids(content, event.tool_call_ids),
     }
 
 
-def _orphans_swept(event: OrphansSwept, content: bool) -> Attributes:
+def _orphans_swept(event: ev.OrphansSwept, content: bool) -> Attributes:
     return {
-        "turnledger.removed": event.removed,
-        "turnledger.rewritten": len(event.rewritten),
+        **_fields(event, "removed", "rewritten"),
         "turnledger.tool_calls": len(event.orphan_tool_call_ids),
-        "turnledger.restorable": len(event.restorable),
+        **_fields(event, "restorable"),
         **_ids(content, event.orphan_tool_call_ids),
     }
 
 
-def _tool_calls_restored(event: ToolCallsRestored, content: bool) -> Attributes:
+def _tool_calls_restored(event: ev.ToolCallsRestored, content: bool) -> Attributes:
     return {
-        "turnledger.result_position": event.result_position,
+        **_fields(event, "result_position"),
         "turnledger.tool_calls": len(event.tool_call_ids),
         **_ids(content, event.tool_call_ids),
     }
 
 
 FACTS: Final[dict[type[DomainEvent], Fact]] = {
-    RequestPrepared: Fact(REQUEST, _request_prepared),
-    RequestRejected: Fact(REQUEST, _request_rejected, error=lambda e: e.reason.value),
-    UsageRecorded: Fact(USAGE, _usage_recorded),
-    RouteSelected: Fact(ROUTE, _route_selected),
-    OverflowReported: Fact(OVERFLOW, _overflow_reported),
-    OverflowRecovered: Fact(OVERFLOW, _overflow_recovered),
-    OverflowUnrecoverable: Fact(OVERFLOW, _overflow_unrecoverable, error=lambda e: "unrecoverable"),
-    TrimDecided: Fact(COMPACTION, _trim_decided, "turnledger.trim_decided", compacts=True),
-    BreadcrumbInserted: Fact(
+    ev.RequestPrepared: Fact(REQUEST, _request_prepared),
+    ev.RequestRejected: Fact(REQUEST, _request_rejected, error=lambda e: e.reason.value),
+    ev.UsageRecorded: Fact(USAGE, _usage_recorded),
+    ev.RouteSelected: Fact(ROUTE, _route_selected),
+    ev.OverflowReported: Fact(OVERFLOW, _overflow_reported),
+    ev.OverflowRecovered: Fact(OVERFLOW, _overflow_recovered),
+    ev.OverflowUnrecoverable: Fact(OVERFLOW, _overflow_unrecoverable,
+                                   error=lambda e: "unrecoverable"),
+    ev.TrimDecided: Fact(COMPACTION, _trim_decided, "turnledger.trim_decided", compacts=True),
+    ev.BreadcrumbInserted: Fact(
         COMPACTION, _breadcrumb_inserted, "turnledger.breadcrumb_inserted", joins=True
     ),
-    HistoryTrimmed: Fact(COMPACTION, _history_trimmed, "turnledger.history_trimmed", joins=True),
-    TurnsSummarized: Fact(
+    ev.HistoryTrimmed: Fact(COMPACTION, _history_trimmed, "turnledger.history_trimmed", joins=True),
+    ev.TurnsSummarized: Fact(
         COMPACTION, _turns_summarized, "turnledger.turns_summarized", compacts=True
     ),
-    SummaryRefused: Fact(COMPACTION, _summary_refused, "turnledger.summary_refused"),
-    ToolResultsCleared: Fact(
+    ev.SummaryRefused: Fact(COMPACTION, _summary_refused, "turnledger.summary_refused"),
+    ev.ToolResultsCleared: Fact(
         COMPACTION, _tool_results_cleared, "turnledger.tool_results_cleared", compacts=True
     ),
-    OrphansSwept: Fact(SWEEP, _orphans_swept, "turnledger.orphans_swept"),
-    ToolCallsRestored: Fact(SWEEP, _tool_calls_restored, "turnledger.tool_calls_restored"),
+    ev.OrphansSwept: Fact(SWEEP, _orphans_swept, "turnledger.orphans_swept"),
+    ev.ToolCallsRestored: Fact(SWEEP, _tool_calls_restored, "turnledger.tool_calls_restored"),
 }
 """What each decision becomes in a span: the one table (a test holds it and `IGNORED` to
 `turnledger.events.Event`)."""
 
 IGNORED: Final[frozenset[type[DomainEvent]]] = frozenset(
-    {MessageAppended, MessagePopped, HistoryCleared, SessionStarted, SessionForgotten}
+    {ev.MessageAppended, ev.MessagePopped, ev.HistoryCleared, ev.SessionStarted,
+     ev.SessionForgotten}
 )
 """Events that decide nothing about a window (the log's own changes; an erasure, an
 administrative act): no span of their own."""
@@ -371,8 +312,20 @@ def _route(route: Route) -> Attributes:
     return {"turnledger.route.provider": route.provider, "turnledger.route.model": route.model}
 
 
-def _optional(key: str, value: AttributeValue | None) -> Attributes:
-    return {} if value is None else {key: value}
+def _fields(event: DomainEvent, *names: str) -> Attributes:
+    """``turnledger.<name>``: each named field of the recorded event as is, an enum by its
+    value, a tuple (of ids) by its count; a field that is None is left out."""
+    out: Attributes = {}
+    for name in names:
+        value = getattr(event, name)
+        if value is None:
+            continue
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = len(value)
+        out[f"turnledger.{name}"] = value
+    return out
 
 
 def _text(content: bool, key: str, text: str) -> Attributes:
