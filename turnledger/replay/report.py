@@ -237,9 +237,6 @@ class _Session:
     """The estimated tokens recorded so far (appends less pops; a clear starts again)."""
     turn_tokens: list[int] = attrs.field(factory=list)
     """`context` at the end of each turn, for a session that recorded no request."""
-    undeclared: dict[str, int] = attrs.field(factory=dict)
-    """The routes selected with no declared context window (R19), and the stand-in window
-    their requests were judged against (R17)."""
     dropped: dict[View, int] = attrs.field(factory=lambda: {View.CHAT: 0, View.CONVERSATION: 0})
 
     def mark(self, kind: str, event: DomainEvent) -> _Mark:
@@ -303,8 +300,6 @@ class _Session:
 
     def route(self, event: RouteSelected) -> None:
         self.budget = event.budget
-        if event.capacity is None:
-            self.undeclared[_route_of(event)] = event.window
         if event.reason is not RouteReason.INITIAL:
             self.switches.append(self.mark("route", event))
 
@@ -661,9 +656,15 @@ def _limits(buckets: Sequence[_Bucket], frame: _Frame, labels: _Labels) -> list[
     for what, above in (("model window", max(p.window for b in buckets for p in b.points)),
                         ("token budget", max(p.budget for b in buckets for p in b.points))):
         if above > frame.ymax:
-            out.append(labels.place(frame.right - 2, rows, f"{what} {_n(above)}: above this "
-                                    "scale ↑", 10, "window-label"))
+            out.append(_above_scale(what, above, frame, labels, rows))
     return out
+
+
+def _above_scale(what: str, value: int, frame: _Frame, labels: _Labels,
+                 rows: Sequence[float]) -> str:
+    """A limit off the chart's scale (`_WINDOW_SCALE`), said in the plot's top right corner."""
+    return labels.place(frame.right - 2, rows, f"{what} {_n(value)}: above this scale ↑", 10,
+                        "window-label")
 
 
 def _switches(switches: Sequence[_Mark], frame: _Frame, links: _Links,
@@ -867,9 +868,7 @@ def _estimated(session: _Session, frame: _Frame, labels: _Labels) -> list[str]:
                 'text-anchor="middle">no turn was recorded in this session</text>']
     out = []
     if session.budget > frame.ymax:
-        out.append(labels.place(frame.right - 2, [_TOP + 12], f"token budget "
-                                        f"{_n(session.budget)}: above this scale ↑", 10,
-                                        "window-label"))
+        out.append(_above_scale("token budget", session.budget, frame, labels, [_TOP + 12]))
     elif session.budget:
         y = frame.py(session.budget)
         out.append(f'<path class="budget" d="M{frame.px(0.5):.1f},{y:.1f}'
