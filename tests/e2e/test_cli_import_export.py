@@ -8,7 +8,8 @@ message are one `ToolResults`, and OpenAI's ``developer`` role is a system messa
 Issue 21 points 3-4: export gives the record (``--view chat`` what the model sees), and import
 is one a person can trust with a big file: a line already imported is skipped, each line is read
 in its own format, and the import streams, saying each line as it commits (that test feeds a
-pipe to a subprocess and interrupts it).
+pipe to a subprocess and interrupts it). Issue 36 point 3 (the section at the end): an export
+in another format is what that provider's types accept.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from pathlib import Path
 import pytest
 
 from tests.conversation_fixtures import public
+from tests.extras import need
+from tests.provider_types import problems
 
-from .conftest import TRANSCRIPTS, Cli, clean_env, describe, imported_ids, write_jsonl
+from .conftest import REPO, TRANSCRIPTS, Cli, clean_env, describe, imported_ids, write_jsonl
 
 # Conversation messages per good line, in file order (see the module docstring).
 EXPECTED_MESSAGES = {"openai": [3, 7, 2, 5, 2], "anthropic": [3, 8, 2, 5]}
@@ -317,3 +320,26 @@ def test_i21_p4_import_streams_and_says_each_line_as_it_commits(
             command.kill()
             command.wait()
     assert [printed] == [row["session_id"] for row in sqlite_cli.json("sessions", "--json")]
+
+
+# --- issue 36 point 3: ``export`` in another format writes what that provider's types accept
+# (the request bodies' writer), the record and ``--view chat`` alike; in the record's own
+# format it gives the recording back.
+
+RECORDING = REPO / "tests" / "fixtures" / "public" / "anthropic_mid_system.json"
+
+
+@pytest.mark.parametrize("view", [[], ["--view", "chat"]])
+def test_i36_p3_an_anthropic_recording_exported_as_responses_is_accepted(
+    cli: Cli, tmp_path: Path, view: list[str]
+) -> None:
+    """Its assistant text was written as output_text parts with no item id, which every
+    member of the SDK's input item union refuses; now as the Responses body writes it."""
+    need("openai")
+    recorded = json.loads(RECORDING.read_text(encoding="utf-8"))
+    [session] = imported_ids(cli.ok("import", write_jsonl(tmp_path / "a.jsonl", recorded)))
+    result = cli.run("export", session, "--format", "responses", *view)
+
+    assert 0 == result.returncode, describe(result)
+    assert [] == problems("openai_responses", json.loads(result.stdout))
+    assert recorded == json.loads(cli.ok("export", session, "--format", "anthropic", *view))
