@@ -1,5 +1,6 @@
-"""Issue 36 point 3: every recorded conversation of the fixtures, read as ``import`` reads its
-file, exported to every format ``export`` writes, is what that provider's own types accept.
+"""`turnledger.replay.transcripts` over every fixture (issue 36 point 3): every recorded
+conversation of the fixtures, read as ``import`` reads its file, exported to every format
+``export`` writes, is what that provider's own types accept.
 
 Every file of ``tests/fixtures/{conversations,public,transcripts,agents,gemini,bedrock}`` is
 read with ``--format auto``'s reader (`read_conversations`); each conversation it holds is
