@@ -73,7 +73,9 @@ Goals (issue 35), for the recommended low-water setting at steady state: at most
 10 turns, at least 85 % of input tokens in the shared prefix, Anthropic cost at most 0.3x the
 spec trim's, a mean context of at least 70 % of the budget. The recommended setting of a budget
 is the one meeting every goal on every data set with the highest mean context (the lowest of
-its data sets'), or none.
+its data sets'), or none. Beside them, `benchmarks.cache_floor`'s floor per data set and
+budget: the fewest breaks per 10 turns any whole-turn trim within the budget can reach at the
+goal's mean context; where it is above the goal, no setting can meet the goals at that budget.
 
 Run from the project root::
 
@@ -734,6 +736,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nlow-water settings meeting every goal: {advice['meeting_goals']}")
     print(f"recommended per budget (goals met on every data set, highest mean context): "
           f"{advice['recommended_per_budget']}")
+    from benchmarks.cache_floor import floors
+
+    floor_rows = floors(turns, budgets, args.data.split(","))
+    print("\nThe floor (benchmarks.cache_floor): the fewest breaks per 10 turns any whole-turn "
+          "trim within the budget reaches while the model sees on average >= "
+          f"{GOAL_MEAN_CONTEXT:.0%} of it; above {GOAL_BREAKS_PER_10_TURNS:g}, no setting can "
+          "meet the goals at that budget")
+    for f in floor_rows:
+        verdict = ("no setting can meet the goals" if f["floor_per_10_turns"]
+                   > GOAL_BREAKS_PER_10_TURNS else "reachable")
+        print(f"  {f['data']} B={f['budget']:,} (turns of {f['mean_turn_tokens']:,} tokens on "
+              f"average): floor {f['floor_per_10_turns']:.2f}, best schedule "
+              f"{f['schedule_per_10_turns']} at {f['schedule_mean_of_budget']} of the budget; "
+              f"{verdict}")
     plotted = plot(rows, output.with_suffix(".png"))
     report = {"benchmark": "cache", "python": sys.version.split()[0],
               "platform": platform.platform(), "cpus": os.cpu_count(), "turns": turns,
@@ -746,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "goals": {"breaks_per_10_turns": GOAL_BREAKS_PER_10_TURNS,
                         "shared": GOAL_SHARED, "anthropic_vs_spec": GOAL_ANTHROPIC_VS_SPEC,
                         "mean_context_of_budget": GOAL_MEAN_CONTEXT},
-              "recommended": advice, "rows": rows}
+              "recommended": advice, "floors": floor_rows, "rows": rows}
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"written to {output}" + (f" and {output.with_suffix('.png')}" if plotted else

@@ -123,3 +123,80 @@ def test_i35_peer_lanes_cut_the_oldest_messages() -> None:
         cache.trim_messages_lane(conv, 30))
     assert [cache.request_of([S, U1], 1), cache.request_of([S, A1, U2], 2)] == (
         cache.sdk_lane(conv, 1))
+
+
+# --- the floor (benchmarks.cache_floor): what no whole-turn trim can beat --------------------
+
+def _schedules(turns: list[int], n: int, first: int = 1) -> list[list[int]]:
+    """Every non-decreasing sequence of ``n`` first-kept turns, each at most its request's
+    turn (``turns``), starting from ``first``."""
+    if n == 0:
+        return [[]]
+    out = []
+    for f in range(first, turns[0] + 1):
+        out += [[f, *rest] for rest in _schedules(turns[1:], n - 1, f)]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_i35_floor_schedule_is_the_exhaustive_optimum(seed: int) -> None:
+    """Issue 35 goals: the dynamic programme finds the schedule an exhaustive search over every
+    whole-turn trim finds (the least ``breaks - w * context`` within the budget)."""
+    import random
+
+    from benchmarks.cache_floor import Requests, best_schedule
+
+    rng = random.Random(seed)
+    sizes = tuple(rng.randint(5, 40) for _ in range(5))
+    at = []
+    for turn in range(1, 6):
+        for _ in range(rng.randint(1, 2)):
+            at.append((turn, rng.randint(1, sizes[turn - 1])))
+    requests = Requests(head=rng.randint(0, 10), turns=sizes, at=tuple(at))
+    budget, weight, steady = rng.randint(45, 90), rng.choice((0.0, 0.02, 0.1)), rng.randint(0, 2)
+    prefix = [0]
+    for s in sizes:
+        prefix.append(prefix[-1] + s)
+    best: tuple[float, int, int] | None = None
+    for schedule in _schedules([t for t, _ in at], len(at)):
+        contexts = [requests.context(r, f, prefix) for r, f in enumerate(schedule)]
+        if max(contexts) > budget:
+            continue
+        breaks = sum(1 for r in range(max(1, steady), len(at)) if schedule[r] != schedule[r - 1])
+        context = sum(contexts[steady:])
+        value = (breaks - weight * context, breaks, context)
+        best = value if best is None or value < best else best
+    if best is None:
+        with pytest.raises(ValueError, match="does not fit"):
+            best_schedule(requests, budget, weight, steady)
+        return
+    found = best_schedule(requests, budget, weight, steady)
+    assert found[0] == pytest.approx(best[0])
+
+
+def test_i35_floor_is_below_every_low_water_lane_meeting_the_mean() -> None:
+    """Issue 35 goals: the floor bounds what turnledger's trims reach. On 40 synthetic turns at
+    5,000 tokens, every lane whose mean context meets 70 % of the budget breaks at least as
+    often as the floor says, and the best schedule found meets the mean it claims."""
+    from benchmarks.cache_floor import floor, requests_of
+
+    conv = cache.synthetic(40)
+    budget = 5_000
+    points = list(cache.replay_points(conv.items))
+    requests = requests_of(conv.items, points)
+    steady = cache.steady_start(conv, budget)
+    turns = len({turn for turn, _ in requests.at[steady:]})
+    found = floor(requests, budget, cache.GOAL_MEAN_CONTEXT, steady, turns)
+    assert found.schedule_per_10_turns is not None
+    assert found.least_per_10_turns <= found.floor_per_10_turns <= found.schedule_per_10_turns
+    assert found.schedule_mean_of_budget is not None
+    assert found.schedule_mean_of_budget >= cache.GOAL_MEAN_CONTEXT
+    checked = 0
+    for lane, profile in cache.lanes(budget):
+        assert profile is not None
+        measured = cache.measure(cache.turnledger_lane(conv, profile), steady, budget)
+        assert measured["over_budget"] == 0, lane
+        if measured["mean_context_of_budget"] >= cache.GOAL_MEAN_CONTEXT:
+            checked += 1
+            assert measured["breaks_per_10_turns"] >= found.floor_per_10_turns, lane
+    assert checked >= 2
