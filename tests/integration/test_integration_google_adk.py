@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ import pytest
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.extras import need
 from tests.store_threads import note_writing_threads
+from tests.usage_windows import SMALL, expected_usages, usages
 from tests.window_builds import count_window_builds
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
@@ -619,3 +621,91 @@ def test_i22_adk_new_callback_object_records_nothing_twice(kind: str, tmp_path: 
             assert ["q0", "a0", "q1", "q2", "a2", "q3"] == [
                 m.message.content for m in log]  # type: ignore[union-attr]
             assert verify(store.backend).ok
+
+
+# --- issue 35 point 3: each model call's usage recorded against its window, on the
+# framework's real loop (a scripted model that returns usage, no network); what is
+# compared: tests/usage_windows.py.
+
+
+def test_i35_p3_adk_records_each_replys_usage_metadata_against_its_window(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real ADK Runner loop (two questions of four lookups each, trimmed between steps): each
+    model call's ``usage_metadata`` is recorded as answering the window the callback handed
+    to that call; a call without usage records none, a malformed one is logged and the loop
+    goes on."""
+    need("google.adk")
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types as t
+
+    from turnledger.integrations.google_adk import TurnledgerCallback
+
+    versions: list[int] = []
+    steps = 4
+
+    with open_store(f"sqlite:///{tmp_path / 'adk.db'}") as store:
+        callback = TurnledgerCallback(store, profile=SMALL)
+
+        class Scripted(BaseLlm):
+            model: str = "scripted"
+
+            async def generate_content_async(
+                self, llm_request: LlmRequest, stream: bool = False
+            ) -> AsyncGenerator[LlmResponse, None]:
+                call = len(versions)
+                versions.append(callback.session_for("adk-u").version)
+                done = 0
+                for content in reversed(llm_request.contents):
+                    if any(p.text and p.text.startswith("question")
+                           for p in content.parts or []):
+                        break
+                    done += sum(1 for p in content.parts or [] if p.function_response)
+                if done < steps:
+                    parts = [t.Part(text=f"step {done} " + "s" * 300), t.Part(
+                        function_call=t.FunctionCall(name="lookup", args={"q": done}))]
+                else:
+                    parts = [t.Part(text=f"answer after {done}")]
+                usage: Any = t.GenerateContentResponseUsageMetadata(
+                    prompt_token_count=1000 + call, cached_content_token_count=10 * call,
+                    candidates_token_count=20 + call, thoughts_token_count=3)
+                if call == 2:
+                    usage = None  # the model returned none
+                if call == 6:  # more cached than the prompt: not what was billed
+                    usage = t.GenerateContentResponseUsageMetadata(
+                        prompt_token_count=5, cached_content_token_count=9)
+                yield LlmResponse(content=t.Content(role="model", parts=parts),
+                                  usage_metadata=usage)
+
+        def lookup(q: int) -> str:
+            """Look ``q`` up."""
+            return f"result {q}: " + "x" * 300
+
+        async def run() -> None:
+            agent = LlmAgent(name="looker", model=Scripted(), instruction="Look up.",
+                             tools=[lookup], before_model_callback=callback,
+                             after_model_callback=callback.after_model)
+            service = InMemorySessionService()  # type: ignore[no-untyped-call]
+            runner = Runner(agent=agent, app_name="app", session_service=service)
+            await service.create_session(app_name="app", user_id="u", session_id="adk-u")
+            for n in range(2):
+                message = t.Content(role="user", parts=[t.Part(text=f"question {n}")])
+                async for _ in runner.run_async(user_id="u", session_id="adk-u",
+                                                new_message=message):
+                    pass
+
+        with caplog.at_level(logging.WARNING, "turnledger.integrations"):
+            asyncio.run(run())
+        session = callback.session_for("adk-u")
+        assert 2 * (steps + 1) == len(versions)
+        billed = {call: ("gemini", 1000 + call, 10 * call, 0, 23 + call)
+                  for call in range(len(versions)) if call not in (2, 6)}
+        # The last answer's usage is recorded with the answer, when the run ends.
+        assert expected_usages(session, versions, billed) == usages(session)
+        assert any("more than the 5 input tokens" in r.getMessage() for r in caplog.records)
+        assert verify(store.backend).ok

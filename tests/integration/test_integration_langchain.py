@@ -25,6 +25,7 @@ import pytest
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
 from tests.docs_text import section as docs_section
 from tests.extras import need
+from tests.usage_windows import SMALL, expected_usages, usages
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import StoreUnavailable
 from turnledger.domain.events import HistoryTrimmed, TrimDecided
@@ -587,3 +588,78 @@ def test_i22_state_window_shows_the_model_what_the_whole_state_would(tmp_path: P
 def _no_ids(messages: list[Any]) -> list[dict[str, Any]]:
     """The messages without their ids (the graph gives tool results random ones)."""
     return [{"class": type(m).__name__, **m.model_dump(exclude={"id"})} for m in messages]
+
+
+# --- issue 35 point 3: each model call's usage recorded against its window, on the
+# framework's real loop (a scripted model that returns usage, no network); what is
+# compared: tests/usage_windows.py.
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+def test_i35_p3_langchain_middleware_records_each_replys_usage_metadata_against_its_window(
+    call: str, tmp_path: Path,
+) -> None:
+    """Two real ``create_agent`` runs (four tool steps each, trimmed between steps; the
+    middleware's sync and async paths): each
+    AIMessage's ``usage_metadata`` is recorded as answering the window the middleware handed
+    to that model call, its cache writes read from ``cache_creation`` or from the lifetime
+    split langchain-anthropic writes; a reply without usage records none."""
+    need("langchain")
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from turnledger.integrations.langchain_agents import TurnledgerMiddleware
+
+    steps = 4
+    config: Any = {"configurable": {"thread_id": "lc-u"}}
+    versions: list[int] = []
+
+    def usage(call: int) -> dict[str, Any] | None:
+        if call == 1:
+            return None  # the provider returned none
+        details = ({"cache_read": 200 + call, "cache_creation": 50} if call % 2 else
+                   {"cache_read": 200 + call, "cache_creation": 0,
+                    "ephemeral_5m_input_tokens": 11, "ephemeral_1h_input_tokens": 2})
+        return {"input_tokens": 3000 + call, "output_tokens": 40 + call,
+                "total_tokens": 3040 + 2 * call, "input_token_details": details}
+
+    def reply(call: int) -> AIMessage:
+        step = call % (steps + 1)
+        if step < steps:
+            return AIMessage(f"step {step} " + "s" * 300, usage_metadata=usage(call),
+                             tool_calls=[{"id": f"c{call}", "name": "lookup", "args": {"q": "x"}}])
+        return AIMessage(f"answer after {step}", usage_metadata=usage(call))
+
+    with open_store(f"sqlite:///{tmp_path / 'lc.db'}") as store:
+        middleware = TurnledgerMiddleware(store, profile=SMALL)
+
+        class Scripted(GenericFakeChatModel):
+            def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+                return self
+
+            def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+                versions.append(middleware.session_for(config).version)
+                return super()._generate(messages, *args, **kwargs)
+
+        @tool
+        def lookup(q: str) -> str:
+            """Look a value up."""
+            return f"value of {q}: " + "x" * 300
+
+        model = Scripted(messages=iter([reply(call) for call in range(2 * (steps + 1))]))
+        agent = create_agent(model, [lookup], middleware=[middleware],
+                             checkpointer=InMemorySaver())
+        for n in range(2):
+            question = {"messages": [HumanMessage(f"question {n}")]}
+            state = (agent.invoke(question, config) if call == "invoke"
+                     else asyncio.run(agent.ainvoke(question, config)))
+            assert f"answer after {steps}" == state["messages"][-1].content
+        session = middleware.session_for(config)
+        assert 2 * (steps + 1) == len(versions)
+        billed = {call: ("langchain", 3000 + call, 200 + call, 50 if call % 2 else 13, 40 + call)
+                  for call in range(len(versions)) if call != 1}
+        assert expected_usages(session, versions, billed) == usages(session)
+        assert verify(store.backend).ok

@@ -23,6 +23,7 @@ import pytest
 from tests.backends import SHARED_BACKENDS, Target, fresh_target
 from tests.docs_text import section as docs_section
 from tests.extras import need
+from tests.usage_windows import SMALL, expected_usages, usages
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.decider import evolve
 from turnledger.domain.events import HistoryTrimmed, MessageAppended
@@ -426,3 +427,73 @@ def test_i22_readme_agents_examples_run_as_written_without_a_warning(
             exec(compile(code, f"{README}:Agents", "exec"), {"__name__": "__readme__"})
         assert [] == [f"{w.category.__name__}: {w.message}" for w in caught]
         assert expected == out.getvalue()
+
+
+# --- issue 35 point 3: each model call's usage recorded against its window, on the
+# framework's real loop (a scripted model that returns usage, no network); what is
+# compared: tests/usage_windows.py.
+
+
+def test_i35_p3_openai_agents_run_hooks_record_each_responses_usage_against_its_window(
+    tmp_path: Path,
+) -> None:
+    """Real ``Runner.run`` loops (the SDK's ScriptedModel, four tool steps, trimmed between
+    steps) with ``hooks=session.run_hooks()``: with the filter, each model response's usage is
+    recorded as answering the window the filter handed to that call; a response without usage
+    records none; without the filter (the model's input is not a turnledger window) none is."""
+    agents = need("agents")
+    agents.set_tracing_disabled(True)
+    from agents.decorators import tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+    from agents.usage import Usage as AgentsUsage
+    from openai.types.responses.response_usage import InputTokensDetails
+
+    from turnledger.integrations.openai_agents import TurnledgerSession
+
+    steps = 4
+    versions: list[int] = []
+
+    @tool
+    async def lookup(q: int) -> str:
+        return f"value {q}: " + "x" * 300
+
+    def usage(call: int) -> AgentsUsage:
+        if call == 2:
+            return AgentsUsage()  # the model returned none
+        return AgentsUsage(requests=1, input_tokens=4000 + call, output_tokens=50 + call,
+                           total_tokens=4050 + 2 * call, input_tokens_details=InputTokensDetails(
+                               cached_tokens=300 + call, cache_write_tokens=9))
+
+    def script(first: int) -> list[Any]:
+        calls = [ModelStep(output=[function_call("lookup", {"q": k}, call_id=f"c{first}_{k}")],
+                           usage=usage(first + k)) for k in range(steps)]
+        return [*calls, ModelStep(output=[assistant_message("done " + "d" * 300)],
+                                  usage=usage(first + steps))]
+
+    async def main(session: Any) -> None:
+        async def noted_filter(data: Any) -> Any:
+            window = await session.call_model_input_filter(data)
+            versions.append(session.session.version)  # the log's state for this call
+            return window
+
+        hooks = session.run_hooks()
+        unfiltered = ScriptedModel(script(100))
+        await agents.Runner.run(agents.Agent(name="x", model=unfiltered, tools=[lookup]),
+                                "question without the filter", session=session, hooks=hooks)
+        assert [] == usages(session.session)
+        config = agents.RunConfig(call_model_input_filter=noted_filter)
+        for n in range(2):
+            model = ScriptedModel(script(n * (steps + 1)))
+            result = await agents.Runner.run(
+                agents.Agent(name="x", model=model, tools=[lookup]), f"question {n}",
+                session=session, hooks=hooks, run_config=config)
+            assert result.final_output.startswith("done")
+
+    with open_store(f"sqlite:///{tmp_path / 'agents.db'}") as store:
+        session = TurnledgerSession("agents-u", store, profile=SMALL)
+        asyncio.run(main(session))
+        assert 2 * (steps + 1) == len(versions)
+        billed = {call: ("openai-responses", 4000 + call, 300 + call, 9, 50 + call)
+                  for call in range(len(versions)) if call != 2}
+        assert expected_usages(session.session, versions, billed) == usages(session.session)
+        assert verify(store.backend).ok

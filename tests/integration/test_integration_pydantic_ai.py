@@ -21,6 +21,7 @@ import pytest
 from tests.backends import SHARED_BACKENDS, fresh_target
 from tests.extras import need
 from tests.store_threads import note_writing_threads
+from tests.usage_windows import SMALL, expected_usages, usages
 from tests.window_builds import count_window_builds
 from turnledger.domain.budget import RuntimeProfile
 from turnledger.domain.errors import InvalidMessage
@@ -606,3 +607,60 @@ def test_i22_pydantic_ai_concurrent_agent_runs_of_one_conversation(
                 assert [c.id for c in log[i].tool_calls] == [  # type: ignore[attr-defined]
                     r.tool_call_id for r in result.results]
             assert verify(store.backend).ok
+
+
+# --- issue 35 point 3: each model call's usage recorded against its window, on the
+# framework's real loop (a scripted model that returns usage, no network); what is
+# compared: tests/usage_windows.py.
+
+
+def test_i35_p3_pydantic_ai_records_each_model_responses_usage_against_its_window(
+    tmp_path: Path,
+) -> None:
+    """Two real pydantic-ai runs (FunctionModel, four tool steps each, trimmed between steps):
+    each ModelResponse's usage is recorded as answering the window sent to its request; a
+    response whose usage pydantic-ai did not measure records none."""
+    need("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from turnledger.integrations.pydantic_ai import TurnledgerHistory
+
+    versions: list[int] = []
+    steps = 4
+    with open_store(f"sqlite:///{tmp_path / 'pai.db'}") as store:
+        history = TurnledgerHistory.open(store, "pai-u", profile=SMALL)
+
+        def model(messages: list[Any], info: AgentInfo) -> ModelResponse:
+            call = len(versions)
+            versions.append(history.session.version)
+            done = sum(isinstance(p, ToolReturnPart) for m in messages[-1:] for p in m.parts)
+            asked = any(getattr(p, "part_kind", "") == "user-prompt" for p in messages[-1].parts)
+            step = 0 if asked else int(messages[-2].parts[-1].tool_call_id.split("-")[-1]) + done
+            usage = RequestUsage(input_tokens=2000 + call, cache_read_tokens=100 + call,
+                                 cache_write_tokens=7, output_tokens=30 + call)
+            if call == 3:
+                usage = RequestUsage(unmeasured_requests=1)  # the provider returned none
+            if step < steps:
+                part = ToolCallPart("lookup", {"q": step}, tool_call_id=f"c-{call}-{step}")
+                return ModelResponse(parts=[TextPart(f"step {step} " + "s" * 300), part],
+                                     usage=usage)
+            return ModelResponse(parts=[TextPart(f"answer after {step}")], usage=usage)
+
+        agent = Agent(FunctionModel(model), capabilities=[history])
+
+        @agent.tool_plain
+        def lookup(q: int) -> str:
+            return f"result {q}: " + "x" * 300
+
+        for n in range(2):
+            result = agent.run_sync(f"question {n}", message_history=history.messages())
+            assert f"answer after {steps}" == result.output
+        session = history.session
+        assert 2 * (steps + 1) == len(versions)
+        billed = {call: ("pydantic-ai", 2000 + call, 100 + call, 7, 30 + call)
+                  for call in range(len(versions)) if call != 3}
+        assert expected_usages(session, versions, billed) == usages(session)
+        assert verify(store.backend).ok
