@@ -130,7 +130,7 @@ def test_i21_p1_a_version_2_request_prepared_round_trips_what_was_left_out() -> 
 
 def test_e10_issue_21_version_2_fixture_records_load(backend: EventStoreBackend) -> None:
     """The v2 records of SessionStarted (pricing, api) and RequestPrepared (left_out) written
-    by make_issue21_records.py read back as the events that wrote them, on every backend."""
+    by make_profile_request_records.py read back as the events that wrote them, on every backend."""
     names = ("session_started_v2", "request_prepared_v2")
     backend.recorder.insert_events([load_fixture(name) for name in names])
     session = UUID("5e55104e-0000-4000-8000-0000000021c5")
