@@ -3,7 +3,7 @@
 The longer run of the matrix of ``tests/integration/test_admin_under_writers.py``
 (ADR-0098): for each admin command (``rekey``, ``rechain``, ``purge``, ``forget``, ``anchor``,
 ``projections run``) and each backend (a SQLite file, a fresh PostgreSQL schema on
-127.0.0.1:5432), ``--agents`` agent processes (``tests/integration/i33_writer_child.py``: half
+127.0.0.1:5432), ``--agents`` agent processes (``tests/integration/admin_writer_child.py``: half
 start a new session per message, each of which needs a new data key, half append to sessions
 of their own) write for ``--seconds`` while the command runs as the CLI in its own process
 (``python -m turnledger --store URL ...``), halfway through. When the store refuses an agent

@@ -2,7 +2,7 @@
 
 Every admin command that changes a store (`rekey`, `rechain`, `purge`, `forget`, `anchor`,
 `projections run`) runs as the CLI, in its own process, while agent processes
-(``i33_writer_child.py``) write to the same SQLite file or PostgreSQL schema. Afterwards a
+(``admin_writer_child.py``) write to the same SQLite file or PostgreSQL schema. Afterwards a
 fresh process opened with the new key / audit key must read every append any agent was told
 had succeeded, `verify` must be clean, and nothing erased may have been active. The agents
 reopen with the keys the operator hands them when the store refuses them (`StoreChanged`).
@@ -30,7 +30,7 @@ from turnledger.domain.events import MessageAppended, SessionForgotten
 from turnledger.domain.messages import Chat
 from turnledger.store.keys import new_key_text
 
-CHILD = Path(__file__).with_name("i33_writer_child.py")
+CHILD = Path(__file__).with_name("admin_writer_child.py")
 ROOT = Path(__file__).resolve().parents[2]
 ACKS_BEFORE = 4
 """Appends each agent must have had acknowledged before the operator's command runs."""

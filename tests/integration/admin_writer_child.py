@@ -1,6 +1,6 @@
 """One agent process of the issue-33 tests: it writes while an operator changes the store.
 
-Usage: ``python i33_writer_child.py URL KEYS_FILE OUT_FILE STOP_FILE MODE [SESSIONS_FILE]``.
+Usage: ``python admin_writer_child.py URL KEYS_FILE OUT_FILE STOP_FILE MODE [SESSIONS_FILE]``.
 
 KEYS_FILE holds ``{"key": ..., "audit_key": ...}`` (either may be null): the keys the process
 opens the store with, read again whenever the store refuses it (`StoreChanged`, `WrongKey`,
