@@ -139,6 +139,45 @@ class _Login:
         )
 
 
+def _schema(url: str, options: dict[str, str]) -> str:
+    """The URL's ``schema``: a plain identifier, in lower case as PostgreSQL names it."""
+    schema = options.get("schema", "public")
+    if not _SCHEMA_NAME.fullmatch(schema.lower()):
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
+            f"got {schema!r}"
+        )
+    if schema != schema.lower():
+        # The library finds its composite types by the unquoted "schema.type" name, which
+        # PostgreSQL folds to lower case: a store in "Upper" could be created, not written.
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: schema must be lower case (PostgreSQL folds unquoted "
+            f"names to lower case), got {schema!r}; use {schema.lower()!r}"
+        )
+    return schema
+
+
+def _modes(url: str, options: dict[str, str]) -> tuple[str, str, str]:
+    """The URL's ``log_order``, ``pool`` and ``pooler`` options, each one of its choices."""
+    log_order = options.get("log_order", "horizon")
+    if log_order not in _LOG_ORDERS:
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: option log_order must be one of "
+            f"{', '.join(_LOG_ORDERS)}, got {log_order!r}"
+        )
+    sharing = options.get("pool", "own")
+    if sharing not in ("own", "shared"):
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: pool must be own or shared, got {sharing!r}"
+        )
+    pooler = options.get("pooler", "none")
+    if pooler not in _POOLERS:
+        raise InvalidStoreURL(
+            f"{redact_url(url)!r}: option pooler must be one of {', '.join(_POOLERS)},"
+            f" got {pooler!r}"
+        )
+    return log_order, sharing, pooler
+
 
 class PostgresDatabase(Database):
     """One schema of one PostgreSQL database."""
@@ -184,19 +223,7 @@ class PostgresDatabase(Database):
                 f"{redact_url(url)!r}: name one database: postgresql://.../DBNAME"
             )
         options = url_options(url, parts.query, _OPTIONS)
-        schema = options.get("schema", "public")
-        if not _SCHEMA_NAME.fullmatch(schema.lower()):
-            raise InvalidStoreURL(
-                f"{redact_url(url)!r}: schema must be a plain identifier (letters, digits, _), "
-                f"got {schema!r}"
-            )
-        if schema != schema.lower():
-            # The library finds its composite types by the unquoted "schema.type" name, which
-            # PostgreSQL folds to lower case: a store in "Upper" could be created, not written.
-            raise InvalidStoreURL(
-                f"{redact_url(url)!r}: schema must be lower case (PostgreSQL folds unquoted "
-                f"names to lower case), got {schema!r}; use {schema.lower()!r}"
-            )
+        schema = _schema(url, options)
         login = _Login(
             dbname=dbname,
             host=parts.hostname or "localhost",
@@ -219,23 +246,7 @@ class PostgresDatabase(Database):
                 url, "statement_timeout", options.get("statement_timeout", "0")
             ),
         )
-        log_order = options.get("log_order", "horizon")
-        if log_order not in _LOG_ORDERS:
-            raise InvalidStoreURL(
-                f"{redact_url(url)!r}: option log_order must be one of "
-                f"{', '.join(_LOG_ORDERS)}, got {log_order!r}"
-            )
-        sharing = options.get("pool", "own")
-        if sharing not in ("own", "shared"):
-            raise InvalidStoreURL(
-                f"{redact_url(url)!r}: pool must be own or shared, got {sharing!r}"
-            )
-        pooler = options.get("pooler", "none")
-        if pooler not in _POOLERS:
-            raise InvalidStoreURL(
-                f"{redact_url(url)!r}: option pooler must be one of {', '.join(_POOLERS)},"
-                f" got {pooler!r}"
-            )
+        log_order, sharing, pooler = _modes(url, options)
         return cls(url, login, schema, pool, limits, log_order, shared=sharing == "shared",
                    pooler=pooler == "transaction")
 
