@@ -839,19 +839,27 @@ class Store:
             return False
         if_version = self._judged_version(uuid, version, if_version, if_idle_for)
         self._count_before_forgetting()
-        if if_version is None:
-            retry_on_conflict(lambda: self._record_forgotten(uuid, str(reason)))
-        else:
-            try:
-                self._record_forgotten(uuid, str(reason), if_version=if_version)
-            except ConcurrencyConflict:
-                raise SessionActive(
-                    f"session {uuid} was written after version {if_version} while it was "
-                    "being forgotten: not forgotten", session_id=str(uuid),
-                ) from None
+        self._record_forgotten_unless_written(uuid, str(reason), if_version)
         keyring.destroyed(uuid)
         keyring.erase()
         return True
+
+    def _record_forgotten_unless_written(
+        self, uuid: UUID, reason: str, if_version: int | None
+    ) -> None:
+        """`_record_forgotten`, retried on a conflict when unconditional; under
+        ``if_version`` a conflict is a writer that came first: `SessionActive`, nothing
+        erased."""
+        if if_version is None:
+            retry_on_conflict(lambda: self._record_forgotten(uuid, reason))
+            return
+        try:
+            self._record_forgotten(uuid, reason, if_version=if_version)
+        except ConcurrencyConflict:
+            raise SessionActive(
+                f"session {uuid} was written after version {if_version} while it was "
+                "being forgotten: not forgotten", session_id=str(uuid),
+            ) from None
 
     def _judged_version(
         self, uuid: UUID, version: int, if_version: int | None, if_idle_for: timedelta | None
