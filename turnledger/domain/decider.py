@@ -1034,21 +1034,14 @@ def _overflow_with_summary(
     return step if summary is None else attrs.evolve(step, summary=summary)
 
 
-def _decide_summarised_trim(
-    state: SessionState, command: EnforceTokenBudget, outcome: SummaryOutcome, target: int,
-    batch: Batch,
-) -> Cut | None:
-    """The budget trim with the summarizer's outcome: `TurnsSummarized` after the trim to
-    the planned turns when the summary is valid, fits and is smaller than what it replaces;
-    otherwise the plain trim and `SummaryRefused` saying why (the request still goes out).
-    Returns the trim's numbers; None when nothing drops."""
-    bounds = _bounds(state, command.target, after_clearing=command.after_clearing)
-    plain = None if bounds is None else _budget_window(state, bounds, BREADCRUMB_TOKENS)
-    if plain is None:
-        return None  # nothing drops (no plan is decided on another state than its own)
-    assert bounds is not None
-    correction = bounds.correction  # issue 35: what the estimate learned from the bill
-    fits = corrected_limit(target, correction)
+def _summary_refusal(
+    state: SessionState, command: EnforceTokenBudget, outcome: SummaryOutcome, plain: Window,
+    fits: int,
+) -> tuple[SummaryRefusal | None, str, int]:
+    """Why the summarizer's outcome cannot stand in for the turns it covers (None when it
+    can), the detail said, and the summary's tokens: the plan must still hold beside the plain
+    trim's window ``plain``, pair its tool calls, have text, be smaller than what it replaces
+    and, with the kept turns, fit ``fits`` tokens. Pure."""
     plan, refusal, detail = outcome.plan, outcome.refusal, outcome.detail
     text = outcome.text
     fresh = plan_summary(state, command.target, BREADCRUMB_TOKENS,
@@ -1072,6 +1065,27 @@ def _decide_summarised_trim(
         elif state.index.tokens(kept) - BREADCRUMB_TOKENS + tokens > fits:
             refusal = SummaryRefusal.DOES_NOT_FIT
             detail = f"the kept turns and the summary exceed the budget of {fits:,} tokens"
+    return refusal, detail, tokens
+
+
+def _decide_summarised_trim(
+    state: SessionState, command: EnforceTokenBudget, outcome: SummaryOutcome, target: int,
+    batch: Batch,
+) -> Cut | None:
+    """The budget trim with the summarizer's outcome: `TurnsSummarized` after the trim to
+    the planned turns when the summary is valid, fits and is smaller than what it replaces;
+    otherwise the plain trim and `SummaryRefused` saying why (the request still goes out).
+    Returns the trim's numbers; None when nothing drops."""
+    bounds = _bounds(state, command.target, after_clearing=command.after_clearing)
+    plain = None if bounds is None else _budget_window(state, bounds, BREADCRUMB_TOKENS)
+    if plain is None:
+        return None  # nothing drops (no plan is decided on another state than its own)
+    assert bounds is not None
+    correction = bounds.correction  # issue 35: what the estimate learned from the bill
+    fits = corrected_limit(target, correction)
+    refusal, detail, tokens = _summary_refusal(state, command, outcome, plain, fits)
+    plan, text = outcome.plan, outcome.text
+    kept = Window(plan.kept_start, True)
     reason = TrimReason.TOKEN_BUDGET
     if refusal is not None:
         cut = _trim(state, batch, view=View.CHAT, trigger=command.trigger, reason=reason,
