@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import Enum
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -51,7 +52,6 @@ except ImportError as error:  # pragma: no cover - the extra is part of dev
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-    from turnledger.domain.budget import Route
     from turnledger.store.session import Store
 
 __all__ = ["FACTS", "IGNORED", "SPAN_NAMES", "instrument"]
@@ -99,6 +99,8 @@ class _Spans:
     def __init__(self, tracer: trace.Tracer, content: bool) -> None:
         self.tracer = tracer
         self.content = content
+        self.conversation: tuple[object, str] = (None, "")
+        """The last session's id and its string: a session's batches come one after another."""
 
     def __call__(self, events: Sequence[DomainEvent]) -> None:
         if len(events) == 1 and events[0].__class__ is ev.MessageAppended:
@@ -113,7 +115,7 @@ class _Spans:
             name,
             kind=SpanKind.INTERNAL,
             attributes={
-                "gen_ai.conversation.id": str(last.originator_id),
+                "gen_ai.conversation.id": self._conversation_id(last.originator_id),
                 "gen_ai.conversation.compacted": any(f.compacts for f, _ in facts),
                 "turnledger.session.version": last.originator_version,
             },
@@ -123,25 +125,35 @@ class _Spans:
             self._fill(span, facts)
         span.end()
 
+    def _conversation_id(self, session_id: object) -> str:
+        known, text = self.conversation  # one read: another thread may replace the pair
+        if known is not session_id:
+            text = str(session_id)
+            self.conversation = (session_id, text)
+        return text
+
     def _fill(self, span: trace.Span, facts: list[tuple[Fact, DomainEvent]]) -> None:
         attributes: Attributes = {}
         span_events: list[tuple[str, Attributes]] = []
         error: str | None = None
         for fact, event in facts:
-            values = fact.describe(event, self.content)
             if fact.step is None:  # what the batch is: the span's attributes
-                attributes.update(values)
+                fact.describe(event, self.content, attributes)
             elif fact.joins and span_events:  # the breadcrumb and notice of the trim before
-                span_events[-1][1].update(values)
+                fact.describe(event, self.content, span_events[-1][1])
             else:  # what happened inside it: a span event
-                span_events.append((fact.step, values))
+                span_events.append((fact.step, fact.describe(event, self.content, {})))
             if fact.error is not None:
                 error = fact.error(event)
-        span.set_attributes(attributes)
+        span.set_attributes(attributes)  # one pass, after the SDK checked the three above
         for step, values in span_events:
             span.add_event(step, values)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
+
+
+Field = tuple[str, Callable[[Any], Any]]
+"""An attribute's name and the getter of its value from the recorded event."""
 
 
 @attrs.frozen
@@ -151,8 +163,8 @@ class Fact:
     name: str
     """The span's name: of the batch this event says what it is (``step`` None), or of a batch
     of such steps alone."""
-    describe: Callable[[Any, bool], Attributes]
-    """``describe(event, record_content)``: its attributes, content-free unless asked."""
+    fields: tuple[Field, ...]
+    """Its attributes by the one rule (`_fields`), in order, after ``said``."""
     step: str | None = None
     """The span event's name, for an event that happens inside a batch (it may repeat)."""
     compacts: bool = False
@@ -162,140 +174,139 @@ class Fact:
     joins: bool = False
     """Its attributes join the span event before it (the trim a breadcrumb and a notice
     belong to: one span event per trim, a third of the cost)."""
+    said: tuple[tuple[str, AttributeValue], ...] = ()
+    """Attributes the event's class alone says (``turnledger.outcome``), first."""
+    content: tuple[Field, ...] = ()
+    """Free-text fields and tool call ids, as they are: only when content is asked for (they
+    may hold content), and not when empty; last."""
+
+    def describe(self, event: Any, content: bool, into: Attributes) -> Attributes:
+        """Put ``event``'s attributes into ``into`` (content-free unless asked); returns it.
+
+        The rule of ``fields``: an enum by its value, a tuple (of ids) by its count, a field
+        that is None left out.
+        """
+        into.update(self.said)
+        for key, get in self.fields:
+            value = get(event)
+            if value is None:
+                continue
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = len(value)
+            into[key] = value
+        if content:
+            for key, get in self.content:
+                if value := get(event):
+                    into[key] = value
+        return into
 
 
-def _request_prepared(event: ev.RequestPrepared, content: bool) -> Attributes:
-    return {
-        "turnledger.outcome": "prepared",
-        **_fields(event, "purpose"),
-        **_route(event.route),
-        **_fields(event, "budget", "window", "estimated_tokens", "message_count", "digest"),
-    }
+def _fields(*names: str | tuple[str, str]) -> tuple[Field, ...]:
+    """``turnledger.<name>``: the recorded event's field of that name (``route.model``: its
+    route's model); a pair: an attribute of another name, and the field it is."""
+    return tuple(
+        (name[0], attrgetter(name[1])) if isinstance(name, tuple)
+        else (f"turnledger.{name}", attrgetter(name))
+        for name in names
+    )
 
 
-def _request_rejected(event: ev.RequestRejected, content: bool) -> Attributes:
-    return {
-        "turnledger.outcome": "rejected",
-        **_fields(event, "reason", "purpose"),
-        **_route(event.route),
-        **_fields(event, "window", "estimated_tokens", "message_count"),
-        "turnledger.tool_calls": len(event.tool_call_ids),
-        **_text(content, "turnledger.detail", event.detail),
-        **_ids(content, event.tool_call_ids),
-    }
-
-
-def _usage_recorded(event: ev.UsageRecorded, content: bool) -> Attributes:
-    return {
-        "gen_ai.usage.input_tokens": event.input_tokens,
-        "gen_ai.usage.output_tokens": event.output_tokens,
-        "gen_ai.usage.cache_read.input_tokens": event.cache_read_tokens,
-        "gen_ai.usage.cache_creation.input_tokens": event.cache_write_tokens,
-        **_fields(event, "api", "digest", "estimated_tokens", "request_position"),
-    }
-
-
-def _route_selected(event: ev.RouteSelected, content: bool) -> Attributes:
-    return {**_fields(event, "reason"), **_route(event.route),
-            **_fields(event, "budget", "window")}
-
-
-def _overflow_reported(event: ev.OverflowReported, content: bool) -> Attributes:
-    return {
-        "turnledger.outcome": "reported",
-        **_fields(event, "estimated_tokens", "target_tokens"),
-        **_text(content, "turnledger.error", event.error),
-    }
-
-
-def _overflow_recovered(event: ev.OverflowRecovered, content: bool) -> Attributes:
-    return {"turnledger.outcome": "recovered", **_fields(event, "tokens_before", "tokens_after")}
-
-
-def _overflow_unrecoverable(event: ev.OverflowUnrecoverable, content: bool) -> Attributes:
-    return {
-        "turnledger.outcome": "unrecoverable",
-        **_text(content, "turnledger.detail", event.detail),
-    }
-
-
-def _trim_decided(event: ev.TrimDecided, content: bool) -> Attributes:
-    return _fields(event, "view", "trigger", "reason", "dropped_messages", "dropped_turns",
-                   "kept_turns", "tokens_before", "tokens_after", "limit", "budget",
-                   "estimate_correction")
-
-
-def _breadcrumb_inserted(event: ev.BreadcrumbInserted, content: bool) -> Attributes:
-    return {"turnledger.breadcrumb_inserted": True}  # before the trim's first kept turn (R31)
-
-
-def _history_trimmed(event: ev.HistoryTrimmed, content: bool) -> Attributes:
-    return {"turnledger.history_trimmed": True}  # the client's notice (R33): the trim's counts
-
-
-def _turns_summarized(event: ev.TurnsSummarized, content: bool) -> Attributes:
-    return {
-        **_fields(event, "view", "first_position", "last_position", "covers_from",
-                  "summarizer", "tokens", "replaced_tokens", "digest"),
-        **_text(content, "turnledger.summary", event.text),
-    }
-
-
-def _summary_refused(event: ev.SummaryRefused, content: bool) -> Attributes:
-    return {
-        **_fields(event, "first_position", "last_position", "summarizer", "reason"),
-        **_text(content, "turnledger.detail", event.detail),
-    }
-
-
-def _tool_results_cleared(event: ev.ToolResultsCleared, content: bool) -> Attributes:
-    return {
-        "turnledger.tool_calls": len(event.tool_call_ids),
-        **_fields(event, "kept_turns", "tokens_before", "tokens_after"),
-        **_ids(content, event.tool_call_ids),
-    }
-
-
-def _orphans_swept(event: ev.OrphansSwept, content: bool) -> Attributes:
-    return {
-        **_fields(event, "removed", "rewritten"),
-        "turnledger.tool_calls": len(event.orphan_tool_call_ids),
-        **_fields(event, "restorable"),
-        **_ids(content, event.orphan_tool_call_ids),
-    }
-
-
-def _tool_calls_restored(event: ev.ToolCallsRestored, content: bool) -> Attributes:
-    return {
-        **_fields(event, "result_position"),
-        "turnledger.tool_calls": len(event.tool_call_ids),
-        **_ids(content, event.tool_call_ids),
-    }
-
+_ROUTE: Final = ("route.provider", "route.model")
+_TOOL_CALLS: Final = ("turnledger.tool_calls", "tool_call_ids")
+_TOOL_CALL_IDS: Final = _fields(("turnledger.tool_call_ids", "tool_call_ids"))
+_DETAIL: Final = _fields("detail")
 
 FACTS: Final[dict[type[DomainEvent], Fact]] = {
-    ev.RequestPrepared: Fact(REQUEST, _request_prepared),
-    ev.RequestRejected: Fact(REQUEST, _request_rejected, error=lambda e: e.reason.value),
-    ev.UsageRecorded: Fact(USAGE, _usage_recorded),
-    ev.RouteSelected: Fact(ROUTE, _route_selected),
-    ev.OverflowReported: Fact(OVERFLOW, _overflow_reported),
-    ev.OverflowRecovered: Fact(OVERFLOW, _overflow_recovered),
-    ev.OverflowUnrecoverable: Fact(OVERFLOW, _overflow_unrecoverable,
-                                   error=lambda e: "unrecoverable"),
-    ev.TrimDecided: Fact(COMPACTION, _trim_decided, "turnledger.trim_decided", compacts=True),
-    ev.BreadcrumbInserted: Fact(
-        COMPACTION, _breadcrumb_inserted, "turnledger.breadcrumb_inserted", joins=True
+    ev.RequestPrepared: Fact(
+        REQUEST,
+        _fields("purpose", *_ROUTE, "budget", "window", "estimated_tokens",
+                "message_count", "digest"),
+        said=(("turnledger.outcome", "prepared"),),
     ),
-    ev.HistoryTrimmed: Fact(COMPACTION, _history_trimmed, "turnledger.history_trimmed", joins=True),
+    ev.RequestRejected: Fact(
+        REQUEST,
+        _fields("reason", "purpose", *_ROUTE, "window", "estimated_tokens",
+                "message_count", _TOOL_CALLS),
+        said=(("turnledger.outcome", "rejected"),),
+        content=_DETAIL + _TOOL_CALL_IDS,
+        error=lambda e: e.reason.value,
+    ),
+    ev.UsageRecorded: Fact(
+        USAGE,
+        _fields(
+            ("gen_ai.usage.input_tokens", "input_tokens"),
+            ("gen_ai.usage.output_tokens", "output_tokens"),
+            ("gen_ai.usage.cache_read.input_tokens", "cache_read_tokens"),
+            ("gen_ai.usage.cache_creation.input_tokens", "cache_write_tokens"),
+            "api", "digest", "estimated_tokens", "request_position",
+        ),
+    ),
+    ev.RouteSelected: Fact(ROUTE, _fields("reason", *_ROUTE, "budget", "window")),
+    ev.OverflowReported: Fact(
+        OVERFLOW,
+        _fields("estimated_tokens", "target_tokens"),
+        said=(("turnledger.outcome", "reported"),),
+        content=_fields(("turnledger.error", "error")),
+    ),
+    ev.OverflowRecovered: Fact(
+        OVERFLOW, _fields("tokens_before", "tokens_after"),
+        said=(("turnledger.outcome", "recovered"),),
+    ),
+    ev.OverflowUnrecoverable: Fact(
+        OVERFLOW, (), said=(("turnledger.outcome", "unrecoverable"),), content=_DETAIL,
+        error=lambda e: "unrecoverable",
+    ),
+    ev.TrimDecided: Fact(
+        COMPACTION,
+        _fields("view", "trigger", "reason", "dropped_messages", "dropped_turns", "kept_turns",
+                "tokens_before", "tokens_after", "limit", "budget", "estimate_correction"),
+        "turnledger.trim_decided",
+        compacts=True,
+    ),
+    ev.BreadcrumbInserted: Fact(  # before the trim's first kept turn (R31)
+        COMPACTION, (), "turnledger.breadcrumb_inserted", joins=True,
+        said=(("turnledger.breadcrumb_inserted", True),),
+    ),
+    ev.HistoryTrimmed: Fact(  # the client's notice (R33): the trim's counts
+        COMPACTION, (), "turnledger.history_trimmed", joins=True,
+        said=(("turnledger.history_trimmed", True),),
+    ),
     ev.TurnsSummarized: Fact(
-        COMPACTION, _turns_summarized, "turnledger.turns_summarized", compacts=True
+        COMPACTION,
+        _fields("view", "first_position", "last_position", "covers_from", "summarizer",
+                "tokens", "replaced_tokens", "digest"),
+        "turnledger.turns_summarized",
+        compacts=True,
+        content=_fields(("turnledger.summary", "text")),
     ),
-    ev.SummaryRefused: Fact(COMPACTION, _summary_refused, "turnledger.summary_refused"),
+    ev.SummaryRefused: Fact(
+        COMPACTION,
+        _fields("first_position", "last_position", "summarizer", "reason"),
+        "turnledger.summary_refused",
+        content=_DETAIL,
+    ),
     ev.ToolResultsCleared: Fact(
-        COMPACTION, _tool_results_cleared, "turnledger.tool_results_cleared", compacts=True
+        COMPACTION,
+        _fields(_TOOL_CALLS, "kept_turns", "tokens_before", "tokens_after"),
+        "turnledger.tool_results_cleared",
+        compacts=True,
+        content=_TOOL_CALL_IDS,
     ),
-    ev.OrphansSwept: Fact(SWEEP, _orphans_swept, "turnledger.orphans_swept"),
-    ev.ToolCallsRestored: Fact(SWEEP, _tool_calls_restored, "turnledger.tool_calls_restored"),
+    ev.OrphansSwept: Fact(
+        SWEEP,
+        _fields("removed", "rewritten", ("turnledger.tool_calls", "orphan_tool_call_ids"),
+                "restorable"),
+        "turnledger.orphans_swept",
+        content=_fields(("turnledger.tool_call_ids", "orphan_tool_call_ids")),
+    ),
+    ev.ToolCallsRestored: Fact(
+        SWEEP,
+        _fields("result_position", _TOOL_CALLS),
+        "turnledger.tool_calls_restored",
+        content=_TOOL_CALL_IDS,
+    ),
 }
 """What each decision becomes in a span: the one table (a test holds it and `IGNORED` to
 `turnledger.events.Event`)."""
@@ -306,36 +317,6 @@ IGNORED: Final[frozenset[type[DomainEvent]]] = frozenset(
 )
 """Events that decide nothing about a window (the log's own changes; an erasure, an
 administrative act): no span of their own."""
-
-
-def _route(route: Route) -> Attributes:
-    return {"turnledger.route.provider": route.provider, "turnledger.route.model": route.model}
-
-
-def _fields(event: DomainEvent, *names: str) -> Attributes:
-    """``turnledger.<name>``: each named field of the recorded event as is, an enum by its
-    value, a tuple (of ids) by its count; a field that is None is left out."""
-    out: Attributes = {}
-    for name in names:
-        value = getattr(event, name)
-        if value is None:
-            continue
-        if isinstance(value, Enum):
-            value = value.value
-        elif isinstance(value, tuple):
-            value = len(value)
-        out[f"turnledger.{name}"] = value
-    return out
-
-
-def _text(content: bool, key: str, text: str) -> Attributes:
-    """A free-text field: it may hold content, so only when the caller opted in."""
-    return {key: text} if content and text else {}
-
-
-def _ids(content: bool, ids: tuple[str, ...]) -> Attributes:
-    """Tool call ids: a runtime may put anything in them, so only when the caller opted in."""
-    return {"turnledger.tool_call_ids": ids} if content and ids else {}
 
 
 def _nanoseconds(event: DomainEvent) -> int:

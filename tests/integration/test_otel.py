@@ -404,7 +404,7 @@ def test_i38_p1_each_span_and_span_event_carries_the_recorded_values(traced: Tra
             "gen_ai.conversation.compacted": compacted,
             "turnledger.session.version": batch[-1].originator_version,
         }
-        steps = []
+        steps: list[tuple[str, dict[str, object]]] = []
         for event in decisions:
             if type(event) in SPAN_KEYS:
                 expected.update({key: _expected(event, key) for key in SPAN_KEYS[type(event)]})
@@ -572,3 +572,23 @@ def test_i38_p1_an_observer_that_raises_is_logged_and_the_write_stands(
         assert 4 == len(store.events_of(session.id))  # started, its route, two appends
     assert [2, 1] == seen
     assert [f"event observer {fails!r} failed"] * 3 == [r.getMessage() for r in caplog.records]
+
+
+def test_i38_p1_an_empty_free_text_is_left_out_even_with_content() -> None:
+    """``record_content=True`` adds a free-text field only when it holds something: an empty
+    error string is no attribute (and the content-free fields are there either way)."""
+    from uuid import uuid4
+
+    from turnledger.otel import FACTS
+
+    event = OverflowReported(uuid4(), 3, datetime.now(UTC), "", 900, 700)
+    fact = FACTS[OverflowReported]
+    without = {
+        "turnledger.outcome": "reported",
+        "turnledger.estimated_tokens": 900,
+        "turnledger.target_tokens": 700,
+    }
+    assert without == fact.describe(event, True, {})
+    said = attrs.evolve(event, error="prompt is too long")
+    assert {**without, "turnledger.error": "prompt is too long"} == fact.describe(said, True, {})
+    assert without == fact.describe(said, False, {})
