@@ -105,18 +105,26 @@ class _Spans:
     def __call__(self, events: Sequence[DomainEvent]) -> None:
         if len(events) == 1 and events[0].__class__ is ev.MessageAppended:
             return  # the most frequent batch, and it decides nothing
-        facts = [(f, e) for e in events if (f := FACTS.get(e.__class__)) is not None]
-        if not facts:  # no decision (`IGNORED`), or a runtime's own registered events
+        facts: list[tuple[Fact, DomainEvent]] = []
+        name: str | None = None  # what the batch is (its first headline), else its first step
+        compacted = False
+        for event in events:  # one loop: most batches are a single decision
+            fact = FACTS.get(event.__class__)
+            if fact is None:  # no decision (`IGNORED`), or a runtime's own registered events
+                continue
+            facts.append((fact, event))
+            if name is None and fact.step is None:
+                name = fact.name
+            compacted = compacted or fact.compacts
+        if not facts:
             return
-        # Named by what the batch is (its first headline), else by its first step.
-        name = next((f.name for f, _ in facts if f.step is None), facts[0][0].name)
         last = events[-1]
         span = self.tracer.start_span(
-            name,
+            name or facts[0][0].name,
             kind=SpanKind.INTERNAL,
             attributes={
                 "gen_ai.conversation.id": self._conversation_id(last.originator_id),
-                "gen_ai.conversation.compacted": any(f.compacts for f, _ in facts),
+                "gen_ai.conversation.compacted": compacted,
                 "turnledger.session.version": last.originator_version,
             },
             start_time=_nanoseconds(events[0]),
