@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -61,6 +62,36 @@ class Settings:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False,
                             separators=(",", ":"))
 
+_ORJSON_FLOAT = re.compile(rb"\.0000"), re.compile(rb"e-[5-9][^0-9]")
+"""Where orjson's text of a number may not be Python's: a float from 1e-9 to 1e-4 (orjson
+writes ``0.00001`` and ``1e-9`` where Python writes ``1e-05`` and ``1e-09``); no other finite
+float differs (tests/server/test_encoding.py). A string holding either is a false alarm,
+answered by the standard library."""
+
+
+def _orjson_dumps() -> Callable[[Any], bytes] | None:
+    try:  # the server extra brings it (ADR-0110); without it, the standard library writes all
+        from orjson import dumps
+    except ImportError:  # pragma: no cover - an install without the extra's orjson
+        return None
+    return dumps
+
+
+_ORJSON_DUMPS = _orjson_dumps()
+
+
+def _fast_dumps(content: Any) -> bytes | None:
+    """``content`` as orjson writes it, or None where that is not the standard library's text
+    byte for byte (orjson refuses what it would write otherwise: a key that is not a string,
+    an integer beyond 64 bits, a lone surrogate), or without orjson."""
+    if _ORJSON_DUMPS is None:
+        return None
+    try:
+        out = _ORJSON_DUMPS(content)
+    except TypeError:  # orjson.JSONEncodeError
+        return None
+    return None if any(p.search(out) for p in _ORJSON_FLOAT) else out
+
 
 class _Json(JSONResponse):
     """Starlette's JSON answer, the same bytes, encoded without the check for cycles: an
@@ -69,6 +100,18 @@ class _Json(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return _ENCODER.encode(content).encode("utf-8")
+
+
+class _RecordJson(_Json):
+    """An answer of recorded items or a window, the same bytes written by orjson, ten times
+    faster (a 100-turn window: 0.16 ms to 0.04 ms with the check; ADR-0110). Only where every
+    float is finite: orjson writes NaN and the infinities as ``null`` where Python refuses
+    them, and an item holding one is refused before it is recorded (``check_finite_json``);
+    a window's own numbers are counts and a correction from 1 to 2."""
+
+    def render(self, content: Any) -> bytes:
+        fast = _fast_dumps(content)
+        return super().render(content) if fast is None else fast
 
 
 def error_response(status: int, message: str, *, kind: str = "invalid_request_error",
@@ -161,7 +204,7 @@ class _Api:
         items = _items_param(body, required=True)
         stored = await self._call(self.c.add_items, request.path_params["conversation_id"],
                                   tenant_of(request), items)
-        return _Json(_page(stored, has_more=False))
+        return _RecordJson(_page(stored, has_more=False))
 
     async def list_items(self, request: Request) -> Response:
         conversation = request.path_params["conversation_id"]
@@ -181,12 +224,12 @@ class _Api:
                 raise Refused(f"No item with id '{after}' in this conversation", "after",
                               "invalid_value")
             items = items[ids.index(after) + 1:]
-        return _Json(_page(items[:limit], has_more=len(items) > limit))
+        return _RecordJson(_page(items[:limit], has_more=len(items) > limit))
 
     async def retrieve_item(self, request: Request) -> Response:
         item = await self._call(self.c.item, request.path_params["conversation_id"],
                                 tenant_of(request), request.path_params["item_id"])
-        return _Json(item)
+        return _RecordJson(item)
 
     async def delete_item(self, request: Request) -> Response:
         conversation = request.path_params["conversation_id"]
@@ -208,7 +251,7 @@ class _Api:
                                   tenant_of(request), tools,
                                   body.get("api", "openai_responses"), frozenset(include),
                                   items)
-        return _Json(answer)
+        return _RecordJson(answer)
 
     async def overflow(self, request: Request) -> Response:
         body = await _body(request)
