@@ -29,7 +29,6 @@ import turnledger as tl
 from turnledger.server.access import Access, tenant_of
 from turnledger.server.conversations import Conversations, NotFound, Refused
 from turnledger.server.dashboard import dashboard
-from turnledger.server.ids import session_id
 from turnledger.server.openapi import openapi_document
 from turnledger.server.registry import ConversationRecord, Registry
 from turnledger.server.stream import EventHub, Visibility, stream_routes
@@ -289,9 +288,9 @@ class _Api:
     async def verify(self, request: Request) -> Response:
         from turnledger.audit import verify
 
-        conversation = request.path_params["conversation_id"]
-        await self._call(self.c.record, conversation, tenant_of(request))
-        report = await self._call(verify, self.c.store.backend, [session_id(conversation)])
+        session = await self._call(self.c.audited, request.path_params["conversation_id"],
+                                   tenant_of(request))
+        report = await self._call(verify, self.c.store.backend, [session])
         return _Json({"object": "conversation.verification", "ok": report.ok,
                              "events_checked": report.events_checked,
                              "findings": [str(v) for v in report.violations],
@@ -413,7 +412,8 @@ def create_app(store: tl.Store, settings: Settings | None = None) -> Starlette:
     """The server's ASGI application on ``store`` (module doc)."""
     settings = settings or Settings()
     registry = settings.registry or Registry.beside(store)
-    conversations = Conversations(store, registry, settings.profile, settings.providers)
+    conversations = Conversations(store, registry, settings.profile, settings.providers,
+                                  audit_any_session=not settings.require_keys)
     api = _Api(conversations)
     hub = EventHub(store)
     stream = stream_routes(store, hub=hub, visibility=(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 from uuid import UUID
 
@@ -22,7 +22,13 @@ from turnledger.events import HistoryTrimmed
 from turnledger.providers import Usage, to_openai_responses
 from turnledger.replay.timeline import to_jsonable
 from turnledger.server.ids import conversation_id, session_id
-from turnledger.server.items import DUPLICATE_ID, ItemError, ItemFold, StoredItem, prepare_items
+from turnledger.server.items import (
+    DUPLICATE_ID,
+    ItemError,
+    ItemFold,
+    StoredItem,
+    prepare_items,
+)
 from turnledger.server.registry import ConversationRecord, Registry
 
 __all__ = ["Conversations", "NotFound", "Refused"]
@@ -70,14 +76,51 @@ form and every event the call recorded. A runtime that sends the body needs neit
 they were half of the answer's bytes and a third of its cost (benchmarks/server.py)."""
 
 
+def _window_answer(conversation: str, prepared: tl.PreparedRequest,
+                   caused: Sequence[tl.DomainEvent], api: str, include: frozenset[str],
+                   stored: list[Item]) -> dict[str, Any]:
+    """The window's answer (`Conversations.window`): ``caused`` holds every event the call
+    recorded when it trimmed or ``include`` asks for them, else nothing."""
+    bodies: dict[str, Callable[[], Any]] = {
+        "openai_responses": prepared.to_openai_responses,
+        "openai_chat": prepared.to_openai_chat,
+        "anthropic": prepared.to_anthropic}
+    answer: dict[str, Any] = {
+        "object": "conversation.window",
+        "conversation_id": conversation,
+        "capacity": {"fits": True, "estimated_tokens": prepared.estimated_tokens,
+                     "model_context_window": prepared.model_context_window,
+                     "budget": prepared.budget, "window": prepared.window},
+        "body": bodies[api](),
+        "prompt_cache_key": prepared.cache_key,
+        "request_digest": prepared.digest,
+        "history_trimmed": [event_json(e) for e in caused if isinstance(e, HistoryTrimmed)],
+    }
+    if stored:
+        answer["added_items"] = stored
+    if "items" in include:
+        answer["items"] = to_openai_responses(prepared.messages)
+    if "events" in include:
+        answer["events"] = [event_json(e) for e in caused]
+    return answer
+
+
 class Conversations:
-    """The operations of the API (module doc); ``owner`` is the caller's tenant."""
+    """The operations of the API (module doc); ``owner`` is the caller's tenant.
+
+    ``audit_any_session``: the audit endpoints (timeline, verify, what-if, report) also read a
+    session of the store that no conversation names (one the library, an integration or an
+    import wrote), as the store-wide stream shows them. For a server without keys, whose every
+    caller is its operator; with keys a conversation is its creator's alone.
+    """
 
     def __init__(self, store: tl.Store, registry: Registry,
                  profile: tl.RuntimeProfile | None = None,
-                 providers: tuple[tl.ProviderProfile, ...] = ()) -> None:
+                 providers: tuple[tl.ProviderProfile, ...] = (), *,
+                 audit_any_session: bool = False) -> None:
         self.store = store
         self.registry = registry
+        self.audit_any_session = audit_any_session
         self.profile = profile or tl.RuntimeProfile()
         self.providers = providers
         self._sessions: OrderedDict[str, tl.Session] = OrderedDict()
@@ -212,13 +255,20 @@ class Conversations:
         self.item(conversation, owner, item)
 
         def pop(session: tl.Session) -> None:
-            view = session.conversation_view()
-            newest = to_openai_responses(view[-1:]) if view else []
-            if not newest or newest[-1].get("id") != item:
+            # The items as of the session's version or later: an item another replica added
+            # since makes this one not the newest, or the pop conflict and check again.
+            items = self.items(conversation)
+            if not items or items[-1].item.get("id") != item:
                 raise Refused(
                     f"Item '{item}' is not the newest item of the conversation: turnledger's "
                     "log is append-only and only the newest item can be removed (recorded as "
                     "MessagePopped)", "item_id", "item_not_newest")
+            shared = [s for s in items if s.position == items[-1].position]
+            if len(shared) > 1:
+                raise Refused(
+                    f"Item '{item}' was recorded as one message with {len(shared) - 1} other "
+                    "item(s) (a tool step written without this API); removing it would remove "
+                    "them too, so nothing was removed", "item_id", "item_not_newest")
             session.pop()
 
         self._writing(conversation, pop, fresh=True)
@@ -265,29 +315,7 @@ class Conversations:
                 self._fold(conversation).recorded(before, caused)
             else:
                 self._fold(conversation).passed(before, session.version)
-            bodies: dict[str, Callable[[], Any]] = {
-                      "openai_responses": prepared.to_openai_responses,
-                      "openai_chat": prepared.to_openai_chat,
-                      "anthropic": prepared.to_anthropic}
-            answer: dict[str, Any] = {
-                "object": "conversation.window",
-                "conversation_id": conversation,
-                "capacity": {"fits": True, "estimated_tokens": prepared.estimated_tokens,
-                             "model_context_window": prepared.model_context_window,
-                             "budget": prepared.budget, "window": prepared.window},
-                "body": bodies[api](),
-                "prompt_cache_key": prepared.cache_key,
-                "request_digest": prepared.digest,
-                "history_trimmed": [event_json(e) for e in caused
-                                    if isinstance(e, HistoryTrimmed)],
-            }
-            if stored:
-                answer["added_items"] = stored
-            if "items" in include:
-                answer["items"] = to_openai_responses(prepared.messages)
-            if "events" in include:
-                answer["events"] = [event_json(e) for e in caused]
-            return answer
+            return _window_answer(conversation, prepared, caused, api, include, stored)
 
         return self._writing(conversation, prepare)
 
@@ -325,6 +353,18 @@ class Conversations:
 
         return self._writing(conversation, recover)
 
-    def events(self, conversation: str, owner: str) -> list[tl.DomainEvent]:
+    def audited(self, conversation: str, owner: str) -> str:
+        """The session id the audit endpoints read for ``conversation``, or `NotFound`: a
+        conversation of ``owner``'s, or with `audit_any_session` any session of the store
+        that no conversation names (a missing one is `SessionNotFound` when read)."""
+        if self.audit_any_session and self.registry.conversation(conversation) is None:
+            try:
+                return session_id(conversation)
+            except LookupError:
+                raise NotFound(f"Conversation with id '{conversation}' not found.") from None
         self.record(conversation, owner)
-        return self.store.events_of(session_id(conversation))
+        return session_id(conversation)
+
+    def events(self, conversation: str, owner: str) -> list[tl.DomainEvent]:
+        """The conversation's log, for the audit endpoints (`audited`)."""
+        return self.store.events_of(self.audited(conversation, owner))

@@ -11,12 +11,16 @@ truncate (R38), is refused with the reason and none of the request's items is re
 (ADR-0042's rule, at the server's door).
 
 The items of a conversation are a fold of its log: `MessageAppended` adds one,
-`MessagePopped` takes the one at its position away, `HistoryCleared` all so far. Trims do not
+`MessagePopped` takes the one at its position away, `HistoryCleared` all so far. A message
+recorded without this API (the library, an integration, ``turnledger import`` writing to the
+same session) is listed in the same shape, each of its Responses items with an id made of its
+log position (`recorded_id`). Trims do not
 remove items: the list is the record, the window (``POST .../window``) is what a model sees.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import secrets
 import threading
@@ -27,7 +31,8 @@ import turnledger as tl
 from turnledger.events import HistoryCleared, MessageAppended, MessagePopped
 from turnledger.providers import from_openai_responses, to_openai_responses
 
-__all__ = ["DUPLICATE_ID", "ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items"]
+__all__ = ["DUPLICATE_ID", "ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items",
+           "recorded_id"]
 
 Item = dict[str, Any]
 
@@ -150,22 +155,50 @@ class StoredItem:
         self.item = item
 
 
-def _fold(shown: dict[int, StoredItem], events: Sequence[tl.DomainEvent]) -> None:
+def recorded_id(item: Item, position: int, index: int) -> str:
+    """The id of an item recorded without one (by the library, an integration or an import,
+    not through this API): its type's prefix and 32 hex digits of its log position and its
+    place among the items of that message, so every replica gives the same id for as long
+    as the log holds it."""
+    kind = item.get("type") or ("message" if "role" in item else "")
+    return f"{item_id_prefix(str(kind))}{position:024x}{index:08x}"
+
+
+def _items_at(message: tl.ConversationMessage, position: int) -> tuple[StoredItem, ...]:
+    """The items of the message at ``position``: one as this API recorded it, or, for a
+    message recorded elsewhere, each of its Responses items in the API's shape with a
+    `recorded_id` (a tool step of two calls is two items)."""
+    items = to_openai_responses([message])
+    if len(items) == 1 and "id" in items[0]:
+        return (StoredItem(position, items[0]),)
+    shaped = []
+    for index, item in enumerate(items):
+        with_id = {**item, "id": item.get("id") or recorded_id(item, position, index)}
+        with contextlib.suppress(ItemError):  # a kind the API has no shape for: as recorded
+            with_id = _normalized(with_id, index)
+        shaped.append(StoredItem(position, with_id))
+    return tuple(shaped)
+
+
+def _fold(shown: dict[int, tuple[StoredItem, ...]], events: Sequence[tl.DomainEvent]) -> None:
     for event in events:
         if isinstance(event, MessageAppended):
-            (item,) = to_openai_responses([event.message])
-            shown[event.position] = StoredItem(event.position, item)
+            shown[event.position] = _items_at(event.message, event.position)
         elif isinstance(event, MessagePopped):
             shown.pop(event.position, None)
         elif isinstance(event, HistoryCleared):
             shown.clear()
 
 
+def _in_order(shown: dict[int, tuple[StoredItem, ...]]) -> list[StoredItem]:
+    return [item for position in sorted(shown) for item in shown[position]]
+
+
 def items_of(events: Sequence[tl.DomainEvent]) -> list[StoredItem]:
     """The conversation's items, oldest first: the fold of the module doc."""
-    shown: dict[int, StoredItem] = {}
+    shown: dict[int, tuple[StoredItem, ...]] = {}
     _fold(shown, events)
-    return sorted(shown.values(), key=lambda s: s.position)
+    return _in_order(shown)
 
 
 class ItemFold:
@@ -175,14 +208,14 @@ class ItemFold:
 
     def __init__(self) -> None:
         self.version = 0
-        self._shown: dict[int, StoredItem] = {}
+        self._shown: dict[int, tuple[StoredItem, ...]] = {}
         self._lock = threading.Lock()
 
     def current(self, read: Callable[[int], Sequence[tl.DomainEvent]]) -> list[StoredItem]:
         """The items as committed now; ``read(v)`` gives the events after version ``v``."""
         with self._lock:
             self._catch_up(read)
-            return sorted(self._shown.values(), key=lambda s: s.position)
+            return _in_order(self._shown)
 
     def ids(self, version: int, read: Callable[[int], Sequence[tl.DomainEvent]]) -> set[str]:
         """The ids of the items as of ``version`` or later, read from the log only when the
@@ -192,7 +225,7 @@ class ItemFold:
         with self._lock:
             if self.version < version:
                 self._catch_up(read)
-            return {s.item["id"] for s in self._shown.values()}
+            return {s.item["id"] for at in self._shown.values() for s in at}
 
     def _catch_up(self, read: Callable[[int], Sequence[tl.DomainEvent]]) -> None:
         events = read(self.version)
