@@ -14,8 +14,8 @@ The items of a conversation are a fold of its log: `MessageAppended` adds one,
 `MessagePopped` takes the one at its position away, `HistoryCleared` all so far. A message
 recorded without this API (the library, an integration, ``turnledger import`` writing to the
 same session) is listed in the same shape, each of its Responses items with an id made of its
-log position (`recorded_id`). Trims do not
-remove items: the list is the record, the window (``POST .../window``) is what a model sees.
+log position (`_recorded_id`). Trims do not remove items: the list is the record, the window
+(``POST .../window``) is what a model sees.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ import turnledger as tl
 from turnledger.events import HistoryCleared, MessageAppended, MessagePopped
 from turnledger.providers import from_openai_responses, to_openai_responses
 
-__all__ = ["DUPLICATE_ID", "ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items",
-           "recorded_id"]
+__all__ = ["DUPLICATE_ID", "ItemError", "ItemFold", "StoredItem", "items_of", "prepare_items"]
 
 Item = dict[str, Any]
 
@@ -155,7 +154,7 @@ class StoredItem:
         self.item = item
 
 
-def recorded_id(item: Item, position: int, index: int) -> str:
+def _recorded_id(item: Item, position: int, index: int) -> str:
     """The id of an item recorded without one (by the library, an integration or an import,
     not through this API): its type's prefix and 32 hex digits of its log position and its
     place among the items of that message, so every replica gives the same id for as long
@@ -167,13 +166,13 @@ def recorded_id(item: Item, position: int, index: int) -> str:
 def _items_at(message: tl.ConversationMessage, position: int) -> tuple[StoredItem, ...]:
     """The items of the message at ``position``: one as this API recorded it, or, for a
     message recorded elsewhere, each of its Responses items in the API's shape with a
-    `recorded_id` (a tool step of two calls is two items)."""
+    `_recorded_id` (a tool step of two calls is two items)."""
     items = to_openai_responses([message])
     if len(items) == 1 and "id" in items[0]:
         return (StoredItem(position, items[0]),)
     shaped = []
     for index, item in enumerate(items):
-        with_id = {**item, "id": item.get("id") or recorded_id(item, position, index)}
+        with_id = {**item, "id": item.get("id") or _recorded_id(item, position, index)}
         with contextlib.suppress(ItemError):  # a kind the API has no shape for: as recorded
             with_id = _normalized(with_id, index)
         shaped.append(StoredItem(position, with_id))
