@@ -20,7 +20,11 @@ another order each round) so that load on the machine weighs on all alike:
   ``TracerProvider`` and a ``BatchSpanProcessor`` over an exporter that drops the spans (what
   a service would run, minus the network); the processor is flushed inside the timed part;
 - **api_noop**: ``instrument(store)`` with no SDK configured: the API's no-op tracer (the cost
-  of the observer and of reading the events alone).
+  of the observer and of reading the events alone);
+- **off_step** and **sdk_step**: the same two with each call inside an agent framework's span
+  (``agent step``, made by the same SDK), as an instrumented agent runs: a plain prepared
+  request is then a span event on it (ADR-0111). Their ratios are sdk_step / off_step, so the
+  framework's own span weighs on both; ``spans`` counts the framework's spans too.
 
 Backends: ``sqlite`` (a file in a temporary directory: the real per-call path, a commit each)
 and ``memory`` (no I/O: the worst case, where only CPU counts). Times are CPU time of the
@@ -32,6 +36,7 @@ load drifts between rounds). Prints the table; writes ``benchmarks/results/otel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -47,7 +52,10 @@ from turnledger.otel import instrument
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "otel.json"
-LANES = ("off", "sdk", "api_noop")
+LANES = ("off", "sdk", "api_noop", "off_step", "sdk_step")
+BASELINE = {"sdk": "off", "api_noop": "off", "off": "off", "off_step": "off_step",
+            "sdk_step": "off_step"}
+"""The lane each lane's ratio is taken against."""
 BACKENDS = ("sqlite", "memory")
 WORKLOADS = {
     "trimming": tl.RuntimeProfile(max_context_tokens=4_000),
@@ -99,23 +107,30 @@ def _lane(
     """Per-call CPU and wall microseconds of ``calls`` calls on a fresh store."""
     url = "memory://" if backend == "memory" else f"sqlite:///{directory / f'{lane}.db'}"
     flush: Callable[[], int] = lambda: 0  # noqa: E731 - nothing to flush without the SDK
+    step: Callable[[], Any] = contextlib.nullcontext
     with tl.open_store(url) as store:
-        if lane == "sdk":
+        if lane in ("sdk", "off_step", "sdk_step"):
             provider, flush = _sdk_provider()
-            instrument(store, tracer_provider=provider)
+            if lane != "off_step":
+                instrument(store, tracer_provider=provider)
+            if lane != "sdk":  # the framework's span around each model call
+                tracer = provider.get_tracer("an agent framework")
+                step = lambda: tracer.start_as_current_span("agent step")  # noqa: E731
         elif lane == "api_noop":
             instrument(store)  # no SDK configured: the API's no-op provider
         session = store.start_session(profile)
         session.append(ChatMessage.system("You are a careful build agent. " * 10))
         for n in range(WARMUP):
-            session.append(_message(n))
-            session.prepare_request()
+            with step():
+                session.append(_message(n))
+                session.prepare_request()
         exported = flush()
         version = session.version
         cpu, wall = time.process_time_ns(), time.perf_counter_ns()
         for n in range(WARMUP, WARMUP + calls):
-            session.append(_message(n))
-            session.prepare_request()
+            with step():
+                session.append(_message(n))
+                session.prepare_request()
         spans = flush() - exported
         cpu, wall = time.process_time_ns() - cpu, time.perf_counter_ns() - wall
         trims = sum(
@@ -146,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_ in range(rounds):
             for backend, workload in cases:
                 case = runs[f"{backend}/{workload}"]
-                for lane in LANES[round_ % 3 :] + LANES[: round_ % 3]:
+                for lane in LANES[round_ % len(LANES) :] + LANES[: round_ % len(LANES)]:
                     directory = Path(tmp) / f"{backend}-{workload}-{lane}-{round_}"
                     directory.mkdir()
                     case[lane].append(_lane(lane, backend, WORKLOADS[workload], calls, directory))
@@ -179,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _row(case: str, lane: str, runs: dict[str, list[dict[str, float]]]) -> dict[str, object]:
     """One lane of one case: medians per call, and the median of the per-round ratios."""
-    mine, off = runs[lane], runs["off"]
+    mine, off = runs[lane], runs[BASELINE[lane]]
 
     def median(what: str, of: list[dict[str, float]]) -> float:
         return statistics.median(r[what] for r in of)

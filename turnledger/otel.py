@@ -4,7 +4,10 @@
 each batch of events the store commits that holds a decision (a request prepared or refused, a
 trim, a summary, a clearing, an overflow, a sweep, a route, a usage) becomes one span through
 the OpenTelemetry API, a child of the caller's current span (ADR-0108). Appends that decide
-nothing emit nothing.
+nothing emit nothing. A request prepared with nothing else decided (no trim, no clearing: the
+common call) is a ``turnledger.request`` span event on the caller's span when one is
+recording, with the attributes its span would have (ADR-0111; ``request_spans=True`` makes it
+a span as well).
 
 - The span is named by what the batch is (`SPAN_NAMES`): ``turnledger.request``,
   ``turnledger.overflow``, ``turnledger.usage``, ``turnledger.route``, or, for a trim an
@@ -76,6 +79,7 @@ def instrument(
     *,
     tracer_provider: trace.TracerProvider | None = None,
     record_content: bool = False,
+    request_spans: bool = False,
 ) -> Callable[[], None]:
     """Make a span for every batch of decisions ``store`` commits from now on; returns the
     function that stops it.
@@ -84,21 +88,26 @@ def instrument(
     without an SDK installed and configured, the API's no-op provider makes nothing.
     ``record_content``: also emit the fields that may hold content (summary text, error and
     detail strings, tool call ids); off by default.
+    ``request_spans``: a request prepared with nothing else decided is a span of its own even
+    inside a recording caller's span, where by default it is a ``turnledger.request`` span
+    event on that span (ADR-0111: a span costs the per-call path more than 5 %).
     """
     from turnledger import __version__
 
-    if not isinstance(record_content, bool):
-        raise TypeError(f"record_content must be a bool, got {type(record_content).__name__}")
+    for name, value in (("record_content", record_content), ("request_spans", request_spans)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     tracer = trace.get_tracer("turnledger", __version__, tracer_provider=tracer_provider)
-    return store.observe(_Spans(tracer, record_content))
+    return store.observe(_Spans(tracer, record_content, request_spans))
 
 
 class _Spans:
     """The observer `instrument` registers: one span per batch that decided something."""
 
-    def __init__(self, tracer: trace.Tracer, content: bool) -> None:
+    def __init__(self, tracer: trace.Tracer, content: bool, request_spans: bool) -> None:
         self.tracer = tracer
         self.content = content
+        self.request_spans = request_spans
         self.conversation: tuple[object, str] = (None, "")
         """The last session's id and its string: a session's batches come one after another."""
 
@@ -119,14 +128,20 @@ class _Spans:
         if not facts:
             return
         last = events[-1]
+        head: Attributes = {
+            "gen_ai.conversation.id": self._conversation_id(last.originator_id),
+            "gen_ai.conversation.compacted": compacted,
+            "turnledger.session.version": last.originator_version,
+        }
+        if (len(facts) == 1 and facts[0][1].__class__ is ev.RequestPrepared
+                and not self.request_spans):
+            caller = trace.get_current_span()
+            if caller.is_recording():  # the model call's own span: one event on it
+                facts[0][0].describe(facts[0][1], self.content, head)
+                caller.add_event(REQUEST, head, _nanoseconds(facts[0][1]))
+                return
         span = self.tracer.start_span(
-            name or facts[0][0].name,
-            kind=SpanKind.INTERNAL,
-            attributes={
-                "gen_ai.conversation.id": self._conversation_id(last.originator_id),
-                "gen_ai.conversation.compacted": compacted,
-                "turnledger.session.version": last.originator_version,
-            },
+            name or facts[0][0].name, kind=SpanKind.INTERNAL, attributes=head,
             start_time=_nanoseconds(events[0]),
         )
         if span.is_recording():  # not sampled, or no SDK: nothing more to build

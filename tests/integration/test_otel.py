@@ -134,7 +134,8 @@ def _record(store: tl.Store) -> str:
     return session.id
 
 
-def _trace(otel: Any, path: Path, *, record_content: bool = False) -> Traced:
+def _trace(otel: Any, path: Path, *, record_content: bool = False,
+           request_spans: bool = True) -> Traced:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -146,7 +147,8 @@ def _trace(otel: Any, path: Path, *, record_content: bool = False) -> Traced:
     batches: list[tuple[DomainEvent, ...]] = []
     with tl.open_store(f"sqlite:///{path}") as store:
         store.observe(lambda batch: batches.append(tuple(batch)))
-        uninstrument = instrument(store, tracer_provider=provider, record_content=record_content)
+        uninstrument = instrument(store, tracer_provider=provider, record_content=record_content,
+                                  request_spans=request_spans)
         with provider.get_tracer("an agent framework").start_as_current_span("agent step"):
             session_id = _record(store)
         uninstrument()
@@ -158,7 +160,15 @@ def _trace(otel: Any, path: Path, *, record_content: bool = False) -> Traced:
 
 @pytest.fixture(scope="module")
 def traced(otel: Any, tmp_path_factory: pytest.TempPathFactory) -> Traced:
+    """A span for every deciding batch, a plain prepared request's included
+    (``request_spans=True``): the tests of what each span carries read these."""
     return _trace(otel, tmp_path_factory.mktemp("i38") / "otel.db")
+
+
+@pytest.fixture(scope="module")
+def traced_by_default(otel: Any, tmp_path_factory: pytest.TempPathFactory) -> Traced:
+    """The same recording under `instrument`'s defaults (ADR-0111)."""
+    return _trace(otel, tmp_path_factory.mktemp("i38") / "otel.db", request_spans=False)
 
 
 # --- what each span and span event must carry: written out here, apart from the code ---------
@@ -592,3 +602,70 @@ def test_i38_p1_an_empty_free_text_is_left_out_even_with_content() -> None:
     said = attrs.evolve(event, error="prompt is too long")
     assert {**without, "turnledger.error": "prompt is too long"} == fact.describe(said, True, {})
     assert without == fact.describe(said, False, {})
+
+
+def _plain_request(span: Any) -> bool:
+    return span.name == "turnledger.request" and not span.events and span.status.is_ok
+
+
+def _same_session(attributes: Any) -> dict[str, object]:
+    """The attributes, the two recordings' session ids aside (each recorded its own)."""
+    return {k: v for k, v in dict(attributes).items() if k != "gen_ai.conversation.id"}
+
+
+def test_i38_p1_a_plain_request_is_an_event_on_the_callers_span_by_default(
+    traced: Traced, traced_by_default: Traced,
+) -> None:
+    """ADR-0111: by default a request prepared with nothing else decided is a
+    ``turnledger.request`` span event on the caller's recording span, at the request's time,
+    with exactly the attributes its span carries with ``request_spans=True``; every other
+    decision is the same span either way."""
+    plain = [s for s in traced.spans if _plain_request(s)]
+    assert len(plain) == 4
+    assert [(s.name, _same_session(s.attributes), [(e.name, dict(e.attributes)) for e in s.events])
+            for s in traced.spans if not _plain_request(s)] == [
+        (s.name, _same_session(s.attributes), [(e.name, dict(e.attributes)) for e in s.events])
+        for s in traced_by_default.spans]
+    on_caller = traced_by_default.parent.events
+    assert [("turnledger.request", _same_session(s.attributes)) for s in plain] == [
+        (e.name, _same_session(e.attributes)) for e in on_caller]
+    default_requests = [e for e in traced_by_default.events if isinstance(e, RequestPrepared)]
+    assert {str(default_requests[0].originator_id)} == {
+        e.attributes["gen_ai.conversation.id"] for e in on_caller}
+    since_epoch = default_requests[0].timestamp - datetime(1970, 1, 1, tzinfo=UTC)
+    assert since_epoch // timedelta(microseconds=1) * 1000 == on_caller[0].timestamp
+    assert [] == list(traced.parent.events)
+
+
+def test_i38_p1_a_plain_request_is_a_span_without_a_recording_caller(
+    otel: Any, tmp_path: Path,
+) -> None:
+    """ADR-0111: with no span current, or one that does not record (a sampler dropped it),
+    a plain request is still a span of its own: nothing is lost."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from turnledger.otel import instrument
+
+    exporter = InMemorySpanExporter()
+    provider = otel.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tl.open_store(f"sqlite:///{tmp_path / 'plain.db'}") as store:
+        instrument(store, tracer_provider=provider)
+        session = store.start_session(PROFILE, (OPENAI,))
+        session.append(ChatMessage.user("hello"))
+        session.prepare_request()
+        with trace.use_span(trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)):
+            session.prepare_request()
+    assert ["turnledger.route", "turnledger.request", "turnledger.request"] == [
+        s.name for s in exporter.get_finished_spans()]
+
+
+def test_i38_p1_request_spans_must_be_a_bool(tmp_path: Path) -> None:
+    """A bad option is refused by name, nothing instrumented."""
+    need("opentelemetry.trace")
+    from turnledger.otel import instrument
+
+    with tl.open_store("memory://") as store, pytest.raises(TypeError, match="request_spans"):
+        instrument(store, request_spans="yes")  # type: ignore[arg-type]
