@@ -19,8 +19,10 @@ CPU time a one-request turn costs the server process (read from ``/proc``, Linux
 the CPU time of the same calls in process (the server's own cost, without the client's and
 the scheduler's time, which the clock's overhead carries); then the requests per second one
 server process answers with ``--clients`` concurrent clients each writing its own
-conversation for ``--seconds``. Prints a table and writes
-``benchmarks/results/server.json``. Run from the project root when the machine is quiet:
+conversation for ``--seconds``; then, on a fresh schema of the PostgreSQL at ``--postgres``,
+the requests per second of one worker and of three replicas (``turnledger serve`` processes
+on the one store) with three times as many clients, spread over the replicas. Prints a table
+and writes ``benchmarks/results/server.json``. Run from the project root when the machine is quiet:
 ``.venv/bin/python -m benchmarks.server``.
 """
 
@@ -171,13 +173,15 @@ def over_http_client(base: str, conversations: int, turns: int, *,
     return samples
 
 
-def throughput(base: str, clients: int, seconds: float) -> float:
-    """Requests per second (appends and windows) of one server process."""
+def throughput(base: str | list[str], clients: int, seconds: float) -> float:
+    """Requests per second (appends and windows) of the server processes at ``base``, each
+    client writing its own conversation on the replica ``n % len(base)``."""
+    bases = [base] if isinstance(base, str) else base
     counts = [0] * clients
     deadline = time.monotonic() + seconds
 
     def client(n: int) -> None:
-        with httpx.Client(base_url=base, timeout=60) as http:
+        with httpx.Client(base_url=bases[n % len(bases)], timeout=60) as http:
             path = "/v1/conversations/" + http.post("/v1/conversations", json={}).json()["id"]
             turn = 0
             while time.monotonic() < deadline:
@@ -195,6 +199,43 @@ def throughput(base: str, clients: int, seconds: float) -> float:
     return sum(counts) / (time.monotonic() - started)
 
 
+PG_URL = os.environ.get("TURNLEDGER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def postgres_throughput(pg_url: str, clients: int, seconds: float) -> dict[str, float] | None:
+    """Requests per second of one server process, then of three replicas, on one fresh
+    PostgreSQL schema (None when PostgreSQL cannot be reached)."""
+    import uuid
+
+    import psycopg
+
+    try:
+        admin = psycopg.connect(pg_url, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as error:
+        print(f"PostgreSQL not reached ({error}); no replica figures", file=sys.stderr)
+        return None
+    schema = f"tl_bench_{uuid.uuid4().hex[:12]}"
+    url = f"{pg_url}?schema={schema}"
+    out: dict[str, float] = {}
+    try:
+        for replicas in (1, 3):
+            served = []
+            try:
+                for _ in range(replicas):  # one after the other: the first creates the tables
+                    served.append(_serve(url))
+                out[f"replicas_{replicas}"] = throughput([b for _, b in served], clients,
+                                                         seconds)
+            finally:
+                for process, _ in served:
+                    process.send_signal(signal.SIGTERM)
+                for process, _ in served:
+                    process.wait(30)
+    finally:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        admin.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
@@ -202,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--postgres", default=PG_URL,
+                        help="a PostgreSQL URL for the replica lanes ('' to skip them)")
     args = parser.parse_args(argv)
     lanes: dict[str, list[float]] = {"in_process": [], "http.client": [], "httpx": [],
                                      "one_request": []}
@@ -225,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
+    replicas = (postgres_throughput(args.postgres, args.clients * 3, args.seconds)
+                if args.postgres else None)
     ms = 1000.0
     rows = {name: {"p50_ms": statistics.median(samples) * ms,
                    "p99_ms": _percentile(samples, 0.99) * ms}
@@ -239,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ms_per_turn": {name: statistics.median(spent) * ms
                             for name, spent in cpu.items() if spent},
         "requests_per_second_one_worker": rps, "clients": args.clients,
+        "postgresql_requests_per_second": replicas, "postgresql_clients": args.clients * 3,
         "python": platform.python_version(), "machine": platform.machine(),
         "cpus": os.cpu_count(), "load": os.getloadavg()[0],
     }
@@ -256,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{spent_ms['in_process']:.2f} ms, overhead "
               f"{spent_ms['server_one_request'] - spent_ms['in_process']:.2f} ms")
     print(f"one worker: {rps:.0f} requests/s with {args.clients} httpx clients")
+    if replicas:
+        print(f"PostgreSQL, {args.clients * 3} httpx clients: one worker "
+              f"{replicas['replicas_1']:.0f} requests/s, three replicas "
+              f"{replicas['replicas_3']:.0f} requests/s ({os.cpu_count()} CPUs)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
