@@ -74,6 +74,12 @@ def item_id_prefix(item_type: str) -> str:
     return _PREFIXES.get(item_type, "item_")
 
 
+def _type_of(item: Item) -> object:
+    """An item's type: its own, or a message for one with a role and no type (the Responses
+    API's short form)."""
+    return item.get("type") or ("message" if "role" in item else "")
+
+
 def _normalized(item: object, index: int) -> Item:
     """The item as the API answers with it (module doc); the given dict is not changed."""
     if not isinstance(item, dict):
@@ -81,7 +87,7 @@ def _normalized(item: object, index: int) -> Item:
                         f"items[{index}]")
     out: Item = copy.deepcopy(item)
     if "type" not in out and "role" in out:
-        out["type"] = "message"
+        out["type"] = _type_of(out)
     kind = out.get("type")
     if not isinstance(kind, str) or not kind:
         raise ItemError(f"items[{index}] has no 'type'", f"items[{index}].type")
@@ -159,8 +165,7 @@ def _recorded_id(item: Item, position: int, index: int) -> str:
     not through this API): its type's prefix and 32 hex digits of its log position and its
     place among the items of that message, so every replica gives the same id for as long
     as the log holds it."""
-    kind = item.get("type") or ("message" if "role" in item else "")
-    return f"{item_id_prefix(str(kind))}{position:024x}{index:08x}"
+    return f"{item_id_prefix(str(_type_of(item)))}{position:024x}{index:08x}"
 
 
 def _items_at(message: tl.ConversationMessage, position: int) -> tuple[StoredItem, ...]:
